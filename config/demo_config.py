@@ -1,0 +1,85 @@
+"""The embedded demo: one machine, no GPU and no Docker needed.
+
+Local-process servers (GPULocalSpawner), a simulated GPU inventory of two
+"Simulated T4" and one "Simulated A100", sqlite under .state/demo, and a dummy
+login (any user name, password "demo"). Everything else is the real code.
+
+    make demo        # or: .venv/bin/jupyterhub -f config/demo_config.py
+"""
+
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(here)
+state = os.environ.get("JUPYTERHUB_GPU_DEMO_STATE", os.path.join(root, ".state", "demo"))
+os.makedirs(state, exist_ok=True)
+bindir = os.path.dirname(sys.executable)
+
+c = get_config()  # noqa: F821
+
+c.JupyterHub.bind_url = os.environ.get("JUPYTERHUB_GPU_DEMO_URL", "http://127.0.0.1:8000")
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.db_url = f"sqlite:///{os.path.join(state, 'jupyterhub.sqlite')}"
+c.JupyterHub.cookie_secret_file = os.path.join(state, "jupyterhub_cookie_secret")
+c.ConfigurableHTTPProxy.pid_file = os.path.join(state, "jupyterhub-proxy.pid")
+c.ConfigurableHTTPProxy.command = [os.path.join(bindir, "configurable-http-proxy")]
+
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = "demo"
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {"admin"}
+c.JupyterHub.load_groups = {
+    "thesis": {"users": ["alice"]},
+}
+
+c.JupyterHub.spawner_class = "gpu-local"
+c.GPULocalSpawner.gpu_backend = "simulated"
+c.GPULocalSpawner.simulated_gpus = [
+    {"model": "T4", "count": 2, "memory_gb": 16},
+    {"model": "A100", "count": 1, "memory_gb": 40},
+]
+c.GPULocalSpawner.currency = "CNY"
+c.GPULocalSpawner.profiles = [
+    {
+        "slug": "t4",
+        "display_name": "1× T4 (simulated)",
+        "description": "Coursework and small models.",
+        "gpu_model": "T4",
+        "gpu_count": 1,
+        "price_per_gpu_hour": "3.00",
+        "default": True,
+    },
+    {
+        "slug": "a100",
+        "display_name": "1× A100 (simulated)",
+        "description": "Large models. Only one on this host: you may have to wait.",
+        "gpu_model": "A100",
+        "gpu_count": 1,
+        "price_per_gpu_hour": "15.00",
+    },
+    {
+        "slug": "t4x2",
+        "display_name": "2× T4 (simulated)",
+        "description": "Multi-GPU experiments; for the thesis group.",
+        "gpu_model": "T4",
+        "gpu_count": 2,
+        "price_per_gpu_hour": "3.00",
+        "allowed_groups": ["thesis"],
+    },
+    {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "description": "Editing notebooks and reading results; no GPU.",
+        "gpu_count": 0,
+        "price_per_hour": "0.60",
+    },
+]
+c.GPULocalSpawner.queue_timeout = 1800
+c.GPULocalSpawner.home_dir_template = os.path.join(state, "home", "{username}")
+c.Spawner.cmd = [os.path.join(bindir, "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+if os.getuid() == 0:
+    c.Spawner.args = ["--allow-root"]
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120

@@ -1,0 +1,187 @@
+"""GPUDockerSpawner: GPU profiles over DockerSpawner, one hardened container per session.
+
+The container holds exactly its assigned GPUs (a Docker device request naming
+their UUIDs), mounts its owner's named volume at ``/home/jovyan/work`` and the
+shared datasets read-only, runs as a non-root user with every capability dropped
+and no-new-privileges, within the profile's memory, CPU and process limits. The
+container arguments come from the pure builder in :mod:`.objects`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from dockerspawner import DockerSpawner
+from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import random_port
+from traitlets import Bool, Int, Unicode, default, validate
+
+from .mixin import GPUSpawnerMixin
+from .objects import make_container_spec, make_labels, make_volume_binds
+
+
+class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
+    """One hardened Docker container per session holding exactly its assigned GPUs."""
+
+    work_volume_template = Unicode(
+        "jupyterhub-gpu-user-{username}",
+        help="""
+        Name of each user's persistent named volume, mounted at ``work_dir``.
+        ``{username}`` is the escaped user name.
+
+            c.GPUDockerSpawner.work_volume_template = "lab-home-{username}"
+        """,
+    ).tag(config=True)
+
+    work_dir = Unicode(
+        "/home/jovyan/work",
+        help="""
+        Where the user's volume is mounted in the container.
+
+            c.GPUDockerSpawner.work_dir = "/home/jovyan/work"
+        """,
+    ).tag(config=True)
+
+    datasets_volume = Unicode(
+        "",
+        help="""
+        A named volume or host path with shared datasets, mounted read-only at
+        ``datasets_dir``; empty for none.
+
+            c.GPUDockerSpawner.datasets_volume = "/srv/datasets"
+        """,
+    ).tag(config=True)
+
+    datasets_dir = Unicode(
+        "/home/jovyan/datasets",
+        help="""
+        Where the shared datasets are mounted (read-only).
+
+            c.GPUDockerSpawner.datasets_dir = "/home/jovyan/datasets"
+        """,
+    ).tag(config=True)
+
+    container_user = Unicode(
+        "1000:100",
+        help="""
+        ``uid:gid`` the server runs as inside the container; root is refused.
+
+            c.GPUDockerSpawner.container_user = "1000:100"
+        """,
+    ).tag(config=True)
+
+    pids_limit = Int(
+        1024,
+        help="""
+        Maximum number of processes in a container.
+
+            c.GPUDockerSpawner.pids_limit = 2048
+        """,
+    ).tag(config=True)
+
+    omit_device_requests = Bool(
+        False,
+        help="""
+        TEST ONLY. Leave the GPU device request out of the container actually
+        created (for hosts without the NVIDIA container runtime, where Docker
+        refuses it) and record the exact request that would have been sent in the
+        container label ``jupyterhub-gpu.device-requests``. Never set this on a
+        real GPU host: the container would see no GPU.
+
+            c.GPUDockerSpawner.omit_device_requests = True
+        """,
+    ).tag(config=True)
+
+    @validate("container_user")
+    def _valid_container_user(self, proposal):
+        value = proposal.value
+        uid = value.split(":", 1)[0]
+        if not uid or uid in {"0", "root"} or not uid.isdigit():
+            raise ValueError(f"container_user must be a non-root numeric 'uid:gid', got {value!r}")
+        return value
+
+    @validate("pids_limit")
+    def _valid_pids_limit(self, proposal):
+        if proposal.value < 16:
+            raise ValueError(f"pids_limit must be at least 16, got {proposal.value}")
+        return proposal.value
+
+    @default("remove")
+    def _default_remove(self):
+        # a fresh container per session: the GPU assignment differs each time
+        return True
+
+    @property
+    def work_volume(self) -> str:
+        return self.work_volume_template.format(username=self.escaped_name)
+
+    async def gpu_prepare(self, profile, devices):
+        images = {p.image for p in await self.gpu_profiles()}
+        if profile.image not in images:  # only images named by profiles may run
+            raise SpawnException(f"Image {profile.image!r} is not allowed", reason="image")
+        self.image = profile.image
+        if self.network_name == "host":
+            # every host-network server needs its own port on the host
+            self.port = random_port()
+            if self.ip in ("", "0.0.0.0"):
+                self.ip = "127.0.0.1"
+
+    async def create_object(self):
+        """Create the container from the pure builder's arguments."""
+        profile = self._gpu_profile
+        session = self._gpu_session
+        extra_create = self._eval_if_callable(self.extra_create_kwargs)
+        if inspect.isawaitable(extra_create):
+            extra_create = await extra_create
+        extra_host = self._eval_if_callable(self.extra_host_config)
+        if inspect.isawaitable(extra_host):
+            extra_host = await extra_host
+        create, host = make_container_spec(
+            name=self.container_name,
+            image=self.image,
+            command=await self.get_command(),
+            env=self.get_env(),
+            labels=make_labels(
+                user=self.user.name,
+                server_name=self.name,
+                profile_slug=profile.slug,
+                session_id=session["session_id"],
+                device_uuids=session["devices"],
+            ),
+            container_user=self.container_user,
+            port=self.port,
+            network_mode=self.network_name,
+            binds=make_volume_binds(
+                work_volume=self.work_volume,
+                work_dir=self.work_dir,
+                datasets_volume=self.datasets_volume or None,
+                datasets_dir=self.datasets_dir,
+            ),
+            device_uuids=session["devices"],
+            include_device_requests=not self.omit_device_requests,
+            mem_limit=profile.mem_limit,
+            cpu_limit=profile.cpu_limit,
+            pids_limit=self.pids_limit,
+            extra_create=self._render_templates(extra_create),
+            extra_host=self._render_templates(extra_host),
+        )
+        self.container_spec = (create, host)
+        create["host_config"] = self.client.create_host_config(**host)
+        return await self.docker("create_container", **create)
+
+    async def get_ip_and_port(self):
+        if self.network_name == "host":
+            return self.ip, self.port
+        return await super().get_ip_and_port()
+
+    async def stop(self, now=False):
+        # a container that is already gone (removed by hand, host restart) is stopped
+        try:
+            return await super().stop(now=now)
+        except Exception as e:
+            if getattr(getattr(e, "response", None), "status_code", None) == 404:
+                self.log.warning("Container of %s was already gone", self._log_name)
+                self.object_id = ""
+                self.clear_state()
+                return
+            raise

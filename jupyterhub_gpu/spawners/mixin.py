@@ -1,0 +1,446 @@
+"""GPUSpawnerMixin: profiles, the spawn form, exclusive GPU assignment and the wait queue.
+
+Mixed in front of a concrete spawner (``GPUDockerSpawner``, ``GPULocalSpawner``)
+it adds, whatever the spawner:
+
+- a profile form showing only the profiles the user's groups allow, with the
+  price per minute and the free/total GPUs of each model right now;
+- validation of the user's choice on the server (form and REST API alike);
+- an exclusive GPU assignment from the shared :class:`GPUAllocator`, kept in the
+  spawner state so that a restarted hub rebuilds it;
+- a first-come, first-served queue when no GPU is free, reported through
+  JupyterHub's spawn progress events;
+- the environment that tells the server its GPUs, profile, rate and session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from importlib import resources
+
+import jinja2
+from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import maybe_future
+from traitlets import (
+    Callable,
+    CaselessStrEnum,
+    Dict,
+    Float,
+    List,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
+from traitlets.config import Configurable
+
+from ..clock import isoformat, utcnow
+from ..money import Currency, MoneyError
+from .allocator import AllocationError, AssignmentConflict, GPUAllocator, QueueTimeout
+from .inventory import BACKENDS, GPUDevice, InventoryError, make_inventory
+from .objects import make_gpu_env
+from .profiles import OptionsError, Profile, ProfileError, choose_profile, options_from_form, parse_profiles
+
+# One allocator per inventory per hub process: every spawner of the hub shares it.
+_ALLOCATORS: dict[tuple, GPUAllocator] = {}
+
+_templates = jinja2.Environment(
+    loader=jinja2.FunctionLoader(
+        lambda name: resources.files("jupyterhub_gpu.spawners").joinpath("templates", name).read_text("utf-8")
+    ),
+    autoescape=True,
+)
+
+DEFAULT_SIMULATED_GPUS = [
+    {"model": "T4", "count": 2, "memory_gb": 16},
+    {"model": "A100", "count": 1, "memory_gb": 40},
+]
+
+
+def shared_allocator(backend: str, static_gpus: list, simulated_gpus: list) -> GPUAllocator:
+    """The hub-wide allocator for this inventory configuration, created on first use."""
+    key = (backend, repr(static_gpus), repr(simulated_gpus))
+    if key not in _ALLOCATORS:
+        _ALLOCATORS[key] = GPUAllocator(make_inventory(backend, static_gpus, simulated_gpus))
+    return _ALLOCATORS[key]
+
+
+def describe_profile(profile: Profile, allocator: GPUAllocator, currency: Currency) -> str:
+    """The one-line summary shown in the form, e.g. ``1× T4 16 GB — ¥0.05/min — 3 of 4 free``."""
+    price = "free" if profile.rate_per_minute == 0 else f"{currency.format_rate(profile.rate_per_minute)}/min"
+    if profile.gpu_count == 0:
+        return f"CPU only — {price}"
+    devices = allocator.matching(profile.gpu_model)
+    model = profile.gpu_model
+    if devices and devices[0].simulated and not model.lower().startswith("simulated"):
+        model = f"Simulated {model}"
+    memory = f" {devices[0].memory_gb} GB" if devices and devices[0].memory_mib else ""
+    counts = allocator.counts(profile.gpu_model)
+    if counts["total"] == 0:
+        availability = "no such GPU on this host"
+    elif counts["free"] == 0:
+        availability = f"none free ({counts['waiting']} waiting)" if counts["waiting"] else "none free"
+    else:
+        availability = f"{counts['free']} of {counts['total']} free"
+        if counts["waiting"]:
+            availability += f" ({counts['waiting']} waiting)"
+    return f"{profile.gpu_count}× {model}{memory} — {price} — {availability}"
+
+
+def queue_message(model: str, count: int, simulated: bool, position: int, length: int) -> str:
+    """``Waiting for a free A100 — position 2 of 3``."""
+    name = f"Simulated {model}" if simulated and not model.lower().startswith("simulated") else model
+    what = f"a free {name}" if count == 1 else f"{count} free {name} GPUs"
+    return f"Waiting for {what} — position {position} of {length}"
+
+
+class GPUSpawnerMixin(Configurable):
+    """Profiles, exclusive GPU assignment and a fair wait queue for any JupyterHub spawner."""
+
+    #: Docker and Kubernetes need an image per profile; local processes do not.
+    _require_image = True
+
+    profiles = Union(
+        [List(Dict()), Callable()],
+        default_value=[],
+        help="""
+        The GPU profiles users may choose from: a list of dicts, or a callable
+        ``f(spawner)`` (may be async) that returns one.
+
+        Fields: ``slug`` (required), ``display_name``, ``description``, ``gpu_model``
+        (matched against the GPU names, e.g. "T4" or "A100-SXM4-40GB"), ``gpu_count``
+        (0 for CPU-only), ``image``, ``price_per_gpu_hour`` (a decimal string),
+        ``price_per_hour`` (a flat price per server, default "0"),
+        ``allowed_groups`` (JupyterHub groups; empty means everyone),
+        ``cpu_limit``, ``mem_limit`` ("8G") and ``default`` (true for one profile).
+
+            c.GPUDockerSpawner.profiles = [
+                {"slug": "t4", "display_name": "1× T4", "gpu_model": "T4", "gpu_count": 1,
+                 "image": "jupyterhub-gpu/tensorflow:2.15", "price_per_gpu_hour": "3.00",
+                 "mem_limit": "16G", "cpu_limit": 4, "default": True},
+                {"slug": "a100", "display_name": "1× A100", "gpu_model": "A100", "gpu_count": 1,
+                 "image": "jupyterhub-gpu/tensorflow:2.15", "price_per_gpu_hour": "15.00",
+                 "allowed_groups": ["thesis"]},
+            ]
+
+        A bad profile stops the hub at startup with a message naming it.
+        """,
+    ).tag(config=True)
+
+    currency = Unicode(
+        "USD",
+        help="""
+        ISO 4217 code of the currency prices are given in.
+
+            c.GPUDockerSpawner.currency = "CNY"
+        """,
+    ).tag(config=True)
+
+    currency_symbol = Unicode(
+        None,
+        allow_none=True,
+        help="""
+        Symbol shown before amounts; defaults to the usual one for the code (¥, $, €...).
+
+            c.GPUDockerSpawner.currency_symbol = "RMB "
+        """,
+    ).tag(config=True)
+
+    gpu_backend = CaselessStrEnum(
+        BACKENDS,
+        default_value="nvml",
+        help="""
+        Where the GPU inventory comes from: "nvml" (read the host's GPUs with
+        nvidia-ml-py; MIG instances by their own UUIDs), "static" (declared in
+        ``static_gpus``), or "simulated" (demo and tests; every GPU is named "Simulated ...").
+
+            c.GPUDockerSpawner.gpu_backend = "static"
+        """,
+    ).tag(config=True)
+
+    static_gpus = List(
+        Dict(),
+        help="""
+        The GPUs of this host when ``gpu_backend = "static"``.
+
+            c.GPUDockerSpawner.static_gpus = [
+                {"index": 0, "uuid": "GPU-5d4f6c2a-...", "name": "Tesla T4", "memory_gb": 16},
+            ]
+        """,
+    ).tag(config=True)
+
+    simulated_gpus = List(
+        Dict(),
+        default_value=DEFAULT_SIMULATED_GPUS,
+        help="""
+        The simulated GPUs when ``gpu_backend = "simulated"``.
+
+            c.GPULocalSpawner.simulated_gpus = [{"model": "T4", "count": 2, "memory_gb": 16}]
+        """,
+    ).tag(config=True)
+
+    queue_timeout = Float(
+        600,
+        help="""
+        Seconds a spawn may wait in the queue for a free GPU before it fails with
+        a message. The hub's ``start_timeout`` is extended by this much for GPU
+        profiles, so the queue wait does not count against it.
+
+            c.GPUDockerSpawner.queue_timeout = 1800
+        """,
+    ).tag(config=True)
+
+    @validate("queue_timeout")
+    def _valid_queue_timeout(self, proposal):
+        if not 0 < proposal.value <= 7 * 24 * 3600:
+            raise ValueError(f"queue_timeout must be between 0 and one week in seconds, got {proposal.value}")
+        return proposal.value
+
+    # -- shared pieces -----------------------------------------------------
+    @property
+    def gpu_currency(self) -> Currency:
+        return Currency.from_config(self.currency, self.currency_symbol)
+
+    @property
+    def allocator(self) -> GPUAllocator:
+        return shared_allocator(self.gpu_backend, self.static_gpus, self.simulated_gpus)
+
+    @property
+    def _gpu_key(self) -> str:
+        return f"{self.user.name}/{self.name}"
+
+    def _gpu_group_names(self) -> list[str]:
+        return [g.name for g in getattr(self.user, "groups", [])]
+
+    async def gpu_profiles(self) -> list[Profile]:
+        """Every configured profile, validated (a callable ``profiles`` is evaluated)."""
+        raw = self.profiles
+        if callable(raw):
+            raw = await maybe_future(raw(self))
+        try:
+            return parse_profiles(raw, require_image=self._require_image)
+        except ProfileError as e:
+            raise SpawnException(
+                "The GPU profiles are misconfigured; please tell your administrator.",
+                reason="profiles",
+                log_message=f"Invalid profiles: {e}",
+                status_code=500,
+            ) from e
+
+    async def allowed_profiles(self) -> tuple[list[Profile], list[Profile]]:
+        """(profiles this user may use, all profiles)."""
+        profiles = await self.gpu_profiles()
+        groups = self._gpu_group_names()
+        return [p for p in profiles if p.allows(groups)], profiles
+
+    # -- the form ----------------------------------------------------------
+    @default("options_form")
+    def _gpu_options_form_default(self):
+        return self._render_gpu_options_form
+
+    async def _render_gpu_options_form(self, spawner=None):
+        allowed, _ = await self.allowed_profiles()
+        currency = self.gpu_currency
+        chosen = choose_profile({}, allowed) if allowed else None
+        previous = (self.orm_spawner.user_options or {}).get("profile") if self.orm_spawner else None
+        if previous in {p.slug for p in allowed}:
+            chosen = next(p for p in allowed if p.slug == previous)
+        simulated = any(d.simulated for d in self.allocator.devices)
+        rows = [
+            {
+                "slug": p.slug,
+                "display_name": p.display_name,
+                "description": p.description,
+                "summary": describe_profile(p, self.allocator, currency),
+                "checked": chosen is not None and p.slug == chosen.slug,
+            }
+            for p in allowed
+        ]
+        return _templates.get_template("options_form.html").render(profiles=rows, simulated=simulated)
+
+    @default("options_from_form")
+    def _gpu_options_from_form_default(self):
+        return self._gpu_options_from_form
+
+    async def _gpu_options_from_form(self, formdata, spawner=None):
+        allowed, everything = await self.allowed_profiles()
+        try:
+            options = options_from_form(formdata, allowed, everything)
+        except OptionsError as e:
+            # shown on the spawn page; nothing is started
+            raise SpawnException(str(e), reason="options") from None
+        return options
+
+    # -- spawning ----------------------------------------------------------
+    def _gpu_reset(self):
+        self._gpu_profile: Profile | None = None
+        self._gpu_session: dict = {}
+        self._gpu_env: dict = {}
+        self._gpu_events: list[dict] = []
+        self._gpu_events_changed: asyncio.Future | None = None
+        self._gpu_base_start_timeout = getattr(self, "_gpu_base_start_timeout", None)
+
+    def __init__(self, *args, **kwargs):
+        self._gpu_reset()
+        super().__init__(*args, **kwargs)
+
+    def _gpu_emit(self, event: dict) -> None:
+        self._gpu_events.append(event)
+        waiting, self._gpu_events_changed = self._gpu_events_changed, None
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    async def run_pre_spawn_hook(self):
+        """Validate the chosen profile before anything starts (form and REST API alike)."""
+        allowed, everything = await self.allowed_profiles()
+        try:
+            profile = choose_profile(self.user_options or {}, allowed, everything)
+        except OptionsError as e:
+            raise SpawnException(str(e), reason="options") from None
+        self._gpu_profile = profile
+        # The queue wait must not count against the hub's start_timeout.
+        if self._gpu_base_start_timeout is None:
+            self._gpu_base_start_timeout = self.start_timeout
+        self.start_timeout = self._gpu_base_start_timeout + (self.queue_timeout if profile.gpu_count else 0)
+        return await maybe_future(super().run_pre_spawn_hook())
+
+    async def start(self):
+        profile = self._gpu_profile
+        if profile is None:  # start() called without the hub's spawn sequence
+            await self.run_pre_spawn_hook()
+            profile = self._gpu_profile
+        self._gpu_events = []
+        key = self._gpu_key
+        simulated = any(d.simulated for d in self.allocator.matching(profile.gpu_model)) if profile.gpu_count else False
+
+        def on_position(position, length):
+            msg = queue_message(profile.gpu_model, profile.gpu_count, simulated, position, length)
+            self.log.info("%s: %s", key, msg)
+            self._gpu_emit({"progress": 10, "message": msg})
+
+        devices: list[GPUDevice] = []
+        if profile.gpu_count:
+            try:
+                devices = await self.allocator.acquire(
+                    key, profile.gpu_model, profile.gpu_count, timeout=self.queue_timeout, on_position=on_position
+                )
+            except QueueTimeout as e:
+                raise SpawnException(str(e), reason="gpu_queue_timeout", status_code=503) from None
+            except AllocationError as e:
+                raise SpawnException(str(e), reason="gpu_unavailable", status_code=503) from None
+        try:
+            started = utcnow()
+            uuids = [d.uuid for d in devices]
+            self._gpu_session = {
+                "profile": profile.slug,
+                "devices": uuids,
+                "device_names": [d.name for d in devices],
+                "simulated": any(d.simulated for d in devices),
+                "session_id": uuid.uuid4().hex,
+                "started": isoformat(started),
+                "rate_per_minute": str(profile.rate_per_minute),
+                "currency": self.gpu_currency.code,
+            }
+            self._gpu_env = make_gpu_env(
+                profile_slug=profile.slug,
+                device_uuids=uuids,
+                rate_per_minute=profile.rate_per_minute,
+                currency=self.gpu_currency.code,
+                session_id=self._gpu_session["session_id"],
+                started=started,
+                simulated=self._gpu_session["simulated"],
+            )
+            rate = self.gpu_currency.format_rate(profile.rate_per_minute)
+            what = ", ".join(f"{d.name} ({d.uuid})" for d in devices) or "no GPU"
+            message = f"Assigned {what}; starting {profile.display_name} at {rate}/min"
+            self._gpu_emit({"progress": 40, "message": message})
+            await self.gpu_prepare(profile, devices)
+            return await super().start()
+        except BaseException:
+            self._gpu_release()
+            raise
+
+    async def gpu_prepare(self, profile: Profile, devices: list[GPUDevice]) -> None:
+        """Hook for the concrete spawner: apply the profile (image, limits) before start."""
+
+    async def progress(self):
+        """Spawn progress: queue position while waiting, then the assignment."""
+        seen = 0
+        while True:
+            while seen < len(self._gpu_events):
+                yield self._gpu_events[seen]
+                seen += 1
+            if self._gpu_events_changed is None:
+                self._gpu_events_changed = asyncio.get_running_loop().create_future()
+            await self._gpu_events_changed
+
+    def get_env(self):
+        env = super().get_env()
+        env.update(self._gpu_env)
+        return env
+
+    async def stop(self, now=False):
+        self.allocator.cancel(self._gpu_key)  # still waiting in the queue
+        try:
+            return await super().stop(now=now)
+        finally:
+            self._gpu_release()
+
+    def _gpu_release(self):
+        self.allocator.release(self._gpu_key)
+        self._gpu_session = {}
+        self._gpu_env = {}
+
+    # -- state -------------------------------------------------------------
+    def get_state(self):
+        state = super().get_state()
+        if self._gpu_session:
+            state["gpu"] = dict(self._gpu_session)
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        gpu = state.get("gpu") if isinstance(state, dict) else None
+        if not gpu:
+            return
+        self._gpu_session = dict(gpu)
+        try:
+            self.allocator.restore(self._gpu_key, list(gpu.get("devices", [])))
+        except AssignmentConflict as e:
+            self.log.error("GPU assignment of %s not restored: %s", self._gpu_key, e)
+        except InventoryError as e:
+            self.log.error("GPU inventory unavailable while restoring %s: %s", self._gpu_key, e)
+
+    def clear_state(self):
+        super().clear_state()
+        self._gpu_release()
+
+    @property
+    def gpu_session(self) -> dict:
+        """The running session's profile, GPUs, rate and start (empty when not running)."""
+        return dict(self._gpu_session)
+
+
+def check_config(config, spawner_class) -> list[str]:
+    """Validate a hub's GPU configuration at startup; returns the problems found.
+
+    Profiles given as a callable can only be checked at spawn time.
+    """
+    problems = []
+    probe = spawner_class.__new__(spawner_class)
+    Configurable.__init__(probe, config=config)
+    try:
+        Currency.from_config(probe.currency, probe.currency_symbol)
+    except MoneyError as e:
+        problems.append(str(e))
+    if not callable(probe.profiles):
+        try:
+            parse_profiles(probe.profiles, require_image=spawner_class._require_image)
+        except ProfileError as e:
+            problems.append(str(e))
+    try:
+        shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
+    except InventoryError as e:
+        problems.append(str(e))
+    return problems

@@ -1,0 +1,218 @@
+"""GPU profiles: parsing and validating the admin's profile list, and the user's choice.
+
+A profile is what a student picks on the spawn page: a GPU model and count, the
+image to run, its price, and who may use it. Everything here is a pure function
+of its inputs so it can be tested without a hub.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from ..money import MoneyError, parse_amount, rate_per_minute
+
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+MEM_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
+MEM_FACTORS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+PROFILE_FIELDS = {
+    "slug",
+    "display_name",
+    "description",
+    "gpu_model",
+    "gpu_count",
+    "image",
+    "price_per_gpu_hour",
+    "price_per_hour",
+    "allowed_groups",
+    "cpu_limit",
+    "mem_limit",
+    "default",
+}
+
+#: Form fields a browser may send besides the profile: JupyterHub's own CSRF token.
+HUB_FORM_FIELDS = {"_xsrf"}
+
+
+class ProfileError(ValueError):
+    """A profile in the configuration is invalid; the message names it and the field."""
+
+
+class OptionsError(ValueError):
+    """The user's spawn options are invalid; the message is shown to the user."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One validated profile."""
+
+    slug: str
+    display_name: str
+    gpu_model: str
+    gpu_count: int
+    image: str
+    price_per_gpu_hour: Decimal
+    price_per_hour: Decimal
+    rate_per_minute: Decimal
+    allowed_groups: tuple[str, ...] = ()
+    description: str = ""
+    cpu_limit: float | None = None
+    mem_limit: int | None = None
+    default: bool = False
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def allows(self, group_names) -> bool:
+        """Whether a user in these groups may use this profile (no groups listed: everyone)."""
+        return not self.allowed_groups or bool(set(self.allowed_groups) & set(group_names))
+
+
+def parse_mem_limit(value, where: str) -> int | None:
+    """Bytes from ``"8G"``, ``"512M"`` or an int; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ProfileError(f"{where}: mem_limit must be like '8G' or a number of bytes, got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and (m := MEM_RE.match(value.strip())):
+        number = int(float(m.group(1)) * MEM_FACTORS[m.group(2).upper()])
+    else:
+        raise ProfileError(f"{where}: mem_limit must be like '8G' or a number of bytes, got {value!r}")
+    if number < 4 * 1024**2:
+        raise ProfileError(f"{where}: mem_limit must be at least 4M, got {value!r}")
+    return number
+
+
+def parse_profile(raw: object, position: int, require_image: bool = True) -> Profile:
+    """One profile dict from the configuration, validated; ProfileError names the bad field."""
+    if not isinstance(raw, dict):
+        raise ProfileError(f"profile #{position + 1} must be a dict, got {type(raw).__name__}")
+    slug = raw.get("slug")
+    if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
+        raise ProfileError(
+            f"profile #{position + 1}: 'slug' must be lowercase letters, digits, '-' or '_' (at most 63), got {slug!r}"
+        )
+    where = f"profile {slug!r}"
+    unknown = sorted(set(raw) - PROFILE_FIELDS)
+    if unknown:
+        raise ProfileError(
+            f"{where}: unknown field(s) {', '.join(map(repr, unknown))};"
+            f" known fields are {', '.join(sorted(PROFILE_FIELDS))}"
+        )
+
+    def text(name, default=None, required=False):
+        value = raw.get(name, default)
+        if value is None and not required:
+            return default
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise ProfileError(f"{where}: {name!r} must be a non-empty string, got {value!r}")
+        return value.strip()
+
+    gpu_count = raw.get("gpu_count", 1)
+    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 0 <= gpu_count <= 64:
+        raise ProfileError(f"{where}: 'gpu_count' must be an integer from 0 to 64, got {gpu_count!r}")
+    gpu_model = text("gpu_model", "", required=gpu_count > 0)
+    image = text("image", "", required=require_image)
+    try:
+        price_gpu = parse_amount(raw.get("price_per_gpu_hour", 0), f"{where}: 'price_per_gpu_hour'")
+        price_flat = parse_amount(raw.get("price_per_hour", 0), f"{where}: 'price_per_hour'")
+        if gpu_count > 0 and "price_per_gpu_hour" not in raw:
+            raise MoneyError(f"{where}: 'price_per_gpu_hour' is required for a GPU profile")
+        rate = rate_per_minute(price_gpu * gpu_count + price_flat)
+    except MoneyError as e:
+        message = str(e)
+        raise ProfileError(message if message.startswith(where) else f"{where}: {message}") from None
+
+    groups = raw.get("allowed_groups", [])
+    if (
+        isinstance(groups, str)
+        or not isinstance(groups, (list, tuple, set))
+        or not all(isinstance(g, str) and g for g in groups)
+    ):
+        raise ProfileError(f"{where}: 'allowed_groups' must be a list of group names, got {groups!r}")
+
+    cpu_limit = raw.get("cpu_limit")
+    if cpu_limit is not None:
+        if isinstance(cpu_limit, bool) or not isinstance(cpu_limit, (int, float)) or not 0 < cpu_limit <= 1024:
+            raise ProfileError(f"{where}: 'cpu_limit' must be a positive number of CPUs, got {cpu_limit!r}")
+        cpu_limit = float(cpu_limit)
+    default = raw.get("default", False)
+    if not isinstance(default, bool):
+        raise ProfileError(f"{where}: 'default' must be true or false, got {default!r}")
+
+    return Profile(
+        slug=slug,
+        display_name=text("display_name", slug) or slug,
+        gpu_model=gpu_model,
+        gpu_count=gpu_count,
+        image=image,
+        price_per_gpu_hour=price_gpu,
+        price_per_hour=price_flat,
+        rate_per_minute=rate,
+        allowed_groups=tuple(groups),
+        description=text("description", "") or "",
+        cpu_limit=cpu_limit,
+        mem_limit=parse_mem_limit(raw.get("mem_limit"), where),
+        default=default,
+    )
+
+
+def parse_profiles(raw_list: object, require_image: bool = True) -> list[Profile]:
+    """The whole profile list, validated: at least one, unique slugs, at most one default."""
+    if not isinstance(raw_list, (list, tuple)) or not raw_list:
+        raise ProfileError("profiles must be a non-empty list of profile dicts")
+    profiles = [parse_profile(raw, i, require_image) for i, raw in enumerate(raw_list)]
+    seen = set()
+    for p in profiles:
+        if p.slug in seen:
+            raise ProfileError(f"profile {p.slug!r}: the slug is used by more than one profile")
+        seen.add(p.slug)
+    defaults = [p.slug for p in profiles if p.default]
+    if len(defaults) > 1:
+        raise ProfileError(f"profiles {defaults}: only one profile may be the default")
+    return profiles
+
+
+def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list[Profile] | None = None) -> dict:
+    """The user's choice from the spawn form, validated against the profiles they may use.
+
+    ``formdata`` is JupyterHub's form dict (field name -> list of strings).
+    """
+    extra = sorted(set(formdata) - {"profile"} - HUB_FORM_FIELDS)
+    if extra:
+        raise OptionsError(f"Unexpected form field(s): {', '.join(extra)}. Nothing was started.")
+    values = formdata.get("profile")
+    if not values:
+        raise OptionsError("Choose a profile. Nothing was started.")
+    if not isinstance(values, list) or len(values) != 1 or not isinstance(values[0], str):
+        raise OptionsError("Choose exactly one profile. Nothing was started.")
+    choose_profile({"profile": values[0]}, allowed, all_profiles)
+    return {"profile": values[0]}
+
+
+def choose_profile(user_options: object, allowed: list[Profile], all_profiles: list[Profile] | None = None) -> Profile:
+    """The profile named by ``user_options`` (or the default one), if the user may use it."""
+    if not isinstance(user_options, dict):
+        raise OptionsError('Spawn options must be a JSON object such as {"profile": "t4"}.')
+    extra = sorted(set(user_options) - {"profile"})
+    if extra:
+        raise OptionsError(f"Unexpected option(s): {', '.join(map(str, extra))}. Only 'profile' may be given.")
+    if not allowed:
+        raise OptionsError("No profile is available to you. Ask your instructor or administrator for access.")
+    if "profile" not in user_options:
+        for p in allowed:
+            if p.default:
+                return p
+        return allowed[0]
+    slug = user_options["profile"]
+    if not isinstance(slug, str):
+        raise OptionsError(f"'profile' must be a profile name, got {slug!r}.")
+    for p in allowed:
+        if p.slug == slug:
+            return p
+    if all_profiles and any(p.slug == slug for p in all_profiles):
+        raise OptionsError(f"You may not use the profile {slug!r}: it is reserved for other groups.")
+    shown = slug if len(slug) <= 64 else slug[:64] + "…"
+    raise OptionsError(f"Unknown profile {shown!r}.")

@@ -1,0 +1,218 @@
+"""Shared test helpers: a real JupyterHub in a subprocess, driven over its REST API."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=60.0, interval=0.2, what="condition"):
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Hub:
+    """A real ``jupyterhub`` subprocess with a tiny config and an admin service token."""
+
+    ADMIN_SCOPES = [
+        "admin:users",
+        "admin:servers",
+        "admin:server_state",
+        "admin:groups",
+        "list:users",
+        "read:users",
+    ]
+
+    def __init__(self, workdir: Path, config: str):
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.hub_port = free_port()
+        self.proxy_api_port = free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_url = f"{self.url}/hub/api"
+        self.config_file = self.workdir / "jupyterhub_config.py"
+        self.log_file = self.workdir / "hub.log"
+        self.proc: subprocess.Popen | None = None
+        self.write_config(config)
+
+    def write_config(self, config: str) -> None:
+        base = f"""
+        c = get_config()  # noqa
+        c.JupyterHub.bind_url = {self.url!r}
+        c.JupyterHub.hub_ip = "127.0.0.1"
+        c.JupyterHub.hub_port = {self.hub_port}
+        c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
+        c.ConfigurableHTTPProxy.command = [{str(BIN / "configurable-http-proxy")!r}]
+        c.ConfigurableHTTPProxy.pid_file = {str(self.workdir / "proxy.pid")!r}
+        c.JupyterHub.db_url = "sqlite:///{self.workdir / "jupyterhub.sqlite"}"
+        c.JupyterHub.cookie_secret_file = {str(self.workdir / "cookie_secret")!r}
+        c.JupyterHub.authenticator_class = "dummy"
+        c.DummyAuthenticator.password = "pw"
+        c.Authenticator.allow_all = True
+        c.JupyterHub.services = [{{"name": "tester", "api_token": {self.token!r}}}]
+        c.JupyterHub.load_roles = [
+            {{"name": "tester", "scopes": {self.ADMIN_SCOPES!r}, "services": ["tester"]}},
+        ]
+        c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0.5}}
+        c.Spawner.cmd = [{str(BIN / "jupyterhub-singleuser")!r}]
+        c.Spawner.args = ["--allow-root"] if __import__("os").getuid() == 0 else []
+        c.Spawner.start_timeout = 90
+        c.Spawner.http_timeout = 90
+        """
+        self.config_file.write_text(textwrap.dedent(base) + "\n" + textwrap.dedent(config))
+
+    def start(self, wait=True) -> None:
+        env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+        self.log = open(self.log_file, "ab")
+        self.proc = subprocess.Popen(
+            [str(BIN / "jupyterhub"), "-f", str(self.config_file), "--debug"],
+            cwd=self.workdir,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        if wait:
+            wait_for(self._up, timeout=60, what=f"the hub at {self.url} (log: {self.log_file})")
+
+    def _up(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"hub exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+        try:
+            return requests.get(f"{self.api_url}/", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def log_text(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def stop(self, sig=signal.SIGTERM, timeout=30) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+    # -- REST --------------------------------------------------------------
+    def api(self, method: str, path: str, **kwargs) -> requests.Response:
+        headers = {"Authorization": f"token {self.token}", **kwargs.pop("headers", {})}
+        return requests.request(method, f"{self.api_url}{path}", headers=headers, timeout=30, **kwargs)
+
+    def create_users(self, *names: str) -> None:
+        r = self.api("POST", "/users", json={"usernames": list(names)})
+        assert r.status_code in (201, 409), r.text
+
+    def user(self, name: str) -> dict:
+        r = self.api("GET", f"/users/{name}", params={"include_stopped_servers": "0"})
+        r.raise_for_status()
+        return r.json()
+
+    def server(self, name: str, server_name: str = "") -> dict | None:
+        return self.user(name).get("servers", {}).get(server_name)
+
+    def gpu_state(self, name: str) -> dict:
+        server = self.server(name) or {}
+        return (server.get("state") or {}).get("gpu") or {}
+
+    def start_server(self, name: str, options: dict | None = None, server_name: str = "") -> requests.Response:
+        path = f"/users/{name}/servers/{server_name}" if server_name else f"/users/{name}/server"
+        return self.api("POST", path, json=options if options is not None else {})
+
+    def stop_server(self, name: str, server_name: str = "") -> requests.Response:
+        path = f"/users/{name}/servers/{server_name}" if server_name else f"/users/{name}/server"
+        return self.api("DELETE", path)
+
+    def wait_ready(self, name: str, timeout=90) -> dict:
+        return wait_for(lambda: (s := self.server(name)) and s.get("ready") and s, timeout, what=f"{name} ready")
+
+    def wait_stopped(self, name: str, timeout=60) -> None:
+        wait_for(lambda: self.server(name) is None, timeout, what=f"{name} stopped")
+
+    def progress_events(self, name: str, until, timeout=30) -> list[dict]:
+        """Read the spawn progress stream of ``name`` until ``until(event)`` is true."""
+        events = []
+        with self.api("GET", f"/users/{name}/server/progress", stream=True) as r:
+            r.raise_for_status()
+            deadline = time.monotonic() + timeout
+            for line in r.iter_lines(decode_unicode=True):
+                if time.monotonic() > deadline:
+                    break
+                if line and line.startswith("data:"):
+                    event = json.loads(line[5:])
+                    events.append(event)
+                    if until(event):
+                        return events
+        raise AssertionError(f"progress of {name} ended without the expected event: {events}")
+
+    def login(self, name: str, password: str = "pw") -> requests.Session:
+        """A browser-like session logged in through the login form."""
+        s = requests.Session()
+        s.get(f"{self.url}/hub/login", timeout=10)
+        r = s.post(
+            f"{self.url}/hub/login",
+            data={"username": name, "password": password, "_xsrf": s.cookies.get("_xsrf", "")},
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text[:500]
+        return s
+
+    def cleanup(self):
+        if self.proc and self.proc.poll() is None:
+            for user in self.api("GET", "/users").json():
+                for server_name in user.get("servers", {}):
+                    self.stop_server(user["name"], server_name)
+            for user in self.api("GET", "/users").json():
+                for server_name in user.get("servers", {}):
+                    wait_for(lambda u=user["name"], s=server_name: self.server(u, s) is None, 30, what="cleanup")
+        self.stop()
+
+
+@pytest.fixture
+def make_hub(tmp_path):
+    hubs = []
+
+    def factory(config: str, name: str = "hub", start: bool = True) -> Hub:
+        hub = Hub(tmp_path / name, config)
+        hubs.append(hub)
+        if start:
+            hub.start()
+        return hub
+
+    yield factory
+    for hub in hubs:
+        try:
+            hub.cleanup()
+        except Exception:
+            hub.stop(signal.SIGKILL)

@@ -1,0 +1,230 @@
+"""A real JupyterHub with real single-user servers through ``gpu-local`` over simulated GPUs."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.hub
+
+PROFILES = """
+c.JupyterHub.spawner_class = "gpu-local"
+c.GPULocalSpawner.gpu_backend = "simulated"
+c.GPULocalSpawner.currency = "CNY"
+c.GPULocalSpawner.simulated_gpus = [
+    {"model": "T4", "count": %(t4)d, "memory_gb": 16},
+    {"model": "A100", "count": 1, "memory_gb": 40},
+]
+c.GPULocalSpawner.profiles = [
+    {"slug": "t4", "display_name": "One T4", "gpu_model": "T4", "gpu_count": 1,
+     "price_per_gpu_hour": "3.00", "default": True},
+    {"slug": "a100", "display_name": "One A100", "gpu_model": "A100", "gpu_count": 1,
+     "price_per_gpu_hour": "15.00"},
+    {"slug": "t4x2", "display_name": "Two T4 for thesis", "gpu_model": "T4", "gpu_count": 2,
+     "price_per_gpu_hour": "3.00", "allowed_groups": ["thesis"]},
+    {"slug": "cpu", "display_name": "CPU only", "gpu_count": 0, "price_per_hour": "0.60"},
+]
+c.GPULocalSpawner.queue_timeout = %(queue_timeout)s
+c.GPULocalSpawner.home_dir_template = "%(home)s/{username}"
+c.JupyterHub.load_groups = {"thesis": {"users": ["thea"]}}
+c.JupyterHub.cleanup_servers = %(cleanup)s
+"""
+
+
+def config(tmp_path: Path, t4=4, queue_timeout=300, cleanup=True) -> str:
+    return PROFILES % {"t4": t4, "queue_timeout": queue_timeout, "home": tmp_path / "homes", "cleanup": cleanup}
+
+
+def page_of(session, url: str) -> str:
+    r = session.get(url, timeout=30)
+    assert r.status_code == 200, r.status_code
+    return r.content.decode("utf-8")
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_form_shows_allowed_profiles_prices_and_free_counts(make_hub, tmp_path):
+    hub = make_hub(config(tmp_path))
+    hub.create_users("sam", "thea")
+    page = page_of(hub.login("sam"), f"{hub.url}/hub/spawn/sam")
+    assert "Simulated GPUs." in page
+    assert "1× Simulated T4 16 GB — ¥0.05/min — 4 of 4 free" in page
+    assert "1× Simulated A100 40 GB — ¥0.25/min — 1 of 1 free" in page
+    assert "CPU only — ¥0.01/min" in page
+    assert 'value="t4x2"' not in page  # sam is not in the thesis group
+
+    thea_page = page_of(hub.login("thea"), f"{hub.url}/hub/spawn/thea")
+    assert 'value="t4x2"' in thea_page
+    assert "2× Simulated T4 16 GB — ¥0.10/min — 4 of 4 free" in thea_page
+
+    # a running A100 server shows in the counts
+    assert hub.start_server("thea", {"profile": "a100"}).status_code in (201, 202)
+    wait_for(lambda: hub.gpu_state("thea"), what="thea's assignment")
+    page = page_of(hub.login("sam"), f"{hub.url}/hub/spawn/sam")
+    assert "1× Simulated A100 40 GB — ¥0.25/min — none free" in page
+
+
+@pytest.mark.parametrize(
+    "form, message",
+    [
+        ({"profile": "nope"}, "Unknown profile"),
+        ({"profile": "t4x2"}, "reserved for other groups"),
+        ({"profile": "t4", "image": "evil/image"}, "Unexpected form field(s): image"),
+        ({"profile": ["t4", "a100"]}, "exactly one profile"),
+        ({}, "Choose a profile"),
+    ],
+)
+def test_bad_form_input_is_refused_and_starts_nothing(make_hub, tmp_path, form, message):
+    hub = make_hub(config(tmp_path))
+    hub.create_users("sam")
+    session = hub.login("sam")
+    r = session.post(f"{hub.url}/hub/spawn/sam", data={**form, "_xsrf": session.cookies.get("_xsrf", "")})
+    assert message in r.content.decode()
+    assert hub.server("sam") is None
+    assert hub.api("GET", "/users/sam").json()["servers"] == {}
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"profile": "nope"}, "Unknown profile"),
+        ({"profile": "t4x2"}, "reserved for other groups"),
+        ({"profile": "t4", "image": "evil/image"}, "Unexpected option(s): image"),
+        ({"profile": 7}, "must be a profile name"),
+    ],
+)
+def test_bad_api_options_get_400_and_start_nothing(make_hub, tmp_path, options, message):
+    hub = make_hub(config(tmp_path))
+    hub.create_users("sam")
+    r = hub.start_server("sam", options)
+    assert r.status_code == 400, r.text
+    assert message in r.json()["message"]
+    wait_for(lambda: hub.server("sam") is None, 10, what="no server")
+
+
+def test_server_environment_names_its_gpus_profile_rate_and_session(make_hub, tmp_path):
+    hub = make_hub(config(tmp_path))
+    hub.create_users("sam")
+    assert hub.start_server("sam", {"profile": "t4"}).status_code in (201, 202)
+    server = hub.wait_ready("sam")
+    gpu = server["state"]["gpu"]
+    assert gpu["profile"] == "t4" and len(gpu["devices"]) == 1 and gpu["simulated"] is True
+    env = environ_of(server["state"]["pid"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == gpu["devices"][0]
+    assert env["CUDA_VISIBLE_DEVICES"] == gpu["devices"][0]
+    assert env["JUPYTERHUB_GPU_PROFILE"] == "t4"
+    assert env["JUPYTERHUB_GPU_RATE_PER_MINUTE"] == "0.05"
+    assert env["JUPYTERHUB_GPU_CURRENCY"] == "CNY"
+    assert env["JUPYTERHUB_GPU_SESSION_ID"] == gpu["session_id"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", env["JUPYTERHUB_GPU_STARTED"])
+    assert env["JUPYTERHUB_GPU_SIMULATED"] == "1"
+
+    # CPU-only: no GPU visible
+    hub.create_users("cora")
+    hub.start_server("cora", {"profile": "cpu"})
+    cora = hub.wait_ready("cora")
+    env = environ_of(cora["state"]["pid"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert cora["state"]["gpu"]["devices"] == []
+
+
+def test_ten_spawns_over_four_gpus_assign_four_and_queue_six_in_order(make_hub, tmp_path):
+    hub = make_hub(config(tmp_path, t4=4))
+    users = [f"u{i:02d}" for i in range(10)]
+    hub.create_users(*users)
+    for name in users:  # arrival order is the order of these requests
+        assert hub.start_server(name, {"profile": "t4"}).status_code in (201, 202)
+
+    running = users[:4]
+    queued = users[4:]
+    held = {name: hub.gpu_state(name).get("devices") for name in running}
+    assert all(len(d) == 1 for d in held.values()), held
+    assert len({d[0] for d in held.values()}) == 4  # four distinct GPUs
+    for name in queued:
+        assert hub.gpu_state(name) == {}
+        assert hub.server(name)["pending"] == "spawn"
+
+    # the spawn page's progress stream shows each queued user's place
+    for position, name in enumerate(queued, start=1):
+        expected = f"Waiting for a free Simulated T4 — position {position} of 6"
+        events = hub.progress_events(name, lambda e, x=expected: e.get("message") == x)
+        assert all("position" not in e.get("message", "") or "of" in e["message"] for e in events)
+
+    # the queue drains in arrival order as servers stop
+    holders = list(running)
+    for name in queued:
+        leaving = holders.pop(0)
+        assert hub.stop_server(leaving).status_code in (202, 204)
+        wait_for(lambda n=name: hub.gpu_state(n), 60, what=f"{name} assigned")
+        holders.append(name)
+        for later in queued[queued.index(name) + 1 :]:
+            assert hub.gpu_state(later) == {}, f"{later} jumped the queue"
+        assigned = [hub.gpu_state(n)["devices"][0] for n in holders]
+        assert len(set(assigned)) == len(assigned) == 4, assigned
+    for name in holders:
+        hub.wait_ready(name)
+
+
+def test_queue_timeout_fails_the_spawn_with_a_clear_message(make_hub, tmp_path):
+    hub = make_hub(config(tmp_path, queue_timeout=3))
+    hub.create_users("first", "second")
+    hub.start_server("first", {"profile": "a100"})
+    wait_for(lambda: hub.gpu_state("first"), what="first assigned")
+    hub.start_server("second", {"profile": "a100"})
+    events = hub.progress_events("second", lambda e: e.get("failed"), timeout=30)
+    assert any(e.get("message") == "Waiting for a free Simulated A100 — position 1 of 1" for e in events)
+    assert "No A100 became free within 3 seconds; nothing was started" in events[-1]["message"]
+    wait_for(lambda: hub.server("second") is None, 10, what="second gone")
+    assert hub.gpu_state("first")["devices"]
+
+
+def test_hub_restart_keeps_servers_and_assignments(make_hub, tmp_path):
+    hub = make_hub(config(tmp_path, t4=2, cleanup=False))
+    hub.create_users("ann", "bob", "cat")
+    hub.start_server("ann", {"profile": "t4"})
+    hub.start_server("bob", {"profile": "a100"})
+    ann = hub.wait_ready("ann")
+    bob = hub.wait_ready("bob")
+    before = {"ann": ann["state"]["gpu"]["devices"], "bob": bob["state"]["gpu"]["devices"]}
+
+    assert hub.stop(signal.SIGTERM) == 0
+    hub.start()
+    assert hub.wait_ready("ann")["state"]["gpu"]["devices"] == before["ann"]
+    assert hub.wait_ready("bob")["state"]["gpu"]["devices"] == before["bob"]
+    assert "jupyterhub-gpu: the GPU configuration of GPULocalSpawner is valid" in hub.log_text()
+
+    # the one A100 is still held: cat queues; the free T4 is not ann's
+    hub.start_server("cat", {"profile": "a100"})
+    events = hub.progress_events("cat", lambda e: "position" in e.get("message", ""))
+    assert events[-1]["message"] == "Waiting for a free Simulated A100 — position 1 of 1"
+    hub.stop_server("cat")
+    hub.wait_stopped("cat")
+    hub.start_server("cat", {"profile": "t4"})
+    wait_for(lambda: hub.gpu_state("cat"), what="cat assigned")
+    assert hub.gpu_state("cat")["devices"] != before["ann"]
+    hub.wait_ready("cat")
+
+    # after a kill -9 of the hub too
+    assert hub.stop(signal.SIGKILL) == -signal.SIGKILL
+    hub.start()
+    held = [hub.wait_ready(n)["state"]["gpu"]["devices"][0] for n in ("ann", "bob", "cat")]
+    assert len(set(held)) == 3
+
+
+def test_bad_profile_in_config_stops_hub_startup(make_hub, tmp_path):
+    bad = config(tmp_path) + (
+        "\nc.GPULocalSpawner.profiles.append("
+        "{'slug': 'broken', 'gpu_model': 'T4', 'gpu_count': 1, 'price_per_gpu_hour': 0.5})\n"
+    )
+    hub = make_hub(bad, start=False)
+    hub.start(wait=False)
+    assert hub.proc.wait(60) == 1
+    assert "profile 'broken': 'price_per_gpu_hour' must be a decimal string" in hub.log_text()
