@@ -1,0 +1,60 @@
+# jupyterhub-gpu: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STATE := .state
+CHP_VERSION := 4.6.3
+PYTEST_ARGS ?=
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help demo test test-quick test-docker lint format venv docker-setup test-image clean
+
+help:
+	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
+	@echo "make test        set everything up (Docker engine and test image included) and run every test"
+	@echo "make test-quick  unit and hub tests only (no Docker, no browser)"
+	@echo "make lint        ruff check and format check"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,demo]'
+	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm)
+	@test -x $(BIN)/configurable-http-proxy || npm install --silent -g --prefix $(VENV) configurable-http-proxy@$(CHP_VERSION)
+	@touch $@
+
+demo: venv
+	@echo
+	@echo "  jupyterhub-gpu demo: open http://127.0.0.1:8000"
+	@echo "  Log in with any user name and the password 'demo' ('alice' is in the thesis group, 'admin' is an admin)."
+	@echo "  GPUs are simulated (2x Simulated T4, 1x Simulated A100). Ctrl-C stops everything."
+	@echo
+	$(BIN)/jupyterhub -f config/demo_config.py
+
+docker-setup:
+	STATE_DIR=$(STATE) bash scripts/docker-setup.sh
+
+test-image: venv docker-setup
+	bash scripts/build-test-image.sh
+
+test: venv test-image
+	$(BIN)/pytest -q -m "" $(PYTEST_ARGS)
+
+test-quick: venv
+	$(BIN)/pytest -q -m "not docker and not browser and not chaos" $(PYTEST_ARGS)
+
+test-docker: venv test-image
+	$(BIN)/pytest -q -m docker $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) $(STATE) .pytest_cache .ruff_cache

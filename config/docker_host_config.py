@@ -1,0 +1,96 @@
+"""A starting point for a lab server with NVIDIA GPUs, Docker and the NVIDIA container runtime.
+
+Copy this file to /etc/jupyterhub/jupyterhub_config.py, read every commented
+line, and adapt profiles, prices, the authenticator and the image. See
+docs/admin.md for the whole walk-through.
+
+Prerequisites on the host (checked by `docker run --rm --gpus all IMAGE nvidia-smi`):
+- the NVIDIA driver (nvidia-smi works on the host),
+- Docker and the NVIDIA Container Toolkit (`nvidia-ctk runtime configure --runtime=docker`),
+- the single-user image built with `make image` (images/tensorflow/Dockerfile).
+"""
+
+c = get_config()  # noqa: F821
+
+# -- JupyterHub itself ------------------------------------------------------
+c.JupyterHub.bind_url = "http://:8000"  # put TLS in front (nginx, traefik) or set ssl_cert/ssl_key
+c.JupyterHub.db_url = "sqlite:////srv/jupyterhub/jupyterhub.sqlite"  # PostgreSQL for larger labs
+c.JupyterHub.cookie_secret_file = "/srv/jupyterhub/jupyterhub_cookie_secret"
+# Keep servers (and the GPU assignments in their state) running across hub restarts and upgrades.
+c.JupyterHub.cleanup_servers = False
+
+# Containers use the host network here and reach the hub on loopback. With a
+# Docker network instead, set hub_ip = "0.0.0.0" and GPUDockerSpawner.network_name.
+c.JupyterHub.hub_ip = "127.0.0.1"
+
+# Log in with your university's identity provider (oauthenticator, ldapauthenticator...).
+# c.JupyterHub.authenticator_class = "generic-oauth"
+c.Authenticator.admin_users = {"labadmin"}
+# Groups decide who may use which profile; they can come from the identity provider.
+c.JupyterHub.load_groups = {
+    "cs231n": {"users": []},
+    "thesis": {"users": []},
+}
+
+# -- GPU profiles -------------------------------------------------------------
+c.JupyterHub.spawner_class = "gpu-docker"
+
+# The GPUs come from NVML (nvidia-ml-py) on this host; MIG instances are listed by their own UUIDs.
+c.GPUDockerSpawner.gpu_backend = "nvml"
+# Or declare them (for example when the hub runs in a container without NVML):
+# c.GPUDockerSpawner.gpu_backend = "static"
+# c.GPUDockerSpawner.static_gpus = [
+#     {"index": 0, "uuid": "GPU-8f6e...", "name": "Tesla T4", "memory_gb": 16},
+# ]
+
+c.GPUDockerSpawner.currency = "CNY"  # shown as ¥; prices are decimal strings, never floats
+IMAGE = "jupyterhub-gpu/tensorflow:2.15"
+c.GPUDockerSpawner.profiles = [
+    {
+        "slug": "t4",
+        "display_name": "1× T4 16 GB",
+        "description": "Coursework and small models.",
+        "gpu_model": "T4",
+        "gpu_count": 1,
+        "image": IMAGE,
+        "price_per_gpu_hour": "3.00",  # ¥0.05 per minute
+        "cpu_limit": 4,
+        "mem_limit": "16G",
+        "default": True,
+    },
+    {
+        "slug": "a100",
+        "display_name": "1× A100 40 GB",
+        "description": "Large models; thesis students only.",
+        "gpu_model": "A100",
+        "gpu_count": 1,
+        "image": IMAGE,
+        "price_per_gpu_hour": "15.00",  # ¥0.25 per minute
+        "cpu_limit": 8,
+        "mem_limit": "64G",
+        "allowed_groups": ["thesis"],
+    },
+    {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "description": "Editing notebooks and reading results.",
+        "gpu_count": 0,
+        "image": IMAGE,
+        "price_per_hour": "0.60",  # ¥0.01 per minute
+        "cpu_limit": 2,
+        "mem_limit": "4G",
+    },
+]
+
+# A spawn waits this long in the queue for a free GPU before it fails with a message.
+c.GPUDockerSpawner.queue_timeout = 30 * 60
+
+# -- Containers ---------------------------------------------------------------
+c.GPUDockerSpawner.network_name = "host"
+c.GPUDockerSpawner.work_volume_template = "jupyterhub-gpu-user-{username}"  # at /home/jovyan/work
+c.GPUDockerSpawner.datasets_volume = "/srv/datasets"  # read-only at /home/jovyan/datasets; "" for none
+c.GPUDockerSpawner.container_user = "1000:100"  # jovyan; root is refused
+c.GPUDockerSpawner.pids_limit = 2048
+c.Spawner.start_timeout = 180  # the queue wait is added on top for GPU profiles
+c.Spawner.http_timeout = 120
+c.Spawner.default_url = "/lab"
