@@ -55,7 +55,9 @@ class GPUAllocator:
         self._by_uuid = {d.uuid: d for d in self.devices}
         self._holder: dict[str, str] = {}  # device uuid -> key
         self._held: dict[str, list[str]] = {}  # key -> device uuids, in assignment order
-        self._queues: dict[str, list[_Waiter]] = {}  # model (casefolded) -> waiters
+        # One queue per set of matching devices, so that two spellings of one
+        # model ("T4", "Tesla T4") share a queue and strict FIFO holds across them.
+        self._queues: dict[tuple[str, ...], list[_Waiter]] = {}
         self._seq = itertools.count()
 
     # -- reading -----------------------------------------------------------
@@ -66,7 +68,10 @@ class GPUAllocator:
         return [d for d in self.matching(model) if d.uuid not in self._holder]
 
     def waiting(self, model: str) -> int:
-        return len(self._queues.get(model.casefold(), []))
+        return len(self._queues.get(self._queue_key(model), []))
+
+    def _queue_key(self, model: str) -> tuple[str, ...]:
+        return tuple(sorted(d.uuid for d in self.matching(model)))
 
     def counts(self, model: str) -> dict:
         """Free, total and waiting counts for the spawn form."""
@@ -126,7 +131,9 @@ class GPUAllocator:
                 f"This profile needs {count}× {model} but this host has {total}."
                 " Ask your administrator to fix the profile."
             )
-        queue = self._queues.setdefault(model.casefold(), [])
+        if self.position(key) is not None:
+            raise AllocationError(f"{key} is already waiting for a GPU")
+        queue = self._queues.setdefault(self._queue_key(model), [])
         if not queue:
             free = self.free(model)
             if len(free) >= count:
@@ -202,7 +209,7 @@ class GPUAllocator:
 
     # -- queue -------------------------------------------------------------
     def _remove_waiter(self, waiter: _Waiter) -> None:
-        queue = self._queues.get(waiter.model.casefold(), [])
+        queue = self._queues.get(self._queue_key(waiter.model), [])
         if waiter in queue:
             queue.remove(waiter)
             self._drain()
@@ -216,7 +223,7 @@ class GPUAllocator:
             for w in sorted(heads, key=lambda w: w.seq):
                 free = self.free(w.model)
                 if len(free) >= w.count:
-                    self._queues[w.model.casefold()].pop(0)
+                    self._queues[self._queue_key(w.model)].pop(0)
                     self._assign(w.key, free[: w.count])
                     w.future.set_result(free[: w.count])
                     log.info("%s leaves the queue with %s", w.key, ", ".join(d.uuid for d in free[: w.count]))

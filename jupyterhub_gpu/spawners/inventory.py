@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 BACKENDS = ("nvml", "static", "simulated")
 _TOKEN_SPLIT = re.compile(r"[^a-z0-9.]+")
+_MIG_SLICE = re.compile(r"\d+g\.\d+gb")
 
 
 class InventoryError(RuntimeError):
@@ -54,10 +55,15 @@ def model_matches(gpu_model: str, device_name: str) -> bool:
 
     The model's words must appear in the device name as consecutive words, so
     "A100" matches "NVIDIA A100-SXM4-40GB" but "L4" does not match "NVIDIA L40S".
+    A MIG instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") matches only a model that
+    asks for MIG or names a slice ("MIG", "1g.5gb"): an "A100" profile means a
+    whole A100, never a slice of one.
     """
     want = _tokens(gpu_model)
     have = _tokens(device_name)
     if not want:
+        return False
+    if "mig" in have and "mig" not in want and not any(_MIG_SLICE.fullmatch(t) for t in want):
         return False
     return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1))
 

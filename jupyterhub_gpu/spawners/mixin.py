@@ -28,6 +28,7 @@ from traitlets import (
     Dict,
     Float,
     List,
+    TraitError,
     Unicode,
     Union,
     default,
@@ -427,20 +428,33 @@ def check_config(config, spawner_class) -> list[str]:
 
     Profiles given as a callable can only be checked at spawn time.
     """
-    problems = []
     probe = spawner_class.__new__(spawner_class)
-    Configurable.__init__(probe, config=config)
+    try:
+        Configurable.__init__(probe, config=config)
+    except (TraitError, ValueError) as e:
+        return [f"{spawner_class.__name__}: {e}"]
+    problems = []
     try:
         Currency.from_config(probe.currency, probe.currency_symbol)
     except MoneyError as e:
         problems.append(str(e))
+    profiles = []
     if not callable(probe.profiles):
         try:
-            parse_profiles(probe.profiles, require_image=spawner_class._require_image)
+            profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
         except ProfileError as e:
             problems.append(str(e))
     try:
-        shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
+        allocator = shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
     except InventoryError as e:
         problems.append(str(e))
+    else:
+        names = sorted({d.name for d in allocator.devices})
+        for p in profiles:
+            total = len(allocator.matching(p.gpu_model)) if p.gpu_count else 0
+            if p.gpu_count and total < p.gpu_count:
+                problems.append(
+                    f"profile {p.slug!r}: needs {p.gpu_count}× {p.gpu_model!r} but this host has {total}"
+                    f" (its GPUs: {', '.join(names) or 'none'})"
+                )
     return problems

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Make sure a working Docker daemon is available for the integration tests.
+#
+# Idempotent: safe to run any number of times.
+#   * installs docker.io and debootstrap with apt when they are missing;
+#   * if `docker info` already works (or a dockerd is already running), the
+#     daemon is left alone;
+#   * otherwise starts `dockerd --bridge=none --iptables=false` in the
+#     background (detached, so it outlives this script) with its log in
+#     ${STATE_DIR:-.state}/dockerd.log, and waits up to DOCKERD_WAIT_S
+#     (default 60) seconds for it to answer.
+#
+# The sandbox this project runs in has no bridge networking, so the daemon is
+# started without a default bridge and every container uses --network host.
+#
+# Environment:
+#   STATE_DIR       where dockerd.log goes (default: .state, relative to repo)
+#   DOCKERD_ARGS    arguments for dockerd (default: "--bridge=none --iptables=false")
+#   DOCKERD_WAIT_S  seconds to wait for the daemon (default: 60)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+
+STATE_DIR="${STATE_DIR:-.state}"
+DOCKERD_ARGS="${DOCKERD_ARGS:---bridge=none --iptables=false}"
+DOCKERD_WAIT_S="${DOCKERD_WAIT_S:-60}"
+DOCKERD_LOG="$STATE_DIR/dockerd.log"
+
+log() { printf '[docker-setup] %s\n' "$*" >&2; }
+die() { printf '[docker-setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run: $*"
+    fi
+}
+
+# --- 1. packages -------------------------------------------------------------
+install_packages() {
+    local missing=()
+    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    # docker.io also ships the CLI; only ask for it separately if just the CLI is gone.
+    if ! command -v docker >/dev/null 2>&1 && [[ ${#missing[@]} -eq 0 ]]; then
+        missing+=(docker.io)
+    fi
+    command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+
+    command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and apt-get is not available"
+    log "installing ${missing[*]} with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    # Only refresh the package lists when apt does not know the packages yet.
+    if ! as_root apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+        log "install failed; running apt-get update and retrying"
+        as_root apt-get update -q
+        as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+}
+
+# --- 2. daemon ---------------------------------------------------------------
+docker_ok() { docker info >/dev/null 2>&1; }
+
+dockerd_running() { pgrep -x dockerd >/dev/null 2>&1; }
+
+show_log_tail() {
+    if [[ -f $DOCKERD_LOG ]]; then
+        log "last lines of $DOCKERD_LOG:"
+        tail -n 30 "$DOCKERD_LOG" >&2 || true
+    fi
+}
+
+start_dockerd() {
+    local args
+    read -r -a args <<<"$DOCKERD_ARGS"
+    mkdir -p "$STATE_DIR"
+    log "starting dockerd ${args[*]} (log: $DOCKERD_LOG)"
+    {
+        printf '\n==== %s: dockerd %s ====\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${args[*]}"
+    } >>"$DOCKERD_LOG"
+    # setsid + nohup: own session, ignores SIGHUP, so it survives this script
+    # and the shell that ran it.
+    as_root setsid nohup dockerd "${args[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    STARTED_PID=$!
+    disown "$STARTED_PID" 2>/dev/null || true
+}
+
+wait_for_docker() {
+    local waited=0
+    while ! docker_ok; do
+        if [[ -n ${STARTED_PID:-} ]] && ! kill -0 "$STARTED_PID" 2>/dev/null && ! dockerd_running; then
+            show_log_tail
+            die "dockerd exited during startup"
+        fi
+        if ((waited >= DOCKERD_WAIT_S)); then
+            show_log_tail
+            die "docker daemon did not answer 'docker info' within ${DOCKERD_WAIT_S}s"
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    if ((waited > 0)); then
+        log "docker daemon is up after ${waited}s"
+    fi
+}
+
+main() {
+    install_packages
+
+    if docker_ok; then
+        log "docker daemon already running; leaving it alone"
+        return 0
+    fi
+
+    STARTED_PID=""
+    if dockerd_running; then
+        log "a dockerd process exists but does not answer yet; waiting for it"
+    else
+        start_dockerd
+    fi
+    wait_for_docker
+    log "docker is ready ($(docker version --format 'server {{.Server.Version}}' 2>/dev/null || echo 'version unknown'))"
+}
+
+main "$@"

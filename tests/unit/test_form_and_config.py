@@ -1,0 +1,330 @@
+"""The spawn form's text and template, the queue message, and the startup configuration check."""
+
+from __future__ import annotations
+
+import asyncio
+from html.parser import HTMLParser
+
+import pytest
+from traitlets.config import Config
+
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.spawners.allocator import GPUAllocator
+from jupyterhub_gpu.spawners.inventory import simulated_inventory, static_inventory
+from jupyterhub_gpu.spawners.local import GPULocalSpawner
+from jupyterhub_gpu.spawners.mixin import _templates, check_config, describe_profile, queue_message
+from jupyterhub_gpu.spawners.profiles import parse_profiles
+
+CNY = Currency.from_config("CNY")
+USD = Currency.from_config("USD")
+
+
+def profiles_by_slug(raw):
+    return {p.slug: p for p in parse_profiles(raw, require_image=False)}
+
+
+PROFILES = profiles_by_slug(
+    [
+        {"slug": "t4", "display_name": "1× T4", "gpu_model": "T4", "gpu_count": 1, "price_per_gpu_hour": "3.00"},
+        {"slug": "t4x2", "gpu_model": "T4", "gpu_count": 2, "price_per_gpu_hour": "3.00"},
+        {"slug": "a100", "gpu_model": "A100", "gpu_count": 1, "price_per_gpu_hour": "15.00"},
+        {"slug": "v100", "gpu_model": "V100", "gpu_count": 1, "price_per_gpu_hour": "3.00"},
+        {"slug": "cheap", "gpu_model": "T4", "gpu_count": 1, "price_per_gpu_hour": "0.15"},
+        {"slug": "sim", "gpu_model": "Simulated T4", "gpu_count": 1, "price_per_gpu_hour": "3.00"},
+        {"slug": "cpu", "gpu_count": 0},
+        {"slug": "cpu-paid", "gpu_count": 0, "price_per_hour": "0.60"},
+    ]
+)
+
+
+def simulated_allocator() -> GPUAllocator:
+    return GPUAllocator(
+        simulated_inventory(
+            [{"model": "T4", "count": 2, "memory_gb": 16}, {"model": "A100", "count": 1, "memory_gb": 40}]
+        )
+    )
+
+
+# -- describe_profile ------------------------------------------------------------------------
+
+
+def test_describe_free_simulated_gpus():
+    alloc = simulated_allocator()
+    assert describe_profile(PROFILES["t4"], alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free"
+    assert describe_profile(PROFILES["t4x2"], alloc, CNY) == "2× Simulated T4 16 GB — ¥0.10/min — 2 of 2 free"
+    assert describe_profile(PROFILES["a100"], alloc, USD) == "1× Simulated A100 40 GB — $0.25/min — 1 of 1 free"
+
+
+def test_describe_does_not_say_simulated_twice():
+    assert describe_profile(PROFILES["sim"], simulated_allocator(), CNY) == (
+        "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free"
+    )
+
+
+def test_describe_a_rate_needing_more_digits():
+    assert describe_profile(PROFILES["cheap"], simulated_allocator(), CNY) == (
+        "1× Simulated T4 16 GB — ¥0.0025/min — 2 of 2 free"
+    )
+
+
+def test_describe_cpu_only():
+    alloc = simulated_allocator()
+    assert describe_profile(PROFILES["cpu"], alloc, CNY) == "CPU only — free"
+    assert describe_profile(PROFILES["cpu-paid"], alloc, CNY) == "CPU only — ¥0.01/min"
+
+
+def test_describe_a_model_the_host_lacks():
+    assert describe_profile(PROFILES["v100"], simulated_allocator(), CNY) == (
+        "1× V100 — ¥0.05/min — no such GPU on this host"
+    )
+
+
+def test_describe_real_gpus():
+    alloc = GPUAllocator(
+        static_inventory(
+            [
+                {"uuid": "GPU-a", "name": "Tesla T4", "memory_mib": 15360},
+                {"uuid": "GPU-b", "name": "Tesla T4", "memory_mib": 15360},
+            ]
+        )
+    )
+    assert describe_profile(PROFILES["t4x2"], alloc, USD) == "2× T4 15 GB — $0.10/min — 2 of 2 free"
+    unknown_memory = GPUAllocator(static_inventory([{"uuid": "GPU-a", "name": "Tesla T4"}]))
+    assert describe_profile(PROFILES["t4"], unknown_memory, USD) == "1× T4 — $0.05/min — 1 of 1 free"
+
+
+async def test_describe_follows_the_allocator():
+    alloc = simulated_allocator()
+    t4 = PROFILES["t4"]
+    await alloc.acquire("alice/", "T4", 1)
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — 1 of 2 free"
+    pair = asyncio.create_task(alloc.acquire("pair/", "T4", 2))
+    await asyncio.sleep(0)
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — 1 of 2 free (1 waiting)"
+    await alloc.acquire("bob/", "A100", 1)
+    alloc.cancel("pair/")
+    with pytest.raises(asyncio.CancelledError):
+        await pair
+    await alloc.acquire("carol/", "T4", 1)
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — none free"
+    waiters = [asyncio.create_task(alloc.acquire(k, "T4", 1)) for k in ("w1/", "w2/")]
+    await asyncio.sleep(0)
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — none free (2 waiting)"
+    assert describe_profile(PROFILES["a100"], alloc, CNY) == "1× Simulated A100 40 GB — ¥0.25/min — none free"
+    for key in ("w1/", "w2/"):
+        alloc.cancel(key)
+    await asyncio.gather(*waiters, return_exceptions=True)
+
+
+# -- queue_message -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("A100", 1, True, 2, 3), "Waiting for a free Simulated A100 — position 2 of 3"),
+        (("A100", 1, False, 1, 1), "Waiting for a free A100 — position 1 of 1"),
+        (("T4", 2, True, 1, 4), "Waiting for 2 free Simulated T4 GPUs — position 1 of 4"),
+        (("T4", 4, False, 3, 3), "Waiting for 4 free T4 GPUs — position 3 of 3"),
+        (("Simulated T4", 1, True, 1, 2), "Waiting for a free Simulated T4 — position 1 of 2"),
+        (("simulated t4", 1, True, 1, 2), "Waiting for a free simulated t4 — position 1 of 2"),
+    ],
+)
+def test_queue_message(args, message):
+    assert queue_message(*args) == message
+
+
+# -- the form template -----------------------------------------------------------------------------
+
+
+class FormParser(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.inputs: list[dict] = []
+        self.simulated_banners = 0
+        self.alerts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "input":
+            self.inputs.append(attrs)
+        if attrs.get("data-simulated") == "true":
+            self.simulated_banners += 1
+        if "alert" in (attrs.get("class") or "").split():
+            self.alerts.append(attrs.get("role"))
+
+
+def render(rows, simulated):
+    html = _templates.get_template("options_form.html").render(profiles=rows, simulated=simulated)
+    parser = FormParser()
+    parser.feed(html)
+    return html, parser
+
+
+def row(slug, display_name=None, description="", summary="", checked=False):
+    return {
+        "slug": slug,
+        "display_name": display_name or slug,
+        "description": description,
+        "summary": summary,
+        "checked": checked,
+    }
+
+
+ROWS = [
+    row("t4", "1× T4", "For coursework", "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free", checked=True),
+    row("cpu", "CPU only", summary="CPU only — free"),
+]
+
+
+def test_form_radio_inputs():
+    html, form = render(ROWS, simulated=True)
+    radios = [i for i in form.inputs if i.get("type") == "radio"]
+    assert [(r["name"], r["value"], r["id"]) for r in radios] == [
+        ("profile", "t4", "profile-t4"),
+        ("profile", "cpu", "profile-cpu"),
+    ]
+    assert ["checked" in r for r in radios] == [True, False]
+    assert all("required" in r for r in radios)
+    assert "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free" in html
+    assert "For coursework" in html
+    assert 'for="profile-cpu"' in html
+
+
+def test_form_simulated_banner_only_when_simulated():
+    html, form = render(ROWS, simulated=True)
+    assert form.simulated_banners == 1
+    assert "Simulated GPUs." in html
+    html, form = render(ROWS, simulated=False)
+    assert form.simulated_banners == 0
+    assert "Simulated GPUs." not in html
+    assert "simulated GPU inventory" not in html
+
+
+def test_form_without_profiles_says_so():
+    html, form = render([], simulated=False)
+    assert form.inputs == []
+    assert form.alerts == ["alert"]
+    assert "No profile is available to you." in html
+    _, form = render(ROWS, simulated=False)
+    assert form.alerts == []
+
+
+def test_form_escapes_admin_text():
+    evil = row(
+        "x",
+        display_name="<script>alert('name')</script>",
+        description="<img src=x onerror=alert(1)>",
+        summary="<b>summary</b>",
+    )
+    html, form = render([evil], simulated=False)
+    assert "<script>" not in html
+    assert "<img" not in html
+    assert "<b>summary" not in html
+    assert "&lt;script&gt;alert(&#39;name&#39;)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert [i["value"] for i in form.inputs] == ["x"]
+
+
+def test_form_escapes_attribute_values():
+    _, form = render([row('a" onfocus="alert(1)')], simulated=False)
+    (radio,) = form.inputs
+    assert radio["value"] == 'a" onfocus="alert(1)'
+    assert "onfocus" not in radio
+
+
+# -- check_config --------------------------------------------------------------------------------
+
+GOOD = [
+    {"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "price_per_gpu_hour": "3.00", "default": True},
+    {"slug": "cpu", "gpu_count": 0},
+]
+
+
+def config(**traits) -> Config:
+    c = Config()
+    for name, value in traits.items():
+        setattr(c.GPULocalSpawner, name, value)
+    return c
+
+
+def test_check_good_config():
+    assert check_config(config(profiles=GOOD, currency="CNY"), GPULocalSpawner) == []
+
+
+def test_check_config_local_spawner_needs_no_image():
+    # GPULocalSpawner runs local processes: a profile without an image is fine
+    assert all("image" not in p for p in GOOD)
+    assert check_config(config(profiles=GOOD), GPULocalSpawner) == []
+
+
+def test_check_config_bad_profile_is_named():
+    bad = [GOOD[0], {"slug": "big", "gpu_model": "A100", "gpu_count": 2, "price_per_gpu_hour": 15.0}]
+    problems = check_config(config(profiles=bad), GPULocalSpawner)
+    assert problems == [
+        "profile 'big': 'price_per_gpu_hour' must be a decimal string such as '3.00'"
+        " (not the float 15.0: money is never a float)"
+    ]
+
+
+def test_check_config_unknown_field_is_named():
+    bad = [{**GOOD[0], "gpus": 2}]
+    (problem,) = check_config(config(profiles=bad), GPULocalSpawner)
+    assert problem.startswith("profile 't4': unknown field(s) 'gpus';")
+
+
+def test_check_config_no_profiles():
+    assert check_config(config(), GPULocalSpawner) == ["profiles must be a non-empty list of profile dicts"]
+
+
+def test_check_config_bad_currency():
+    assert check_config(config(profiles=GOOD, currency="RMB!"), GPULocalSpawner) == [
+        "currency must be a three-letter ISO 4217 code such as 'CNY' or 'USD', got 'RMB!'"
+    ]
+
+
+def test_check_config_reports_every_problem():
+    bad = [{**GOOD[0], "gpu_count": -1}]
+    problems = check_config(config(profiles=bad, currency="EURO"), GPULocalSpawner)
+    assert len(problems) == 2
+    assert problems[0].startswith("currency must be a three-letter ISO 4217 code")
+    assert problems[1] == "profile 't4': 'gpu_count' must be an integer from 0 to 64, got -1"
+
+
+def test_check_config_callable_profiles_are_checked_at_spawn_time():
+    assert check_config(config(profiles=lambda spawner: [{"slug": "BAD"}]), GPULocalSpawner) == []
+
+
+def test_check_config_bad_inventory():
+    problems = check_config(config(profiles=GOOD, gpu_backend="static"), GPULocalSpawner)
+    assert problems == ["static_gpus must be a non-empty list of {'index','uuid','name','memory_gb'} dicts"]
+    problems = check_config(config(profiles=GOOD, simulated_gpus=[{"model": "T4", "count": 0}]), GPULocalSpawner)
+    assert problems == ["simulated_gpus #1: 'count' must be an integer from 1 to 256"]
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "message"),
+    [
+        ("currency", 5, "expected a unicode string"),
+        ("queue_timeout", -1, "queue_timeout must be between 0 and one week"),
+        ("gpu_backend", "cuda", "gpu_backend"),
+    ],
+)
+def test_check_config_reports_wrong_option_types_as_problems(section, value, message):
+    c = Config()
+    setattr(c.GPULocalSpawner, section, value)
+    problems = check_config(c, GPULocalSpawner)
+    assert len(problems) == 1 and message in problems[0]
+
+
+def test_check_config_flags_a_profile_no_gpu_of_this_host_can_serve():
+    c = Config()
+    c.GPULocalSpawner.profiles = [
+        {"slug": "v100", "gpu_model": "V100", "price_per_gpu_hour": "3"},
+        {"slug": "t4x8", "gpu_model": "T4", "gpu_count": 8, "price_per_gpu_hour": "3"},
+        {"slug": "t4", "gpu_model": "T4", "price_per_gpu_hour": "3"},
+    ]
+    assert check_config(c, GPULocalSpawner) == [
+        "profile 'v100': needs 1× 'V100' but this host has 0 (its GPUs: Simulated A100, Simulated T4)",
+        "profile 't4x8': needs 8× 'T4' but this host has 2 (its GPUs: Simulated A100, Simulated T4)",
+    ]

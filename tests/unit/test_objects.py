@@ -1,0 +1,348 @@
+"""Pure builders of a server's environment and container arguments, compared as whole dicts."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.spawners.objects import (
+    make_container_spec,
+    make_device_requests,
+    make_gpu_env,
+    make_labels,
+    make_volume_binds,
+)
+
+U0 = "GPU-11111111-2222-3333-4444-555555555555"
+U1 = "GPU-66666666-7777-8888-9999-000000000000"
+STARTED = datetime(2026, 11, 29, 19, 46, 4, 123456, tzinfo=timezone.utc)
+
+
+# -- clock -------------------------------------------------------------------------------
+
+
+def test_isoformat_is_utc_with_z():
+    assert isoformat(STARTED) == "2026-11-29T19:46:04.123456Z"
+    east = STARTED.astimezone(timezone(timedelta(hours=8)))
+    assert isoformat(east) == "2026-11-29T19:46:04.123456Z"
+
+
+def test_utcnow_is_aware_utc():
+    now = utcnow()
+    assert now.tzinfo is not None
+    assert now.utcoffset() == timedelta(0)
+
+
+# -- make_gpu_env ------------------------------------------------------------------------
+
+
+def test_gpu_env_for_two_gpus():
+    env = make_gpu_env(
+        profile_slug="t4x2",
+        device_uuids=[U0, U1],
+        rate_per_minute=Decimal("0.1"),
+        currency="CNY",
+        session_id="0123456789abcdef",
+        started=STARTED,
+        simulated=True,
+    )
+    assert env == {
+        "NVIDIA_VISIBLE_DEVICES": f"{U0},{U1}",
+        "CUDA_VISIBLE_DEVICES": f"{U0},{U1}",
+        "JUPYTERHUB_GPU_PROFILE": "t4x2",
+        "JUPYTERHUB_GPU_DEVICES": f"{U0},{U1}",
+        "JUPYTERHUB_GPU_RATE_PER_MINUTE": "0.1",
+        "JUPYTERHUB_GPU_CURRENCY": "CNY",
+        "JUPYTERHUB_GPU_SESSION_ID": "0123456789abcdef",
+        "JUPYTERHUB_GPU_STARTED": "2026-11-29T19:46:04.123456Z",
+        "JUPYTERHUB_GPU_SIMULATED": "1",
+    }
+
+
+def test_gpu_env_for_cpu_only():
+    env = make_gpu_env(
+        profile_slug="cpu",
+        device_uuids=[],
+        rate_per_minute=Decimal(0),
+        currency="USD",
+        session_id="s",
+        started=STARTED,
+        simulated=False,
+    )
+    assert env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",  # hides every GPU from the NVIDIA runtime
+        "CUDA_VISIBLE_DEVICES": "",
+        "JUPYTERHUB_GPU_PROFILE": "cpu",
+        "JUPYTERHUB_GPU_DEVICES": "",
+        "JUPYTERHUB_GPU_RATE_PER_MINUTE": "0",
+        "JUPYTERHUB_GPU_CURRENCY": "USD",
+        "JUPYTERHUB_GPU_SESSION_ID": "s",
+        "JUPYTERHUB_GPU_STARTED": "2026-11-29T19:46:04.123456Z",
+        "JUPYTERHUB_GPU_SIMULATED": "0",
+    }
+
+
+def test_gpu_env_values_are_strings():
+    env = make_gpu_env(
+        profile_slug="x",
+        device_uuids=[U0],
+        rate_per_minute=Decimal("0.25"),
+        currency="USD",
+        session_id="s",
+        started=STARTED,
+        simulated=False,
+    )
+    assert all(isinstance(v, str) for v in env.values())
+
+
+# -- device requests, labels, binds ------------------------------------------------------
+
+
+def test_device_requests_name_exactly_the_assigned_gpus():
+    assert make_device_requests([U0, U1]) == [
+        {"Driver": "", "Count": 0, "DeviceIDs": [U0, U1], "Capabilities": [["gpu"]], "Options": {}}
+    ]
+    assert make_device_requests([]) == []
+
+
+def test_device_requests_copy_the_list():
+    uuids = [U0]
+    request = make_device_requests(uuids)
+    uuids.append(U1)
+    assert request[0]["DeviceIDs"] == [U0]
+
+
+def test_labels():
+    assert make_labels(user="alice", server_name="", profile_slug="t4", session_id="abc", device_uuids=[U0, U1]) == {
+        "jupyterhub-gpu.managed": "true",
+        "jupyterhub-gpu.user": "alice",
+        "jupyterhub-gpu.server": "",
+        "jupyterhub-gpu.profile": "t4",
+        "jupyterhub-gpu.session-id": "abc",
+        "jupyterhub-gpu.gpus": f"{U0},{U1}",
+    }
+    assert (
+        make_labels(user="bob", server_name="big", profile_slug="cpu", session_id="d", device_uuids=[])[
+            "jupyterhub-gpu.gpus"
+        ]
+        == ""
+    )
+
+
+def test_volume_binds_with_datasets_read_only():
+    assert make_volume_binds(
+        work_volume="jupyterhub-gpu-user-alice",
+        work_dir="/home/jovyan/work",
+        datasets_volume="/srv/datasets",
+        datasets_dir="/home/jovyan/datasets",
+    ) == {
+        "jupyterhub-gpu-user-alice": {"bind": "/home/jovyan/work", "mode": "rw"},
+        "/srv/datasets": {"bind": "/home/jovyan/datasets", "mode": "ro"},
+    }
+
+
+@pytest.mark.parametrize("datasets", [None, ""])
+def test_volume_binds_without_datasets(datasets):
+    assert make_volume_binds(
+        work_volume="vol", work_dir="/home/jovyan/work", datasets_volume=datasets, datasets_dir="/home/jovyan/datasets"
+    ) == {"vol": {"bind": "/home/jovyan/work", "mode": "rw"}}
+
+
+# -- make_container_spec -------------------------------------------------------------------
+
+ENV = {"JUPYTERHUB_API_TOKEN": "secret", "NVIDIA_VISIBLE_DEVICES": f"{U0},{U1}"}
+LABELS = {"jupyterhub-gpu.managed": "true", "jupyterhub-gpu.gpus": f"{U0},{U1}"}
+BINDS = {
+    "jupyterhub-gpu-user-alice": {"bind": "/home/jovyan/work", "mode": "rw"},
+    "/srv/datasets": {"bind": "/home/jovyan/datasets", "mode": "ro"},
+}
+GPU_REQUEST = {"Driver": "", "Count": 0, "DeviceIDs": [U0, U1], "Capabilities": [["gpu"]], "Options": {}}
+
+
+def gpu_spec(**overrides):
+    kwargs = dict(
+        name="jupyter-alice",
+        image="jupyterhub-gpu/tensorflow:2.15",
+        command=["jupyterhub-singleuser", "--port=8888"],
+        env=ENV,
+        labels=LABELS,
+        container_user="1000:100",
+        port=8888,
+        network_mode="host",
+        binds=BINDS,
+        device_uuids=[U0, U1],
+        mem_limit=16 * 1024**3,
+        cpu_limit=4.0,
+        pids_limit=1024,
+    )
+    kwargs.update(overrides)
+    return make_container_spec(**kwargs)
+
+
+EXPECTED_CREATE = {
+    "image": "jupyterhub-gpu/tensorflow:2.15",
+    "name": "jupyter-alice",
+    "command": ["jupyterhub-singleuser", "--port=8888"],
+    "environment": ENV,
+    "labels": LABELS,
+    "volumes": ["/home/jovyan/work", "/home/jovyan/datasets"],
+    "user": "1000:100",
+}
+
+EXPECTED_HOST = {
+    "binds": BINDS,
+    "network_mode": "host",
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges"],
+    "auto_remove": False,
+    "device_requests": [GPU_REQUEST],
+    "mem_limit": 16 * 1024**3,
+    "cpu_period": 100_000,
+    "cpu_quota": 400_000,
+    "pids_limit": 1024,
+}
+
+
+def test_container_spec_gpu_profile_on_host_network():
+    create, host = gpu_spec()
+    assert create == EXPECTED_CREATE
+    assert host == EXPECTED_HOST
+
+
+def test_container_spec_without_device_requests_records_them_in_a_label():
+    create, host = gpu_spec(include_device_requests=False)
+    assert create == {
+        **EXPECTED_CREATE,
+        "labels": {**LABELS, "jupyterhub-gpu.device-requests": json.dumps([GPU_REQUEST], sort_keys=True)},
+    }
+    assert host == {k: v for k, v in EXPECTED_HOST.items() if k != "device_requests"}
+    assert json.loads(create["labels"]["jupyterhub-gpu.device-requests"]) == [GPU_REQUEST]
+
+
+def test_container_spec_cpu_only_on_a_bridge_network():
+    cpu_env = {"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_VISIBLE_DEVICES": ""}
+    create, host = make_container_spec(
+        name="jupyter-bob-cpu",
+        image="jupyterhub-gpu/base:1",
+        command=["jupyterhub-singleuser"],
+        env=cpu_env,
+        labels={"jupyterhub-gpu.gpus": ""},
+        container_user="1000:100",
+        port=8888,
+        network_mode="jupyterhub-gpu",
+        binds={"vol-bob": {"bind": "/home/jovyan/work", "mode": "rw"}},
+        device_uuids=[],
+        include_device_requests=False,
+        cpu_limit=0.5,
+    )
+    assert create == {
+        "image": "jupyterhub-gpu/base:1",
+        "name": "jupyter-bob-cpu",
+        "command": ["jupyterhub-singleuser"],
+        "environment": cpu_env,
+        "labels": {"jupyterhub-gpu.gpus": ""},  # no device-request label without GPUs
+        "volumes": ["/home/jovyan/work"],
+        "user": "1000:100",
+        "ports": {"8888/tcp": None},
+    }
+    assert host == {
+        "binds": {"vol-bob": {"bind": "/home/jovyan/work", "mode": "rw"}},
+        "network_mode": "jupyterhub-gpu",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "auto_remove": False,
+        "port_bindings": {8888: ("127.0.0.1",)},
+        "cpu_period": 100_000,
+        "cpu_quota": 50_000,
+    }
+
+
+def test_container_spec_admin_extras_cannot_weaken_the_hardening():
+    create, host = gpu_spec(
+        device_uuids=[U0],
+        mem_limit=None,
+        extra_create={
+            "user": "root",
+            "image": "evil:latest",
+            "environment": {"NVIDIA_VISIBLE_DEVICES": "all"},
+            "labels": {"team": "vision", "jupyterhub-gpu.gpus": "all"},
+            "hostname": "lab",
+        },
+        extra_host={
+            "cap_add": ["SYS_ADMIN"],
+            "privileged": True,
+            "cap_drop": [],
+            "security_opt": ["seccomp=unconfined"],
+            "auto_remove": True,
+            "network_mode": "bridge",
+            "binds": {"/": {"bind": "/host", "mode": "rw"}},
+            "device_requests": [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}],
+            "shm_size": "1g",
+            "mem_limit": "8g",
+        },
+    )
+    assert create == {
+        "image": "jupyterhub-gpu/tensorflow:2.15",
+        "name": "jupyter-alice",
+        "command": ["jupyterhub-singleuser", "--port=8888"],
+        "environment": ENV,
+        "labels": {"team": "vision", **LABELS},
+        "volumes": ["/home/jovyan/work", "/home/jovyan/datasets"],
+        "user": "1000:100",
+        "hostname": "lab",  # harmless extras are kept
+    }
+    assert host == {
+        "binds": BINDS,
+        "network_mode": "host",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges", "seccomp=unconfined"],
+        "auto_remove": False,
+        # only the assigned GPU, never the all-GPU request of the extras
+        "device_requests": [{**GPU_REQUEST, "DeviceIDs": [U0]}],
+        "shm_size": "1g",
+        "mem_limit": "8g",  # the admin's default stands when the profile sets none
+        "cpu_period": 100_000,
+        "cpu_quota": 400_000,
+        "pids_limit": 1024,
+    }
+
+
+@pytest.mark.parametrize(("device_uuids", "include"), [([], True), ([], False), ([U0], False)])
+def test_container_spec_extras_cannot_add_a_device_request(device_uuids, include):
+    # a CPU-only server, or one whose request is only recorded in a label, gets no GPU from the extras
+    _, host = gpu_spec(
+        device_uuids=device_uuids,
+        include_device_requests=include,
+        extra_host={"device_requests": [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}]},
+    )
+    assert "device_requests" not in host
+
+
+def test_container_spec_profile_limits_override_extras():
+    _, host = gpu_spec(extra_host={"mem_limit": "100g", "pids_limit": 1_000_000, "cpu_quota": 10_000_000})
+    assert (host["mem_limit"], host["pids_limit"], host["cpu_quota"]) == (16 * 1024**3, 1024, 400_000)
+
+
+def test_container_spec_does_not_mutate_its_inputs():
+    env, labels, binds = dict(ENV), dict(LABELS), {k: dict(v) for k, v in BINDS.items()}
+    extra_create = {"labels": {"team": "vision"}}
+    extra_host = {"cap_add": ["SYS_ADMIN"], "security_opt": ["seccomp=unconfined"]}
+    create, host = gpu_spec(
+        env=env,
+        labels=labels,
+        binds=binds,
+        include_device_requests=False,
+        extra_create=extra_create,
+        extra_host=extra_host,
+    )
+    assert (env, labels, binds) == (ENV, LABELS, BINDS)
+    assert extra_create == {"labels": {"team": "vision"}}
+    assert extra_host == {"cap_add": ["SYS_ADMIN"], "security_opt": ["seccomp=unconfined"]}
+    create["environment"]["X"] = "1"
+    host["cap_drop"].append("X")
+    assert "X" not in ENV
+    assert gpu_spec()[1]["cap_drop"] == ["ALL"]
