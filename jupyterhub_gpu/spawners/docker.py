@@ -10,6 +10,7 @@ container arguments come from the pure builder in :mod:`.objects`.
 from __future__ import annotations
 
 import inspect
+from datetime import datetime
 
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
@@ -173,6 +174,21 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         if self.network_name == "host":
             return self.ip, self.port
         return await super().get_ip_and_port()
+
+    async def gpu_stopped_at(self):
+        """The container's real end (``State.FinishedAt``), for a server that ended on its own."""
+        if not self.object_id:
+            return None
+        try:
+            info = await self.docker("inspect_container", self.object_id)
+        except Exception:
+            return None
+        finished = (info.get("State") or {}).get("FinishedAt") or ""
+        if not finished or finished.startswith("0001-"):
+            return None
+        # Docker gives nanoseconds: keep microseconds
+        head, _, frac = finished.rstrip("Z").partition(".")
+        return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
 
     async def stop(self, now=False):
         # a container that is already gone (removed by hand, host restart) is stopped

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import datetime, timedelta
+from decimal import Decimal
 from importlib import resources
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jinja2
 from jupyterhub.spawner import SpawnException
@@ -27,6 +30,7 @@ from traitlets import (
     CaselessStrEnum,
     Dict,
     Float,
+    Int,
     List,
     TraitError,
     Unicode,
@@ -192,6 +196,53 @@ class GPUSpawnerMixin(Configurable):
         """,
     ).tag(config=True)
 
+    ledger_db_url = Unicode(
+        "",
+        help="""
+        The gpu service's ledger database (the same URL as ``GPUService.db_url``).
+        When set, the spawner records each session's start and stop there (so
+        nothing is lost while the service is down) and refuses a spawn the
+        user's budgets cannot afford. Empty: no billing.
+
+            c.GPUDockerSpawner.ledger_db_url = "sqlite:////srv/jupyterhub/jupyterhub_gpu.sqlite"
+        """,
+    ).tag(config=True)
+
+    budget_timezone = Unicode(
+        "UTC",
+        help="""
+        The lab's time zone for budget periods (the same as ``GPUService.timezone``).
+
+            c.GPUDockerSpawner.budget_timezone = "Asia/Shanghai"
+        """,
+    ).tag(config=True)
+
+    budget_min_minutes = Int(
+        10,
+        help="""
+        A spawn is refused unless every budget of the user can still pay this many
+        minutes of the chosen profile.
+
+            c.GPUDockerSpawner.budget_min_minutes = 10
+        """,
+    ).tag(config=True)
+
+    @validate("budget_timezone")
+    def _valid_budget_timezone(self, proposal):
+        try:
+            ZoneInfo(proposal.value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"budget_timezone must be an IANA name such as 'Asia/Shanghai', got {proposal.value!r}"
+            ) from None
+        return proposal.value
+
+    @validate("budget_min_minutes")
+    def _valid_min_minutes(self, proposal):
+        if not 0 <= proposal.value <= 24 * 60:
+            raise ValueError(f"budget_min_minutes must be between 0 and 1440, got {proposal.value}")
+        return proposal.value
+
     @validate("queue_timeout")
     def _valid_queue_timeout(self, proposal):
         if not 0 < proposal.value <= 7 * 24 * 3600:
@@ -206,6 +257,43 @@ class GPUSpawnerMixin(Configurable):
     @property
     def allocator(self) -> GPUAllocator:
         return shared_allocator(self.gpu_backend, self.static_gpus, self.simulated_gpus)
+
+    @property
+    def ledger(self):
+        """The shared ledger of this hub, or None when billing is off."""
+        if not self.ledger_db_url:
+            return None
+        from ..service.ledger import shared_ledger
+
+        return shared_ledger(self.ledger_db_url)
+
+    async def gpu_budget_refusal(self, profile: Profile) -> str | None:
+        """Why the user's budgets cannot afford ``budget_min_minutes`` of ``profile``, or None."""
+        ledger = self.ledger
+        if ledger is None:
+            return None
+        from ..service.metering import spawn_refusal, to_micros, user_statuses
+
+        groups = tuple(self._gpu_group_names())
+        tz = ZoneInfo(self.budget_timezone)
+        now = utcnow()
+
+        def check():
+            rules = ledger.budget_rules()
+            if not rules:
+                return None
+            rows = ledger.rows_for(self.user.name, groups, now, since=now - timedelta(days=400))
+            statuses = user_statuses(self.user.name, groups, rules, rows, now, tz)
+            return spawn_refusal(
+                statuses,
+                to_micros(profile.rate_per_minute),
+                profile.gpu_count,
+                self.budget_min_minutes,
+                tz,
+                self.gpu_currency.format,
+            )
+
+        return await asyncio.to_thread(check)
 
     @property
     def _gpu_key(self) -> str:
@@ -299,6 +387,9 @@ class GPUSpawnerMixin(Configurable):
             profile = choose_profile(self.user_options or {}, allowed, everything)
         except OptionsError as e:
             raise SpawnException(str(e), reason="options") from None
+        refusal = await self.gpu_budget_refusal(profile)
+        if refusal:
+            raise SpawnException(refusal, reason="budget", status_code=403)
         self._gpu_profile = profile
         # The queue wait must not count against the hub's start_timeout.
         if self._gpu_base_start_timeout is None:
@@ -356,11 +447,58 @@ class GPUSpawnerMixin(Configurable):
             what = ", ".join(f"{d.name} ({d.uuid})" for d in devices) or "no GPU"
             message = f"Assigned {what}; starting {profile.display_name} at {rate}/min"
             self._gpu_emit({"progress": 40, "message": message})
+            self._gpu_session["groups"] = sorted(self._gpu_group_names())
             await self.gpu_prepare(profile, devices)
-            return await super().start()
+            result = await super().start()
+            await self._gpu_record_start()
+            return result
         except BaseException:
             self._gpu_release()
             raise
+
+    def _gpu_session_start(self):
+        from ..service.ledger import SessionStart
+        from ..service.metering import to_micros
+
+        gpu = self._gpu_session
+        return SessionStart(
+            id=gpu["session_id"],
+            user=self.user.name,
+            server_name=self.name,
+            groups=tuple(gpu.get("groups", ())),
+            profile=gpu["profile"],
+            gpus=tuple(gpu["devices"]),
+            rate_micros=to_micros(Decimal(gpu["rate_per_minute"])),
+            currency=gpu["currency"],
+            started=datetime.fromisoformat(gpu["started"].replace("Z", "+00:00")),
+            simulated=bool(gpu.get("simulated")),
+        )
+
+    async def _gpu_record_start(self) -> None:
+        """Record the session start in the ledger; a spawn that cannot be billed does not run."""
+        ledger = self.ledger
+        if ledger is None or not self._gpu_session:
+            return
+        await asyncio.to_thread(ledger.record_start, self._gpu_session_start())
+
+    async def _gpu_record_stop(self, session: dict, stopped: datetime, reason: str) -> None:
+        ledger = self.ledger
+        if ledger is None or not session:
+            return
+        saved, self._gpu_session = self._gpu_session, session
+        try:
+            start = self._gpu_session_start()
+        finally:
+            self._gpu_session = saved
+        try:
+            await asyncio.to_thread(ledger.record_stop, start.id, stopped, reason, start)
+        except Exception:
+            # the service's reconciliation closes it later; never keep a server running for this
+            self.log.exception("could not record the stop of session %s in the ledger", start.id)
+
+    async def gpu_stopped_at(self) -> datetime | None:
+        """When the server really stopped, if the spawner knows (Docker does); None means now."""
+        return None
 
     async def gpu_prepare(self, profile: Profile, devices: list[GPUDevice]) -> None:
         """Hook for the concrete spawner: apply the profile (image, limits) before start."""
@@ -383,10 +521,22 @@ class GPUSpawnerMixin(Configurable):
 
     async def stop(self, now=False):
         self.allocator.cancel(self._gpu_key)  # still waiting in the queue
+        session = dict(self._gpu_session)
+        reason = "stopped"
+        stopped_at = None
+        if session:
+            try:
+                if await self.poll() is not None:
+                    reason = "exited"  # the server ended on its own
+                    stopped_at = await self.gpu_stopped_at()
+            except Exception:
+                self.log.debug("poll before stop failed", exc_info=True)
         try:
             return await super().stop(now=now)
         finally:
             self._gpu_release()
+            if session:
+                await self._gpu_record_stop(session, stopped_at or utcnow(), reason)
 
     def _gpu_release(self):
         self.allocator.release(self._gpu_key)

@@ -1,0 +1,73 @@
+"""The one JupyterHub REST API client of the service (tornado's AsyncHTTPClient)."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote, urlencode
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+PAGINATION = "application/jupyterhub-pagination+json"
+
+
+class HubAPIError(RuntimeError):
+    """The hub answered with an error, or could not be reached."""
+
+
+class HubClient:
+    def __init__(self, api_url: str, token: str, timeout: float = 30):
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.requests = 0
+
+    async def request(self, method: str, path: str, body=None, params=None, accept="application/json"):
+        url = f"{self.api_url}{path}"
+        if params:
+            url += "?" + urlencode(params)
+        request = HTTPRequest(
+            url,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Accept": accept, "Content-Type": "application/json"},
+            body=json.dumps(body) if body is not None else (b"" if method in ("POST", "PUT", "PATCH") else None),
+            allow_nonstandard_methods=True,
+            request_timeout=self.timeout,
+        )
+        self.requests += 1
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as e:
+            if e.code == 404:
+                return None
+            raise HubAPIError(f"{method} {path}: {e}") from e
+        except OSError as e:
+            raise HubAPIError(f"{method} {path}: {e}") from e
+        return json.loads(response.body) if response.body else None
+
+    async def active_servers(self, page_size: int = 200) -> list[dict]:
+        """Every active server as ``{"user", "name", "groups", "server"}``, page by page."""
+        servers = []
+        offset = 0
+        while True:
+            page = await self.request(
+                "GET", "/users", params={"state": "active", "offset": offset, "limit": page_size}, accept=PAGINATION
+            )
+            items = page["items"] if isinstance(page, dict) else (page or [])
+            for user in items:
+                for name, server in (user.get("servers") or {}).items():
+                    servers.append(
+                        {"user": user["name"], "name": name, "groups": user.get("groups", []), "server": server}
+                    )
+            nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
+            if not nxt or not items:
+                return servers
+            offset = nxt["offset"]
+
+    async def user(self, name: str) -> dict | None:
+        return await self.request("GET", f"/users/{quote(name, safe='')}")
+
+    async def stop_server(self, user: str, server_name: str = "") -> None:
+        path = f"/users/{quote(user, safe='')}/server"
+        if server_name:
+            path = f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
+        await self.request("DELETE", path)

@@ -1,0 +1,471 @@
+"""The ledger: sessions, budgets, alerts sent and in-Lab notices, in one SQL database.
+
+SQLAlchemy 2 models with Alembic migrations; sqlite by default, PostgreSQL in
+production. The spawners (in the hub process) and the service (its own process)
+both write here, and every write is idempotent: recording a start twice, or a
+stop twice, changes nothing the second time. Times are stored as naive UTC,
+money as integer micro-units.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Date,
+    DateTime,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    delete,
+    event,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+from .metering import BudgetRule, UsageRow, charge
+
+log = logging.getLogger("jupyterhub_gpu.ledger")
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def _naive(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=timezone.utc) if moment is not None and moment.tzinfo is None else moment
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SessionRecord(Base):
+    """One server session: from the moment its server started to the moment it stopped."""
+
+    __tablename__ = "gpu_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    server_name: Mapped[str] = mapped_column(String(255), default="")
+    groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list, the user's groups at start
+    profile: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of device UUIDs
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    rate_micros: Mapped[int] = mapped_column(BigInteger)  # per minute
+    currency: Mapped[str] = mapped_column(String(3))
+    started: Mapped[datetime] = mapped_column(DateTime, index=True)
+    stopped: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, index=True)
+    stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    pending_stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    minutes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    @property
+    def group_list(self) -> list[str]:
+        return json.loads(self.groups or "[]")
+
+    @property
+    def gpu_list(self) -> list[str]:
+        return json.loads(self.gpus or "[]")
+
+
+class Budget(Base):
+    """A budget for a user or a group, per week, month or term, in money or GPU-hours."""
+
+    __tablename__ = "gpu_budgets"
+    __table_args__ = (UniqueConstraint("scope", "subject", name="uq_budget_subject"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(8))  # user | group
+    subject: Mapped[str] = mapped_column(String(255))
+    period: Mapped[str] = mapped_column(String(8))  # week | month | term
+    unit: Mapped[str] = mapped_column(String(12))  # money | gpu_hours
+    limit: Mapped[str] = mapped_column(String(40))  # a decimal string: exact, never a float
+    term_start: Mapped[date | None] = mapped_column(Date, nullable=True)
+    term_end: Mapped[date | None] = mapped_column(Date, nullable=True)
+    updated: Mapped[datetime] = mapped_column(DateTime)
+
+    def rule(self) -> BudgetRule:
+        return BudgetRule(
+            scope=self.scope,
+            subject=self.subject,
+            period=self.period,
+            unit=self.unit,
+            limit=Decimal(self.limit),
+            term_start=self.term_start,
+            term_end=self.term_end,
+        )
+
+
+class AlertSent(Base):
+    """An alert sent once per user, budget, period, threshold and channel."""
+
+    __tablename__ = "gpu_alerts"
+    __table_args__ = (
+        UniqueConstraint("user", "budget_key", "period_start", "threshold", "channel", name="uq_alert_once"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    budget_key: Mapped[str] = mapped_column(String(270))
+    period_start: Mapped[datetime] = mapped_column(DateTime)
+    threshold: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(16))  # email | webhook | lab
+    sent: Mapped[datetime] = mapped_column(DateTime)
+
+
+class Notice(Base):
+    """A message for a user's JupyterLab (budget thresholds, stop countdowns, advice)."""
+
+    __tablename__ = "gpu_notices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    level: Mapped[str] = mapped_column(String(16), default="info")  # info | warning | error
+    message: Mapped[str] = mapped_column(Text)
+    created: Mapped[datetime] = mapped_column(DateTime)
+    session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    dismissed: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    """What a spawner knows when its server has started."""
+
+    id: str
+    user: str
+    server_name: str
+    groups: tuple[str, ...]
+    profile: str
+    gpus: tuple[str, ...]
+    rate_micros: int
+    currency: str
+    started: datetime
+    simulated: bool = False
+
+
+def make_engine(db_url: str) -> Engine:
+    """An engine for the ledger; sqlite gets WAL and a busy timeout for two writing processes."""
+    kwargs = {"pool_pre_ping": True, "future": True}
+    if db_url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 30}
+    engine = create_engine(db_url, **kwargs)
+    if db_url.startswith("sqlite"):
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record):
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+    return engine
+
+
+_SHARED: dict[str, Ledger] = {}
+
+
+def shared_ledger(db_url: str) -> Ledger:
+    """One Ledger per database URL per process (the hub's spawners share it)."""
+    if db_url not in _SHARED:
+        _SHARED[db_url] = Ledger(db_url)
+    return _SHARED[db_url]
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the ledger's schema to the latest Alembic revision (a no-op when it is there)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "head")
+
+
+class Ledger:
+    """Reads and idempotent writes on the ledger database."""
+
+    def __init__(self, db_url: str, migrate: bool = True):
+        self.db_url = db_url
+        self.engine = make_engine(db_url)
+        if migrate:
+            upgrade(self.engine)
+        self.Session = sessionmaker(self.engine, expire_on_commit=False)
+        self.queries = 0
+        event.listen(self.engine, "before_cursor_execute", self._count)
+        self._lock = threading.Lock()
+
+    def _count(self, *args):
+        self.queries += 1
+
+    def close(self):
+        self.engine.dispose()
+
+    # -- sessions ------------------------------------------------------------------
+    def record_start(self, start: SessionStart) -> bool:
+        """Record a session start; False if it was already recorded (replays change nothing)."""
+        with self.Session() as db:
+            if db.get(SessionRecord, start.id) is not None:
+                return False
+            db.add(
+                SessionRecord(
+                    id=start.id,
+                    user=start.user,
+                    server_name=start.server_name,
+                    groups=json.dumps(sorted(start.groups)),
+                    profile=start.profile,
+                    gpus=json.dumps(list(start.gpus)),
+                    gpu_count=len(start.gpus),
+                    simulated=start.simulated,
+                    rate_micros=start.rate_micros,
+                    currency=start.currency,
+                    started=_naive(start.started),
+                )
+            )
+            try:
+                db.commit()
+            except IntegrityError:  # recorded by another process in the meantime
+                db.rollback()
+                return False
+        return True
+
+    def record_stop(self, session_id: str, stopped: datetime, reason: str, start: SessionStart | None = None) -> bool:
+        """Close a session at ``stopped`` and store its charge; False if it was already closed.
+
+        A reason set beforehand with :meth:`set_pending_stop_reason` (a budget or
+        idle stop by the service) wins over ``reason``. With ``start`` given, a
+        session whose start was never recorded is recorded first.
+        """
+        if start is not None:
+            self.record_start(start)
+        with self.Session() as db:
+            record = db.get(SessionRecord, session_id)
+            if record is None or record.stopped is not None:
+                return False
+            stopped_naive = max(_naive(stopped), record.started)
+            result = charge(record.started, stopped_naive, record.rate_micros, record.gpu_count)
+            changed = db.execute(
+                update(SessionRecord)
+                .where(SessionRecord.id == session_id, SessionRecord.stopped.is_(None))
+                .values(
+                    stopped=stopped_naive,
+                    stop_reason=record.pending_stop_reason or reason,
+                    minutes=result.minutes,
+                    cost_micros=result.cost_micros,
+                )
+            ).rowcount
+            db.commit()
+        return bool(changed)
+
+    def set_pending_stop_reason(self, session_id: str, reason: str) -> None:
+        with self.Session() as db:
+            db.execute(
+                update(SessionRecord)
+                .where(SessionRecord.id == session_id, SessionRecord.stopped.is_(None))
+                .values(pending_stop_reason=reason)
+            )
+            db.commit()
+
+    def mark_seen(self, session_ids: Iterable[str], now: datetime) -> None:
+        ids = list(session_ids)
+        if not ids:
+            return
+        with self.Session() as db:
+            db.execute(
+                update(SessionRecord)
+                .where(SessionRecord.id.in_(ids), SessionRecord.stopped.is_(None))
+                .values(last_seen=_naive(now))
+            )
+            db.commit()
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        with self.Session() as db:
+            return db.get(SessionRecord, session_id)
+
+    def open_sessions(self) -> list[SessionRecord]:
+        with self.Session() as db:
+            return list(db.scalars(select(SessionRecord).where(SessionRecord.stopped.is_(None))))
+
+    def sessions(
+        self,
+        user: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        group: str | None = None,
+    ) -> list[SessionRecord]:
+        """Sessions that started in ``[since, until)``, optionally of one user or group."""
+        query = select(SessionRecord).order_by(SessionRecord.started, SessionRecord.id)
+        if user is not None:
+            query = query.where(SessionRecord.user == user)
+        if since is not None:
+            query = query.where(SessionRecord.started >= _naive(since))
+        if until is not None:
+            query = query.where(SessionRecord.started < _naive(until))
+        if group is not None:
+            query = query.where(SessionRecord.groups.contains(json.dumps(group)))
+        with self.Session() as db:
+            records = list(db.scalars(query))
+        if group is not None:  # the LIKE above is a pre-filter; check exactly
+            records = [r for r in records if group in r.group_list]
+        return records
+
+    @staticmethod
+    def usage_rows(records: Iterable[SessionRecord], now: datetime) -> list[UsageRow]:
+        """Budget-relevant charges: stored for stopped sessions, computed live for running ones."""
+        rows = []
+        naive_now = _naive(now)
+        for r in records:
+            if r.stopped is not None:
+                cost, gpu_minutes = r.cost_micros or 0, (r.minutes or 0) * r.gpu_count
+            else:
+                c = charge(r.started, max(naive_now, r.started), r.rate_micros, r.gpu_count)
+                cost, gpu_minutes = c.cost_micros, c.gpu_minutes
+            rows.append(
+                UsageRow(
+                    session_id=r.id,
+                    user=r.user,
+                    groups=tuple(r.group_list),
+                    started=_aware(r.started),
+                    cost_micros=cost,
+                    gpu_minutes=gpu_minutes,
+                    running=r.stopped is None,
+                )
+            )
+        return rows
+
+    def rows_for(self, user: str, groups, now: datetime, since: datetime) -> list[UsageRow]:
+        """Usage rows of a user's sessions and of their groups' sessions since ``since``."""
+        records = {r.id: r for r in self.sessions(user=user, since=since)}
+        for group in groups:
+            records.update((r.id, r) for r in self.sessions(group=group, since=since))
+        return self.usage_rows(records.values(), now)
+
+    # -- budgets -------------------------------------------------------------------
+    def budgets(self) -> list[Budget]:
+        with self.Session() as db:
+            return list(db.scalars(select(Budget).order_by(Budget.scope, Budget.subject)))
+
+    def budget_rules(self) -> list[BudgetRule]:
+        return [b.rule() for b in self.budgets()]
+
+    def get_budget(self, scope: str, subject: str) -> Budget | None:
+        with self.Session() as db:
+            return db.scalar(select(Budget).where(Budget.scope == scope, Budget.subject == subject))
+
+    def set_budget(self, rule: BudgetRule, now: datetime) -> Budget:
+        """Create or replace the budget of a user or group."""
+        with self.Session() as db:
+            budget = db.scalar(select(Budget).where(Budget.scope == rule.scope, Budget.subject == rule.subject))
+            if budget is None:
+                budget = Budget(scope=rule.scope, subject=rule.subject)
+                db.add(budget)
+            budget.period = rule.period
+            budget.unit = rule.unit
+            budget.limit = str(rule.limit)
+            budget.term_start = rule.term_start
+            budget.term_end = rule.term_end
+            budget.updated = _naive(now)
+            db.commit()
+            return budget
+
+    def delete_budget(self, scope: str, subject: str) -> bool:
+        with self.Session() as db:
+            budget = db.scalar(select(Budget).where(Budget.scope == scope, Budget.subject == subject))
+            if budget is None:
+                return False
+            db.delete(budget)
+            db.commit()
+            return True
+
+    # -- alerts and notices ----------------------------------------------------------
+    def claim_alert(
+        self, user: str, budget_key: str, period_start: datetime, threshold: int, channel: str, now: datetime
+    ) -> bool:
+        """Record an alert before sending it; False if it was already sent (once per period)."""
+        with self.Session() as db:
+            db.add(
+                AlertSent(
+                    user=user,
+                    budget_key=budget_key,
+                    period_start=_naive(period_start),
+                    threshold=threshold,
+                    channel=channel,
+                    sent=_naive(now),
+                )
+            )
+            try:
+                db.commit()
+            except IntegrityError:
+                db.rollback()
+                return False
+        return True
+
+    def alerts(self, user: str | None = None) -> list[AlertSent]:
+        query = select(AlertSent).order_by(AlertSent.id)
+        if user is not None:
+            query = query.where(AlertSent.user == user)
+        with self.Session() as db:
+            return list(db.scalars(query))
+
+    def add_notice(
+        self, user: str, kind: str, message: str, now: datetime, level: str = "info", session_id: str | None = None
+    ) -> Notice:
+        with self.Session() as db:
+            notice = Notice(
+                user=user, kind=kind, level=level, message=message, created=_naive(now), session_id=session_id
+            )
+            db.add(notice)
+            db.commit()
+            return notice
+
+    def notices(self, user: str, include_dismissed: bool = False) -> list[Notice]:
+        query = select(Notice).where(Notice.user == user).order_by(Notice.id)
+        if not include_dismissed:
+            query = query.where(Notice.dismissed.is_(False))
+        with self.Session() as db:
+            return list(db.scalars(query))
+
+    def dismiss_notice(self, user: str, notice_id: int) -> bool:
+        with self.Session() as db:
+            changed = db.execute(
+                update(Notice).where(Notice.id == notice_id, Notice.user == user).values(dismissed=True)
+            ).rowcount
+            db.commit()
+            return bool(changed)
+
+    def release_alert(self, user: str, budget_key: str, period_start: datetime, threshold: int, channel: str) -> bool:
+        """Undo :meth:`claim_alert` after a failed send, so that the alert is tried again."""
+        with self.Session() as db:
+            changed = db.execute(
+                delete(AlertSent).where(
+                    AlertSent.user == user,
+                    AlertSent.budget_key == budget_key,
+                    AlertSent.period_start == _naive(period_start),
+                    AlertSent.threshold == threshold,
+                    AlertSent.channel == channel,
+                )
+            ).rowcount
+            db.commit()
+            return bool(changed)

@@ -1,0 +1,158 @@
+"""The metering tick: budget alerts and stops, and the rare reconciliation with the hub.
+
+Plain coroutines over the ledger and the hub client, so that tests can drive a
+tick with any clock. The service's Application only schedules them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from .hubapi import HubAPIError, HubClient
+from .ledger import Ledger, SessionStart, _aware
+from .metering import BudgetStatus, crossed_thresholds, user_statuses
+
+log = logging.getLogger("jupyterhub_gpu.service")
+
+#: Called for each (user, status, threshold) newly reached; delivers the alert.
+Notify = Callable[[str, tuple[str, ...], BudgetStatus, int], Awaitable[None]]
+
+
+@dataclass
+class TickResult:
+    users_checked: int = 0
+    alerts: list[tuple[str, str, int]] = field(default_factory=list)
+    stopped: list[tuple[str, str]] = field(default_factory=list)
+
+
+async def enforce_budgets(
+    ledger: Ledger,
+    hub: HubClient,
+    now: datetime,
+    tz: ZoneInfo,
+    notify: Notify,
+    thresholds: tuple[int, ...] = (80, 95),
+    grace: timedelta = timedelta(minutes=5),
+) -> TickResult:
+    """Warn users whose budgets cross a threshold, and stop the servers of those past 100% + grace.
+
+    Only users with a running session are checked: spend changes only while a
+    session runs. The 100% notice is recorded once per period (as an alert on
+    the "lab" channel); the stop happens ``grace`` after it.
+    """
+    result = TickResult()
+    rules = ledger.budget_rules()
+    open_sessions = ledger.open_sessions()
+    if not rules or not open_sessions:
+        return result
+    by_user: dict[str, list] = {}
+    for s in open_sessions:
+        by_user.setdefault(s.user, []).append(s)
+    # the widest period any rule can reach back to: 366 days covers week, month and a year-long term
+    since = min(_aware(s.started) for s in open_sessions) - timedelta(days=366)
+    rows = Ledger.usage_rows(ledger.sessions(since=since), now)
+    for user, sessions in by_user.items():
+        result.users_checked += 1
+        groups = tuple(sorted({g for s in sessions for g in s.group_list}))
+        statuses = user_statuses(user, groups, rules, rows, now, tz)
+        for status in statuses:
+            for threshold in crossed_thresholds(status, (*thresholds, 100)):
+                await notify(user, groups, status, threshold)
+                result.alerts.append((user, status.rule.key, threshold))
+        exhausted = [s for s in statuses if s.exhausted]
+        if not exhausted:
+            continue
+        final = [
+            a
+            for a in ledger.alerts(user)
+            if a.threshold == 100
+            and a.channel == "lab"
+            and any(a.budget_key == s.rule.key and _aware(a.period_start) == s.period_start for s in exhausted)
+        ]
+        if not final or now - min(_aware(a.sent) for a in final) < grace:
+            continue
+        for s in sessions:
+            ledger.set_pending_stop_reason(s.id, "budget")
+            try:
+                await hub.stop_server(s.user, s.server_name)
+            except HubAPIError as e:
+                log.error("could not stop %s/%s for its budget: %s", s.user, s.server_name, e)
+                continue
+            log.info("stopped %s/%s: budget used up", s.user, s.server_name)
+            result.stopped.append((s.user, s.server_name))
+    return result
+
+
+@dataclass
+class Reconciler:
+    """Closes ledger sessions whose servers the hub no longer runs, and records missed starts.
+
+    The spawners record starts and stops themselves; this catches what they
+    could not (a hub killed at the wrong moment). It lists the hub's active
+    servers, so it runs rarely (see ``GPUService.reconcile_interval``). A
+    session is closed only after it has been missing from two listings in a
+    row, at the last moment it was seen running.
+    """
+
+    ledger: Ledger
+    hub: HubClient
+    missing: dict[str, datetime] = field(default_factory=dict)
+
+    async def run(self, now: datetime) -> dict:
+        servers = await self.hub.active_servers()
+        active = {(s["user"], s["name"]): s for s in servers}
+        open_sessions = self.ledger.open_sessions()
+        alive, closed, recorded = [], [], []
+        newest: dict[tuple[str, str], str] = {}
+        for s in sorted(open_sessions, key=lambda s: s.started):
+            newest[(s.user, s.server_name)] = s.id
+        for s in open_sessions:
+            key = (s.user, s.server_name)
+            if key in active and newest[key] == s.id:
+                alive.append(s.id)
+                self.missing.pop(s.id, None)
+                continue
+            if s.id not in self.missing:
+                self.missing[s.id] = now
+                continue
+            stop_at = _aware(s.last_seen) or _aware(s.started)
+            if self.ledger.record_stop(s.id, stop_at, "reconciled"):
+                closed.append(s.id)
+            self.missing.pop(s.id, None)
+        # starts the spawner could not record: taken from the hub's server state where readable
+        known = {s.id for s in open_sessions}
+        for (user, name), entry in active.items():
+            gpu = ((entry["server"] or {}).get("state") or {}).get("gpu") or {}
+            sid = gpu.get("session_id")
+            if not sid or sid in known or self.ledger.get_session(sid) is not None:
+                continue
+            self.ledger.record_start(session_start_from_state(user, name, entry.get("groups", []), gpu))
+            recorded.append(sid)
+            alive.append(sid)
+        self.ledger.mark_seen(alive, now)
+        return {"alive": len(alive), "closed": closed, "recorded": recorded}
+
+
+def session_start_from_state(user: str, server_name: str, groups, gpu: dict) -> SessionStart:
+    """A SessionStart from the ``gpu`` part of a spawner's state."""
+    from decimal import Decimal
+
+    from .metering import to_micros
+
+    started = datetime.fromisoformat(gpu["started"].replace("Z", "+00:00"))
+    return SessionStart(
+        id=gpu["session_id"],
+        user=user,
+        server_name=server_name,
+        groups=tuple(gpu.get("groups", groups)),
+        profile=gpu["profile"],
+        gpus=tuple(gpu.get("devices", [])),
+        rate_micros=to_micros(Decimal(gpu["rate_per_minute"])),
+        currency=gpu["currency"],
+        started=started,
+        simulated=bool(gpu.get("simulated", False)),
+    )
