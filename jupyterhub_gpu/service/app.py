@@ -23,6 +23,7 @@ from traitlets.config import Application
 from .. import __version__
 from ..clock import utcnow
 from ..money import Currency, MoneyError
+from .alerts import AlertSettings, BudgetAlert, deliver
 from .hubapi import HubAPIError, HubClient
 from .ledger import Ledger
 from .metering import BudgetStatus
@@ -146,6 +147,23 @@ class GPUService(Application):
             self.log.critical("jupyterhub-gpu service configuration error: %s", e)
             self.exit(1)
         self.tz = ZoneInfo(self.timezone)
+        try:
+            self.alert_settings = AlertSettings(
+                smtp_host=self.smtp_host,
+                smtp_port=self.smtp_port,
+                smtp_starttls=self.smtp_starttls,
+                smtp_username=self.smtp_username,
+                smtp_password=self.smtp_password,
+                mail_from=self.mail_from,
+                user_email_template=self.user_email_template,
+                instructor_emails={g: tuple(v) for g, v in self.instructor_emails.items()},
+                admin_emails=tuple(self.admin_emails),
+                webhook_url=self.webhook_url,
+                webhook_format=self.webhook_format,
+            )
+        except ValueError as e:
+            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
+            self.exit(1)
         self.ledger = Ledger(self.db_url)
         self.hub = HubClient(
             os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
@@ -170,9 +188,16 @@ class GPUService(Application):
 
     async def notify(self, user: str, groups: tuple[str, ...], status: BudgetStatus, threshold: int) -> None:
         """Deliver a budget alert on every configured channel (once per threshold and period)."""
-        from .alerts import deliver_status
-
-        await deliver_status(self, user, groups, status, threshold)
+        alert = BudgetAlert.from_status(
+            user,
+            groups,
+            status,
+            threshold,
+            currency=self.currency_info,
+            grace_seconds=int(self.budget_grace_seconds),
+            tz=self.tz,
+        )
+        await deliver(alert, self.alert_settings, self.ledger, utcnow())
 
     async def tick(self) -> None:
         """One metering tick; failures are logged and the next tick tries again."""

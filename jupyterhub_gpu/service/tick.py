@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from .alerts import CHANNELS
 from .hubapi import HubAPIError, HubClient
 from .ledger import Ledger, SessionStart, _aware
 from .metering import BudgetStatus, crossed_thresholds, user_statuses
@@ -60,9 +61,16 @@ async def enforce_budgets(
         groups = tuple(sorted({g for s in sessions for g in s.group_list}))
         statuses = user_statuses(user, groups, rules, rows, now, tz)
         for status in statuses:
-            for threshold in crossed_thresholds(status, (*thresholds, 100)):
-                await notify(user, groups, status, threshold)
-                result.alerts.append((user, status.rule.key, threshold))
+            crossed = crossed_thresholds(status, (*thresholds, 100))
+            if not crossed:
+                continue
+            # several thresholds crossed at once: only the highest is sent, the
+            # lower ones are recorded as passed so that they are never sent late
+            for lower in crossed[:-1]:
+                for channel in CHANNELS:
+                    ledger.claim_alert(user, status.rule.key, status.period_start, lower, channel, now)
+            await notify(user, groups, status, crossed[-1])
+            result.alerts.append((user, status.rule.key, crossed[-1]))
         exhausted = [s for s in statuses if s.exhausted]
         if not exhausted:
             continue

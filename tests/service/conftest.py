@@ -1,0 +1,178 @@
+"""Real peers for the service tests: an SMTP server (aiosmtpd), a webhook server, a hub with the gpu service."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from tests.conftest import free_port
+
+
+class Mailbox:
+    """An aiosmtpd handler that keeps every message it accepts."""
+
+    def __init__(self):
+        self.messages = []  # (envelope sender, envelope recipients, parsed message)
+
+    async def handle_DATA(self, server, session, envelope):
+        parsed = email.message_from_bytes(envelope.original_content, policy=email.policy.default)
+        self.messages.append((envelope.mail_from, sorted(envelope.rcpt_tos), parsed))
+        return "250 OK"
+
+
+class SMTPServer:
+    def __init__(self, **kwargs):
+        self.mailbox = Mailbox()
+        self.port = free_port()
+        self.controller = Controller(self.mailbox, hostname="127.0.0.1", port=self.port, **kwargs)
+
+    @property
+    def messages(self):
+        return self.mailbox.messages
+
+
+@pytest.fixture
+def smtp_server():
+    server = SMTPServer()
+    server.controller.start()
+    yield server
+    server.controller.stop()
+
+
+class WebhookServer:
+    """An HTTP server on 127.0.0.1 that records JSON POSTs and answers with ``status``."""
+
+    def __init__(self):
+        self.bodies = []
+        self.headers = []
+        self.status = 200
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers["Content-Length"])
+                owner.headers.append(dict(self.headers))
+                owner.bodies.append(json.loads(self.rfile.read(length).decode("utf-8")))
+                body = b"" if owner.status in (204, 304) else b"ok"
+                self.send_response(owner.status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hooks/gpu"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def webhook():
+    server = WebhookServer()
+    yield server
+    server.close()
+
+
+GPU_SERVICE_CONFIG = """
+import sys
+from jupyterhub_gpu.service.api import CUSTOM_SCOPES
+
+GPU_DB = %(db_url)r
+c.JupyterHub.spawner_class = "gpu-local"
+c.GPULocalSpawner.gpu_backend = "simulated"
+c.GPULocalSpawner.currency = "CNY"
+c.GPULocalSpawner.simulated_gpus = [
+    {"model": "T4", "count": 4, "memory_gb": 16},
+    {"model": "A100", "count": 1, "memory_gb": 40},
+]
+c.GPULocalSpawner.profiles = [
+    {"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "price_per_gpu_hour": "3.00", "default": True},
+    {"slug": "a100", "gpu_model": "A100", "gpu_count": 1, "price_per_gpu_hour": "15.00"},
+    {"slug": "cpu", "gpu_count": 0, "price_per_hour": "0.60"},
+]
+c.GPULocalSpawner.home_dir_template = %(home)r + "/{username}"
+c.GPULocalSpawner.ledger_db_url = GPU_DB
+c.GPULocalSpawner.budget_timezone = "Asia/Shanghai"
+c.GPULocalSpawner.budget_min_minutes = %(min_minutes)d
+c.JupyterHub.load_groups = {"cs231n": {"users": ["stu1", "stu2"]}, "thesis": {"users": ["thea"]}}
+c.JupyterHub.custom_scopes = CUSTOM_SCOPES
+c.JupyterHub.services.append({
+    "name": "gpu",
+    "url": "http://127.0.0.1:%(service_port)d",
+    "command": [sys.executable, "-m", "jupyterhub_gpu.service", "--config=%(service_config)s"],
+    "oauth_no_confirm": True,
+    "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES),
+})
+c.JupyterHub.load_roles.append({
+    "name": "gpu-service",
+    "services": ["gpu"],
+    "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
+})
+c.JupyterHub.load_roles.append({
+    "name": "gpu-admins",
+    "users": ["admin"],
+    "scopes": sorted(CUSTOM_SCOPES),
+})
+c.Authenticator.admin_users = {"admin"}
+"""
+
+SERVICE_CONFIG = """
+c.GPUService.db_url = %(db_url)r
+c.GPUService.currency = "CNY"
+c.GPUService.timezone = "Asia/Shanghai"
+c.GPUService.tick_interval = %(tick)s
+c.GPUService.reconcile_interval = %(reconcile)s
+c.GPUService.budget_grace_seconds = %(grace)s
+c.GPUService.smtp_host = "127.0.0.1" if %(smtp_port)d else ""
+c.GPUService.smtp_port = %(smtp_port)d or 25
+c.GPUService.mail_from = "gpu@lab.example.edu"
+c.GPUService.user_email_template = "{username}@students.example.edu"
+c.GPUService.instructor_emails = {"cs231n": ["prof@example.edu"]}
+c.GPUService.admin_emails = ["admin@example.edu"]
+c.GPUService.webhook_url = %(webhook_url)r
+"""
+
+
+def gpu_hub_config(
+    tmp_path,
+    db_url: str | None = None,
+    smtp_port: int = 0,
+    webhook_url: str = "",
+    tick: float = 1,
+    reconcile: float = 600,
+    grace: float = 300,
+    min_minutes: int = 10,
+) -> str:
+    """A hub config with gpu-local over simulated GPUs, the ledger, and the managed gpu service."""
+    db_url = db_url or f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    service_config = tmp_path / "gpu_service_config.py"
+    service_config.write_text(
+        SERVICE_CONFIG
+        % {
+            "db_url": db_url,
+            "tick": tick,
+            "reconcile": reconcile,
+            "grace": grace,
+            "smtp_port": smtp_port,
+            "webhook_url": webhook_url,
+        }
+    )
+    return GPU_SERVICE_CONFIG % {
+        "db_url": db_url,
+        "home": str(tmp_path / "homes"),
+        "min_minutes": min_minutes,
+        "service_port": free_port(),
+        "service_config": service_config,
+    }

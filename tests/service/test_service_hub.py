@@ -1,0 +1,149 @@
+"""The gpu service with a real hub, real single-user servers, a real SMTP server and a webhook."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from jupyterhub_gpu.service.ledger import Ledger
+from jupyterhub_gpu.service.metering import BudgetRule, billed_minutes
+from tests.conftest import wait_for
+from tests.service.conftest import gpu_hub_config
+
+pytestmark = pytest.mark.hub
+
+
+def service_pids(db_marker: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "jupyterhub_gpu.service"], capture_output=True, text=True).stdout.split()
+    pids = []
+    for pid in map(int, out):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().decode()
+        except OSError:
+            continue
+        if db_marker in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def ledger_of(tmp_path) -> Ledger:
+    return Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+
+
+def aware(moment):
+    return moment.replace(tzinfo=timezone.utc)
+
+
+def test_sessions_are_charged_per_started_minute(make_hub, tmp_path):
+    hub = make_hub(gpu_hub_config(tmp_path))
+    hub.create_users("short", "long")
+    hub.start_server("short", {"profile": "t4"})
+    hub.start_server("long", {"profile": "a100"})
+    hub.wait_ready("short")
+    hub.wait_ready("long")
+    ledger = ledger_of(tmp_path)
+    started = {r.user: aware(r.started) for r in ledger.open_sessions()}
+    assert set(started) == {"short", "long"}
+
+    # stop "short" before its first minute is over, "long" just after
+    time.sleep(max(0, 50 - (datetime.now(timezone.utc) - started["short"]).total_seconds()))
+    hub.stop_server("short")
+    time.sleep(max(0, 61.5 - (datetime.now(timezone.utc) - started["long"]).total_seconds()))
+    hub.stop_server("long")
+    hub.wait_stopped("short")
+    hub.wait_stopped("long")
+
+    records = {r.user: r for r in ledger.sessions()}
+    short, long = records["short"], records["long"]
+    assert (short.stopped - short.started).total_seconds() < 60
+    assert (long.stopped - long.started).total_seconds() > 61
+    assert short.minutes == 1 and short.cost_micros == 50_000  # ¥0.05
+    assert long.minutes == 2 and long.cost_micros == 500_000  # 2 × ¥0.25
+    for r in (short, long):
+        assert r.minutes == billed_minutes(r.started, r.stopped)
+        assert r.stop_reason == "stopped"
+        assert r.currency == "CNY"
+        assert len(r.gpu_list) == 1
+    assert len(ledger.sessions()) == 2  # nothing doubled
+
+
+def test_a_session_stopped_while_the_service_is_down_is_charged_to_its_stop(make_hub, tmp_path):
+    hub = make_hub(gpu_hub_config(tmp_path))
+    hub.create_users("ann")
+    hub.start_server("ann", {"profile": "t4"})
+    hub.wait_ready("ann")
+    marker = str(tmp_path / "gpu_service_config.py")
+    pids = wait_for(lambda: service_pids(marker), 30, what="the gpu service process")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    before = datetime.now(timezone.utc)
+    hub.stop_server("ann")
+    hub.wait_stopped("ann")
+    after = datetime.now(timezone.utc)
+    record = ledger_of(tmp_path).sessions(user="ann")[0]
+    assert before - timedelta(seconds=1) <= aware(record.stopped) <= after
+    assert record.minutes == billed_minutes(record.started, record.stopped) == 1
+    # the hub brings the service back, and replaying changes nothing
+    wait_for(lambda: service_pids(marker), 60, what="the service restarted by the hub")
+    assert len(ledger_of(tmp_path).sessions()) == 1
+
+
+def test_over_budget_user_cannot_start(make_hub, tmp_path):
+    hub = make_hub(gpu_hub_config(tmp_path))
+    hub.create_users("stu1")
+    ledger = ledger_of(tmp_path)
+    now = datetime.now(timezone.utc)
+    ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("0.40")), now)
+    # ¥0.40 covers 8 minutes of T4 (¥0.05/min), less than the 10 minutes a spawn needs
+    r = hub.start_server("stu1", {"profile": "t4"})
+    assert r.status_code == 403, r.text
+    message = r.json()["message"]
+    assert message.startswith("Budget too low for 10 minutes of this profile: ¥0.00 of ¥0.40")
+    assert "the cs231n group's budget" in message and "resets on 1 " in message
+    wait_for(lambda: hub.server("stu1") is None, 10, what="nothing started")
+    # the CPU profile at ¥0.01/min fits
+    r = hub.start_server("stu1", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("stu1")
+
+
+def test_running_user_reaching_the_budget_is_warned_then_stopped(make_hub, tmp_path, smtp_server, webhook):
+    config = gpu_hub_config(
+        tmp_path, smtp_port=smtp_server.port, webhook_url=webhook.url, tick=1, grace=4, min_minutes=0
+    )
+    hub = make_hub(config)
+    hub.create_users("stu2")
+    ledger = ledger_of(tmp_path)
+    # exactly the first minute of an A100 (¥0.25): the session reaches 100% as it starts
+    ledger.set_budget(BudgetRule("user", "stu2", "week", "money", Decimal("0.25")), datetime.now(timezone.utc))
+    hub.start_server("stu2", {"profile": "a100"})
+    hub.wait_ready("stu2")
+    notices = wait_for(lambda: ledger.notices("stu2"), 30, what="the 100% notice")
+    assert "stopped in 4 seconds" in notices[-1].message or "stopped" in notices[-1].message
+    warned_at = datetime.now(timezone.utc)
+    hub.wait_stopped("stu2", timeout=60)
+    stopped_at = datetime.now(timezone.utc)
+    assert (stopped_at - warned_at).total_seconds() >= 2  # the grace period passed first
+    record = ledger.sessions(user="stu2")[0]
+    assert record.stop_reason == "budget"
+    assert record.minutes == 1 and record.cost_micros == 250_000
+    # the mail reached the SMTP server; the webhook got the JSON alert
+    wait_for(lambda: smtp_server.messages, 10, what="alert mail")
+    _sender, rcpts, message = smtp_server.messages[0]
+    assert "stu2@students.example.edu" in rcpts and "admin@example.edu" in rcpts
+    assert "¥0.25" in message.get_content()
+    wait_for(lambda: webhook.bodies, 10, what="webhook")
+    assert webhook.bodies[0]["user"] == "stu2" and webhook.bodies[0]["threshold"] == 100
+    # 80% and 95% were passed in the same instant: only the 100% alert is sent, once
+    time.sleep(2)
+    assert len(smtp_server.messages) == 1 and len(webhook.bodies) == 1
+    assert {(a.threshold, a.channel) for a in ledger.alerts("stu2")} == {
+        (t, c) for t in (80, 95, 100) for c in ("lab", "email", "webhook")
+    }
+    assert len(ledger.notices("stu2")) == 1
