@@ -10,6 +10,8 @@ login (any user name, password "demo"). Everything else is the real code.
 import os
 import sys
 
+from jupyterhub_gpu.service.api import CUSTOM_SCOPES
+
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 state = os.environ.get("JUPYTERHUB_GPU_DEMO_STATE", os.path.join(root, ".state", "demo"))
@@ -77,6 +79,39 @@ c.GPULocalSpawner.profiles = [
 ]
 c.GPULocalSpawner.queue_timeout = 1800
 c.GPULocalSpawner.home_dir_template = os.path.join(state, "home", "{username}")
+# -- billing: the ledger and the hub-managed "gpu" service ------------------------
+ledger_url = f"sqlite:///{os.path.join(state, 'jupyterhub_gpu.sqlite')}"
+c.GPULocalSpawner.ledger_db_url = ledger_url
+c.GPULocalSpawner.budget_timezone = "Asia/Shanghai"
+c.JupyterHub.custom_scopes = CUSTOM_SCOPES
+c.JupyterHub.services = [
+    {
+        "name": "gpu",
+        "url": "http://127.0.0.1:10101",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpu.service",
+            f"--db-url={ledger_url}",
+            "--currency=CNY",
+            "--timezone=Asia/Shanghai",
+        ],
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": sorted(c.JupyterHub.custom_scopes),
+        "display": True,
+    }
+]
+c.JupyterHub.load_roles = [
+    {
+        "name": "gpu-service",
+        "services": ["gpu"],
+        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
+    },
+    {"name": "gpu-admins", "users": ["admin"], "scopes": sorted(c.JupyterHub.custom_scopes)},
+    # every user may open the gpu service's pages and API (their own data only)
+    {"name": "user", "scopes": ["self", "access:services!service=gpu"]},
+]
+
 c.Spawner.cmd = [os.path.join(bindir, "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 if os.getuid() == 0:

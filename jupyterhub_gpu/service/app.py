@@ -171,7 +171,8 @@ class GPUService(Application):
         )
         self.reconciler = Reconciler(self.ledger, self.hub)
         self.prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu/")
-        self.hub_auth = HubOAuth(api_token=self.hub.token, cache_max_age=60)
+        # the singleton: HubOAuthCallbackHandler uses HubOAuth.instance() too (PKCE state lives there)
+        self.hub_auth = HubOAuth.instance(api_token=self.hub.token, cache_max_age=60)
         self.last_reconcile = None
         self.ticks = 0
 

@@ -120,6 +120,7 @@ c.JupyterHub.load_roles.append({
     "services": ["gpu"],
     "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
 })
+c.JupyterHub.load_roles.append({"name": "user", "scopes": ["self", "access:services!service=gpu"]})
 c.JupyterHub.load_roles.append({
     "name": "gpu-admins",
     "users": ["admin"],

@@ -147,3 +147,25 @@ def test_running_user_reaching_the_budget_is_warned_then_stopped(make_hub, tmp_p
         (t, c) for t in (80, 95, 100) for c in ("lab", "email", "webhook")
     }
     assert len(ledger.notices("stu2")) == 1
+
+
+def test_reconciliation_closes_sessions_the_hub_no_longer_runs(make_hub, tmp_path):
+    from jupyterhub_gpu.service.ledger import SessionStart
+
+    hub = make_hub(gpu_hub_config(tmp_path, reconcile=1, tick=1))
+    hub.create_users("kept", "ghost")
+    hub.start_server("kept", {"profile": "t4"})
+    hub.wait_ready("kept")
+    ledger = ledger_of(tmp_path)
+    # a session whose stop was never recorded (its hub died at the wrong moment)
+    started = datetime.now(timezone.utc) - timedelta(minutes=3)
+    ghost = SessionStart("ghost-session", "ghost", "", (), "t4", ("GPU-x",), 50_000, "CNY", started)
+    assert ledger.record_start(ghost)
+    record = wait_for(
+        lambda: (r := ledger.get_session("ghost-session")) and r.stopped is not None and r, 30, what="reconciled"
+    )
+    assert record.stop_reason == "reconciled"
+    assert aware(record.stopped) == started  # never seen running: closed at its start, one minute billed
+    assert record.minutes == 1
+    kept = ledger.sessions(user="kept")[0]
+    assert kept.stopped is None and kept.last_seen is not None  # seen alive, left open
