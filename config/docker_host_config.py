@@ -94,3 +94,42 @@ c.GPUDockerSpawner.pids_limit = 2048
 c.Spawner.start_timeout = 180  # the queue wait is added on top for GPU profiles
 c.Spawner.http_timeout = 120
 c.Spawner.default_url = "/lab"
+
+# -- Billing: the ledger and the hub-managed "gpu" service (docs/service.md) ----------
+import sys  # noqa: E402
+
+from jupyterhub_gpu.service.api import CUSTOM_SCOPES  # noqa: E402
+
+LEDGER = "sqlite:////srv/jupyterhub/jupyterhub_gpu.sqlite"  # PostgreSQL for larger labs
+c.GPUDockerSpawner.ledger_db_url = LEDGER
+c.GPUDockerSpawner.budget_timezone = "Asia/Shanghai"
+c.GPUDockerSpawner.budget_min_minutes = 10  # a spawn needs budget for at least this many minutes
+
+c.JupyterHub.custom_scopes = CUSTOM_SCOPES
+c.JupyterHub.services = [
+    {
+        "name": "gpu",
+        "url": "http://127.0.0.1:10101",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpu.service",
+            f"--db-url={LEDGER}",
+            "--currency=CNY",
+            "--timezone=Asia/Shanghai",
+            # SMTP, webhook, thresholds...: --config=/etc/jupyterhub/gpu_service_config.py
+        ],
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES),
+        "display": True,
+    }
+]
+c.JupyterHub.load_roles = [
+    {
+        "name": "gpu-service",
+        "services": ["gpu"],
+        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
+    },
+    {"name": "user", "scopes": ["self", "access:services!service=gpu"]},
+    {"name": "gpu-admins", "users": ["labadmin"], "scopes": sorted(CUSTOM_SCOPES)},
+]
