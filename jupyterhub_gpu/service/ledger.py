@@ -324,7 +324,7 @@ class Ledger:
         if until is not None:
             query = query.where(SessionRecord.started < _naive(until))
         if group is not None:
-            query = query.where(SessionRecord.groups.contains(json.dumps(group)))
+            query = query.where(SessionRecord.groups.contains(json.dumps(group), autoescape=True))
         with self.Session() as db:
             records = list(db.scalars(query))
         if group is not None:  # the LIKE above is a pre-filter; check exactly
@@ -469,3 +469,110 @@ class Ledger:
             ).rowcount
             db.commit()
             return bool(changed)
+
+    # -- pricing (published by the hub, read by the API and metrics) -------------------
+    def set_pricing(self, profiles: list[dict], currency: str, now: datetime) -> int:
+        """Replace the published profiles and their prices; returns how many were stored.
+
+        Each dict needs ``slug``, ``gpu_count`` and ``rate_per_minute`` (a Decimal,
+        a decimal string or an int, never a float) and may have ``display_name``,
+        ``gpu_model`` and ``allowed_groups``; other keys are ignored, so the
+        fields of a spawner ``Profile`` can be passed as they are.
+        """
+        from ..money import parse_amount
+        from .metering import to_micros
+
+        rows = []
+        for position, profile in enumerate(profiles):
+            slug = profile["slug"]
+            rate = parse_amount(profile["rate_per_minute"], f"rate_per_minute of profile {slug!r}")
+            rows.append(
+                PriceRecord(
+                    slug=slug,
+                    position=position,
+                    display_name=profile.get("display_name") or slug,
+                    gpu_model=profile.get("gpu_model") or "",
+                    gpu_count=int(profile.get("gpu_count", 0)),
+                    rate_micros=to_micros(rate),
+                    currency=currency,
+                    allowed_groups=json.dumps(sorted(profile.get("allowed_groups") or ())),
+                    updated=_naive(now),
+                )
+            )
+        with self.Session() as db:
+            db.execute(delete(PriceRecord))
+            db.add_all(rows)
+            db.commit()
+        return len(rows)
+
+    def pricing(self) -> list[dict]:
+        """The published profiles in their configured order, rates as decimal strings."""
+        from .metering import from_micros
+
+        with self.Session() as db:
+            records = list(db.scalars(select(PriceRecord).order_by(PriceRecord.position, PriceRecord.slug)))
+        return [
+            {
+                "slug": r.slug,
+                "display_name": r.display_name,
+                "gpu_model": r.gpu_model,
+                "gpu_count": r.gpu_count,
+                "rate_per_minute": f"{from_micros(r.rate_micros):f}",
+                "currency": r.currency,
+                "allowed_groups": json.loads(r.allowed_groups or "[]"),
+                "updated": _aware(r.updated),
+            }
+            for r in records
+        ]
+
+    def closed_session_totals(self) -> list[dict]:
+        """Counts, minutes and money of stopped sessions, summed in SQL per profile, groups, currency and reason.
+
+        One aggregate query whose size is the number of distinct combinations
+        (a handful), not the number of sessions: cheap enough for every scrape.
+        Stopped sessions never change, so sums over them only grow.
+        """
+        from sqlalchemy import func
+
+        query = (
+            select(
+                SessionRecord.profile,
+                SessionRecord.groups,
+                SessionRecord.currency,
+                SessionRecord.stop_reason,
+                func.count(),
+                func.coalesce(func.sum(SessionRecord.minutes), 0),
+                func.coalesce(func.sum(SessionRecord.cost_micros), 0),
+            )
+            .where(SessionRecord.stopped.is_not(None))
+            .group_by(SessionRecord.profile, SessionRecord.groups, SessionRecord.currency, SessionRecord.stop_reason)
+        )
+        with self.Session() as db:
+            return [
+                {
+                    "profile": profile,
+                    "groups": json.loads(groups or "[]"),
+                    "currency": currency,
+                    "stop_reason": reason or "",
+                    "sessions": int(count),
+                    "minutes": int(minutes),
+                    "cost_micros": int(cost),
+                }
+                for profile, groups, currency, reason, count, minutes, cost in db.execute(query)
+            ]
+
+
+class PriceRecord(Base):
+    """A profile as the hub published it: who may use it and its rate per minute."""
+
+    __tablename__ = "gpu_pricing"
+
+    slug: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    display_name: Mapped[str] = mapped_column(String(255))
+    gpu_model: Mapped[str] = mapped_column(String(64), default="")
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    rate_micros: Mapped[int] = mapped_column(BigInteger)  # per minute
+    currency: Mapped[str] = mapped_column(String(3))
+    allowed_groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list; empty: everyone
+    updated: Mapped[datetime] = mapped_column(DateTime)

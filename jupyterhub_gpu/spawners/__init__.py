@@ -21,6 +21,29 @@ def _startup_check(app) -> None:
             app.log.critical("jupyterhub-gpu configuration error: %s", problem)
         app.exit(1)
     app.log.info("jupyterhub-gpu: the GPU configuration of %s is valid", spawner_class.__name__)
+    publish_pricing(app, spawner_class)
+
+
+def publish_pricing(app, spawner_class) -> None:
+    """Write the static profiles and their rates to the ledger, for the service's ``GET pricing``."""
+    from dataclasses import asdict
+
+    from traitlets.config import Configurable
+
+    from ..clock import utcnow
+    from ..money import Currency
+    from .profiles import parse_profiles
+
+    probe = spawner_class.__new__(spawner_class)
+    Configurable.__init__(probe, config=app.config)
+    if not probe.ledger_db_url or callable(probe.profiles):
+        return
+    from ..service.ledger import shared_ledger
+
+    profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
+    currency = Currency.from_config(probe.currency, probe.currency_symbol).code
+    count = shared_ledger(probe.ledger_db_url).set_pricing([asdict(p) for p in profiles], currency, utcnow())
+    app.log.info("jupyterhub-gpu: published %d profiles and their prices to the ledger", count)
 
 
 def _install_startup_check() -> None:

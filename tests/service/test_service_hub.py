@@ -98,6 +98,12 @@ def test_over_budget_user_cannot_start(make_hub, tmp_path):
     hub = make_hub(gpu_hub_config(tmp_path))
     hub.create_users("stu1")
     ledger = ledger_of(tmp_path)
+    # the hub published its profiles and prices at startup
+    assert [(p["slug"], p["rate_per_minute"]) for p in ledger.pricing()] == [
+        ("t4", "0.05"),
+        ("a100", "0.25"),
+        ("cpu", "0.01"),
+    ]
     now = datetime.now(timezone.utc)
     ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("0.40")), now)
     # ¥0.40 covers 8 minutes of T4 (¥0.05/min), less than the 10 minutes a spawn needs
