@@ -186,6 +186,12 @@ def budget_status(rule: BudgetRule, rows: list[UsageRow], now: datetime, tz: Zon
     return BudgetStatus(rule=rule, period_start=start, period_end=end, used=used, limit=rule.limit)
 
 
+def earliest_period_start(rules: list[BudgetRule], now: datetime, tz: ZoneInfo) -> datetime:
+    """The start of the oldest current period among ``rules``: older sessions cannot count."""
+    starts = [period_window(r.period, now, tz, r.term_start, r.term_end)[0] for r in rules]
+    return min(starts) if starts else now
+
+
 def user_statuses(
     user: str, groups, rules: list[BudgetRule], rows: list[UsageRow], now: datetime, tz: ZoneInfo
 ) -> list[BudgetStatus]:

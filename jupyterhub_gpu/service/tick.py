@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from .alerts import CHANNELS
 from .hubapi import HubAPIError, HubClient
 from .ledger import Ledger, SessionStart, _aware
-from .metering import BudgetStatus, crossed_thresholds, user_statuses
+from .metering import BudgetStatus, crossed_thresholds, earliest_period_start, user_statuses
 
 log = logging.getLogger("jupyterhub_gpu.service")
 
@@ -53,8 +53,7 @@ async def enforce_budgets(
     by_user: dict[str, list] = {}
     for s in open_sessions:
         by_user.setdefault(s.user, []).append(s)
-    # the widest period any rule can reach back to: 366 days covers week, month and a year-long term
-    since = min(_aware(s.started) for s in open_sessions) - timedelta(days=366)
+    since = earliest_period_start(rules, now, tz)
     rows = Ledger.usage_rows(ledger.sessions(since=since), now)
     for user, sessions in by_user.items():
         result.users_checked += 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -272,7 +272,7 @@ class GPUSpawnerMixin(Configurable):
         ledger = self.ledger
         if ledger is None:
             return None
-        from ..service.metering import spawn_refusal, to_micros, user_statuses
+        from ..service.metering import earliest_period_start, spawn_refusal, to_micros, user_statuses
 
         groups = tuple(self._gpu_group_names())
         tz = ZoneInfo(self.budget_timezone)
@@ -282,7 +282,8 @@ class GPUSpawnerMixin(Configurable):
             rules = ledger.budget_rules()
             if not rules:
                 return None
-            rows = ledger.rows_for(self.user.name, groups, now, since=now - timedelta(days=400))
+            since = earliest_period_start(rules, now, tz)
+            rows = ledger.rows_for(self.user.name, groups, now, since=since)
             statuses = user_statuses(self.user.name, groups, rules, rows, now, tz)
             return spawn_refusal(
                 statuses,
