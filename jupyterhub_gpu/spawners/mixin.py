@@ -208,6 +208,16 @@ class GPUSpawnerMixin(Configurable):
         """,
     ).tag(config=True)
 
+    gpu_service_url = Unicode(
+        "",
+        help="""
+        The gpu service as the single-user servers reach it, for their server
+        extension (samples, budget, notices); empty when there is no service.
+
+            c.GPUDockerSpawner.gpu_service_url = "http://127.0.0.1:10101/services/gpu/"
+        """,
+    ).tag(config=True)
+
     budget_timezone = Unicode(
         "UTC",
         help="""
@@ -443,6 +453,13 @@ class GPUSpawnerMixin(Configurable):
                 session_id=self._gpu_session["session_id"],
                 started=started,
                 simulated=self._gpu_session["simulated"],
+                devices=[
+                    {"index": d.index, "uuid": d.uuid, "name": d.name, "memory_mib": d.memory_mib} for d in devices
+                ],
+                gpu_model=profile.gpu_model,
+                profile_name=profile.display_name,
+                currency_symbol=self.gpu_currency.symbol,
+                service_url=self.gpu_service_url,
             )
             rate = self.gpu_currency.format_rate(profile.rate_per_minute)
             what = ", ".join(f"{d.name} ({d.uuid})" for d in devices) or "no GPU"

@@ -27,10 +27,19 @@ def make_gpu_env(
     session_id: str,
     started: datetime,
     simulated: bool,
+    devices: list[dict] | None = None,
+    gpu_model: str = "",
+    profile_name: str = "",
+    currency_symbol: str = "",
+    service_url: str = "",
 ) -> dict[str, str]:
-    """Environment variables that tell a server its GPUs, profile, rate and session."""
+    """Environment variables that tell a server its GPUs, profile, rate and session.
+
+    ``devices`` (index, uuid, name, memory_mib of each assigned GPU) lets the
+    server extension label and size the GPUs it reads.
+    """
     visible = ",".join(device_uuids)
-    return {
+    env = {
         # "void" hides every GPU from the NVIDIA runtime for a CPU-only profile;
         # base images set NVIDIA_VISIBLE_DEVICES=all otherwise.
         "NVIDIA_VISIBLE_DEVICES": visible or "void",
@@ -42,7 +51,14 @@ def make_gpu_env(
         "JUPYTERHUB_GPU_SESSION_ID": session_id,
         "JUPYTERHUB_GPU_STARTED": isoformat(started),
         "JUPYTERHUB_GPU_SIMULATED": "1" if simulated else "0",
+        "JUPYTERHUB_GPU_DEVICE_INFO": json.dumps(devices or [], sort_keys=True),
+        "JUPYTERHUB_GPU_MODEL": gpu_model,
+        "JUPYTERHUB_GPU_PROFILE_NAME": profile_name or profile_slug,
+        "JUPYTERHUB_GPU_CURRENCY_SYMBOL": currency_symbol,
     }
+    if service_url:
+        env["JUPYTERHUB_GPU_SERVICE_URL"] = service_url
+    return env
 
 
 def make_device_requests(device_uuids: list[str]) -> list[dict]:

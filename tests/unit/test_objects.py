@@ -49,6 +49,14 @@ def test_gpu_env_for_two_gpus():
         session_id="0123456789abcdef",
         started=STARTED,
         simulated=True,
+        devices=[
+            {"index": "0", "uuid": U0, "name": "Simulated T4", "memory_mib": 16384},
+            {"index": "1", "uuid": U1, "name": "Simulated T4", "memory_mib": 16384},
+        ],
+        gpu_model="T4",
+        profile_name="2× T4",
+        currency_symbol="¥",
+        service_url="http://127.0.0.1:10101/services/gpu/",
     )
     assert env == {
         "NVIDIA_VISIBLE_DEVICES": f"{U0},{U1}",
@@ -60,6 +68,14 @@ def test_gpu_env_for_two_gpus():
         "JUPYTERHUB_GPU_SESSION_ID": "0123456789abcdef",
         "JUPYTERHUB_GPU_STARTED": "2026-11-29T19:46:04.123456Z",
         "JUPYTERHUB_GPU_SIMULATED": "1",
+        "JUPYTERHUB_GPU_DEVICE_INFO": (
+            f'[{{"index": "0", "memory_mib": 16384, "name": "Simulated T4", "uuid": "{U0}"}}, '
+            f'{{"index": "1", "memory_mib": 16384, "name": "Simulated T4", "uuid": "{U1}"}}]'
+        ),
+        "JUPYTERHUB_GPU_MODEL": "T4",
+        "JUPYTERHUB_GPU_PROFILE_NAME": "2× T4",
+        "JUPYTERHUB_GPU_CURRENCY_SYMBOL": "¥",
+        "JUPYTERHUB_GPU_SERVICE_URL": "http://127.0.0.1:10101/services/gpu/",
     }
 
 
@@ -83,6 +99,10 @@ def test_gpu_env_for_cpu_only():
         "JUPYTERHUB_GPU_SESSION_ID": "s",
         "JUPYTERHUB_GPU_STARTED": "2026-11-29T19:46:04.123456Z",
         "JUPYTERHUB_GPU_SIMULATED": "0",
+        "JUPYTERHUB_GPU_DEVICE_INFO": "[]",
+        "JUPYTERHUB_GPU_MODEL": "",
+        "JUPYTERHUB_GPU_PROFILE_NAME": "cpu",
+        "JUPYTERHUB_GPU_CURRENCY_SYMBOL": "",
     }
 
 

@@ -1,0 +1,324 @@
+"""The server extension: ``/gpu/api/v1/stats`` and friends, the sampler, and the push to the service.
+
+Everything a student's JupyterLab shows about cost and GPUs comes through
+``GET /gpu/api/v1/stats``: the latest GPU sample (never read per request), the
+session's cost so far, and the budget and notices the service reported at its
+last exchange with this server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from decimal import Decimal
+from urllib.parse import quote
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.ioloop import PeriodicCallback
+from traitlets import Float, Unicode
+from traitlets.config import Configurable
+
+from ..clock import isoformat, utcnow
+from ..money import Currency
+from .sampler import DeviceInfo, KernelActivity, NVMLReader, Sampler, SimulatedReader
+
+
+class GPUStats(Configurable):
+    """Settings of the jupyterhub-gpu server extension (``c.GPUStats.*`` in the server's config)."""
+
+    interval = Float(2.0, help="Seconds between GPU samples.").tag(config=True)
+    history_seconds = Float(3600, help="Seconds of samples kept for the panel's charts.").tag(config=True)
+    push_interval = Float(30, help="Seconds between pushes of samples to the gpu service.").tag(config=True)
+    service_url = Unicode(
+        help="The gpu service's URL as this server reaches it (default: $JUPYTERHUB_GPU_SERVICE_URL)."
+    ).tag(config=True)
+    tensorboard_url = Unicode(
+        help="Path of TensorBoard for the Lab button, e.g. /user/{username}/proxy/6006/; empty hides the button."
+    ).tag(config=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if not self.service_url:
+            self.service_url = os.environ.get("JUPYTERHUB_GPU_SERVICE_URL", "")
+        if not self.tensorboard_url:
+            self.tensorboard_url = os.environ.get("JUPYTERHUB_GPU_TENSORBOARD_URL", "")
+
+
+def session_from_env(env=os.environ) -> dict | None:
+    """The session facts the spawner put in the environment, or None outside jupyterhub-gpu."""
+    if "JUPYTERHUB_GPU_SESSION_ID" not in env:
+        return None
+    currency = Currency.from_config(
+        env.get("JUPYTERHUB_GPU_CURRENCY", "USD"), env.get("JUPYTERHUB_GPU_CURRENCY_SYMBOL") or None
+    )
+    return {
+        "id": env["JUPYTERHUB_GPU_SESSION_ID"],
+        "profile": env.get("JUPYTERHUB_GPU_PROFILE", ""),
+        "display_name": env.get("JUPYTERHUB_GPU_PROFILE_NAME", env.get("JUPYTERHUB_GPU_PROFILE", "")),
+        "gpu_model": env.get("JUPYTERHUB_GPU_MODEL", ""),
+        "started": env.get("JUPYTERHUB_GPU_STARTED", ""),
+        "rate_per_minute": env.get("JUPYTERHUB_GPU_RATE_PER_MINUTE", "0"),
+        "currency": currency.code,
+        "currency_symbol": currency.symbol,
+        "simulated": env.get("JUPYTERHUB_GPU_SIMULATED") == "1",
+    }
+
+
+def devices_from_env(env=os.environ) -> list[DeviceInfo]:
+    info = env.get("JUPYTERHUB_GPU_DEVICE_INFO")
+    if info:
+        return [DeviceInfo(str(d["index"]), d["uuid"], d["name"], int(d["memory_mib"])) for d in json.loads(info)]
+    uuids = [u for u in env.get("JUPYTERHUB_GPU_DEVICES", "").split(",") if u]
+    return [DeviceInfo(str(i), u, u, 0) for i, u in enumerate(uuids)]
+
+
+def session_cost(session: dict, now: datetime) -> tuple[int, Decimal]:
+    """(minutes billed, cost so far): every started minute, the first at the start."""
+    from ..service.metering import billed_minutes
+
+    started = datetime.fromisoformat(session["started"].replace("Z", "+00:00"))
+    minutes = billed_minutes(started, max(now, started))
+    return minutes, minutes * Decimal(session["rate_per_minute"])
+
+
+def budget_summary(me: dict | None, session: dict) -> dict:
+    """The tightest budget from the service's ``GET me``: remaining, unit, minutes it lasts."""
+    if not me or not me.get("budgets"):
+        return {"budget_remaining": None, "budget_unit": None, "budget_minutes_left": None}
+    rate = Decimal(session["rate_per_minute"])
+    gpus = max(len(json.loads(os.environ.get("JUPYTERHUB_GPU_DEVICE_INFO", "[]"))), 0)
+    best = None
+    for b in me["budgets"]:
+        remaining = Decimal(b["remaining"])
+        if b["unit"] == "money":
+            minutes = int(remaining / rate) if rate > 0 else None
+        else:
+            minutes = int(remaining * 60 / gpus) if gpus else None
+        key = minutes if minutes is not None else 10**12
+        if best is None or key < best[0]:
+            best = (key, b, minutes)
+    _, b, minutes = best
+    return {"budget_remaining": b["remaining"], "budget_unit": b["unit"], "budget_minutes_left": minutes}
+
+
+class GPUExtension:
+    """State of the extension in one server: sampler, session, last word from the service."""
+
+    def __init__(self, serverapp, config: GPUStats):
+        self.serverapp = serverapp
+        self.config = config
+        self.session = session_from_env()
+        self.devices = devices_from_env()
+        self.simulated = bool(self.session and self.session["simulated"])
+        self.activity = KernelActivity()
+        self.last_kernel_activity: datetime | None = None
+        self.reason: str | None = None
+        self.service_me: dict | None = None
+        self.service_available = False
+        self.sampler: Sampler | None = None
+        if not self.devices:
+            self.reason = (
+                "No GPU is assigned to this server (CPU-only profile)."
+                if self.session
+                else "This server was not started by jupyterhub-gpu: no GPU is assigned to it."
+            )
+        elif self.simulated:
+            self.sampler = Sampler(
+                SimulatedReader(self.devices, lambda: self.activity), config.interval, config.history_seconds
+            )
+        else:
+            try:
+                reader = NVMLReader(self.devices)
+            except Exception as e:
+                self.reason = f"NVML is unavailable: {type(e).__name__}: {e}"
+            else:
+                self.sampler = Sampler(reader, config.interval, config.history_seconds)
+
+    def start(self):
+        self.update_activity()
+        if self.sampler:
+            self.sampler.sample_once()
+            self.sampler.start()
+        self._activity_cb = PeriodicCallback(self.update_activity, self.config.interval * 1000)
+        self._activity_cb.start()
+        if self.config.service_url and self.session:
+            self._push_cb = PeriodicCallback(self.exchange_with_service, self.config.push_interval * 1000)
+            self._push_cb.start()
+            self.serverapp.io_loop.add_callback(self.exchange_with_service)
+
+    def update_activity(self):
+        """Count running and busy kernels (on the event loop, where the kernel manager lives)."""
+        km = self.serverapp.kernel_manager
+        kernels = busy = 0
+        last = None
+        for kid in list(km.list_kernel_ids()):
+            try:
+                kernel = km.get_kernel(kid)
+            except KeyError:
+                continue
+            kernels += 1
+            if getattr(kernel, "execution_state", "idle") == "busy":
+                busy += 1
+            activity = getattr(kernel, "last_activity", None)
+            if activity is not None and (last is None or activity > last):
+                last = activity
+        self.activity = KernelActivity(kernels=kernels, busy=busy)
+        if last is not None:
+            self.last_kernel_activity = last if last.tzinfo else last.replace(tzinfo=timezone.utc)
+
+    # -- the service ---------------------------------------------------------------
+    async def _service(self, method: str, path: str, body=None):
+        url = url_path_join(self.config.service_url, path)
+        request = HTTPRequest(
+            url,
+            method=method,
+            headers={
+                "Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}",
+                "Content-Type": "application/json",
+            },
+            body=json.dumps(body) if body is not None else None,
+            request_timeout=10,
+            follow_redirects=False,
+        )
+        response = await AsyncHTTPClient().fetch(request)
+        return json.loads(response.body) if response.body else None
+
+    def sample_payload(self) -> dict:
+        summary = self.sampler.take_aggregate() if self.sampler else {"samples": 0, "gpus": []}
+        return {
+            "session_id": self.session["id"],
+            "sampled_until": isoformat(utcnow()),
+            "interval_seconds": self.config.push_interval,
+            "kernels": self.activity.kernels,
+            "busy_kernels": self.activity.busy,
+            "last_kernel_activity": isoformat(self.last_kernel_activity) if self.last_kernel_activity else None,
+            **summary,
+        }
+
+    async def exchange_with_service(self):
+        """Push the samples since the last push, and fetch the budget and notices."""
+        try:
+            await self._service("POST", "api/v1/samples", self.sample_payload())
+            self.service_me = await self._service("GET", "api/v1/me")
+            self.service_available = True
+        except (HTTPClientError, OSError, ValueError) as e:
+            self.service_available = False
+            self.serverapp.log.warning("jupyterhub-gpu: the gpu service is unreachable: %s", e)
+
+    # -- the stats -----------------------------------------------------------------
+    def stats(self) -> dict:
+        now = utcnow()
+        readings, sampled_at, history, error = self.sampler.snapshot() if self.sampler else ([], None, [], None)
+        session = None
+        if self.session:
+            minutes, cost = session_cost(self.session, now)
+            session = {
+                **{k: v for k, v in self.session.items() if k != "simulated"},
+                "minutes_billed": minutes,
+                "cost": str(cost.normalize() if cost else Decimal(0)),
+                **budget_summary(self.service_me, self.session),
+            }
+        return {
+            "simulated": self.simulated,
+            "reason": self.reason or (f"The last GPU reading failed: {error}" if error else None),
+            "sampled_at": isoformat(datetime.fromtimestamp(sampled_at, timezone.utc)) if sampled_at else None,
+            "interval_seconds": self.config.interval,
+            "gpus": [r.to_dict() for r in readings],
+            "history": [
+                {
+                    "t": isoformat(datetime.fromtimestamp(t, timezone.utc)),
+                    "utilization_percent": util,
+                    "memory_used_mib": used,
+                    "memory_total_mib": total,
+                }
+                for t, util, used, total in history
+            ],
+            "session": session,
+            "kernels": {"running": self.activity.kernels, "busy": self.activity.busy},
+            "notices": (self.service_me or {}).get("notices", []),
+            "service_available": self.service_available,
+            "tensorboard_url": self.config.tensorboard_url or None,
+        }
+
+    def stop(self):
+        if self.sampler:
+            self.sampler.stop()
+
+
+class BaseGPUHandler(APIHandler):
+    @property
+    def gpu(self) -> GPUExtension:
+        return self.settings["jupyterhub_gpu"]
+
+
+class StatsHandler(BaseGPUHandler):
+    @web.authenticated
+    def get(self):
+        self.finish(json.dumps(self.gpu.stats()))
+
+
+class DismissNoticeHandler(BaseGPUHandler):
+    @web.authenticated
+    async def post(self, notice_id):
+        if not self.gpu.config.service_url:
+            raise web.HTTPError(404, "No gpu service is configured for this server.")
+        try:
+            await self.gpu._service("POST", f"api/v1/me/notices/{int(notice_id)}/dismiss", {})
+        except HTTPClientError as e:
+            raise web.HTTPError(e.code if 400 <= e.code < 500 else 502, f"The gpu service said: {e}") from None
+        self.gpu.service_me = None
+        self.finish(json.dumps({"dismissed": int(notice_id)}))
+
+
+class StopHandler(BaseGPUHandler):
+    """Stop this server (and its billing) through the hub, with the server's own token."""
+
+    @web.authenticated
+    async def post(self):
+        api_url = os.environ.get("JUPYTERHUB_API_URL")
+        user = os.environ.get("JUPYTERHUB_USER")
+        if not api_url or not user:
+            raise web.HTTPError(400, "This server was not started by JupyterHub.")
+        name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+        path = (
+            f"users/{quote(user, safe='')}/servers/{quote(name, safe='')}"
+            if name
+            else f"users/{quote(user, safe='')}/server"
+        )
+        request = HTTPRequest(
+            url_path_join(api_url, path),
+            method="DELETE",
+            headers={"Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}"},
+            request_timeout=10,
+        )
+        try:
+            await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as e:
+            raise web.HTTPError(502 if e.code >= 500 else e.code, f"The hub refused to stop this server: {e}") from None
+        self.set_status(202)
+        self.finish(json.dumps({"stopping": True}))
+
+
+def load(serverapp) -> GPUExtension:
+    config = GPUStats(parent=serverapp)
+    extension = GPUExtension(serverapp, config)
+    base = url_path_join(serverapp.web_app.settings["base_url"], "gpu/api/v1")
+    serverapp.web_app.settings["jupyterhub_gpu"] = extension
+    serverapp.web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "stats"), StatsHandler),
+            (url_path_join(base, r"notices/(\d+)/dismiss"), DismissNoticeHandler),
+            (url_path_join(base, "stop"), StopHandler),
+        ],
+    )
+    extension.start()
+    serverapp.log.info(
+        "jupyterhub-gpu server extension: %s",
+        extension.reason or f"{len(extension.devices)} GPU(s){' (simulated)' if extension.simulated else ''}",
+    )
+    return extension

@@ -1,0 +1,255 @@
+"""The one GPU sampler of a single-user server: NVML or simulated readings in a thread.
+
+NVML is read by one thread at a fixed interval (default 2 s), never per
+request; handlers return the latest sample. The simulated reader stands in
+where there is no GPU (the demo and the tests), and follows the server's real
+kernel activity in a documented way:
+
+- every running kernel holds ``SIM_MEMORY_PER_KERNEL_MIB`` of GPU memory (as a
+  TensorFlow kernel that has touched the GPU does), capped at the GPU's total;
+- every busy kernel adds ``SIM_UTIL_PER_BUSY_KERNEL`` percentage points of
+  utilization, capped at 100; with no busy kernel the GPU is idle (0%);
+- temperature is ``30 + util / 2`` °C and power ``20 + 2.5 × util`` W.
+
+So a test that starts one kernel and keeps it busy sees exactly 45% and 1 GiB
+per GPU; two busy kernels, 90% and 2 GiB.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+log = logging.getLogger("jupyterhub_gpu.serverext")
+
+SIM_MEMORY_PER_KERNEL_MIB = 1024
+SIM_UTIL_PER_BUSY_KERNEL = 45
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: str
+    uuid: str
+    name: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class GPUReading:
+    index: str
+    uuid: str
+    name: str
+    utilization_percent: int
+    memory_used_mib: int
+    memory_total_mib: int
+    temperature_c: int | None
+    power_w: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelActivity:
+    """What the simulated GPU reacts to: how many kernels run, and how many are busy."""
+
+    kernels: int = 0
+    busy: int = 0
+
+
+def simulated_reading(device: DeviceInfo, activity: KernelActivity) -> GPUReading:
+    """The documented response of a simulated GPU to the server's kernels."""
+    util = min(100, SIM_UTIL_PER_BUSY_KERNEL * activity.busy)
+    memory = min(device.memory_mib, SIM_MEMORY_PER_KERNEL_MIB * activity.kernels)
+    return GPUReading(
+        index=device.index,
+        uuid=device.uuid,
+        name=device.name,
+        utilization_percent=util,
+        memory_used_mib=memory,
+        memory_total_mib=device.memory_mib,
+        temperature_c=30 + util // 2,
+        power_w=round(20 + 2.5 * util, 1),
+    )
+
+
+class SimulatedReader:
+    def __init__(self, devices: list[DeviceInfo], activity: Callable[[], KernelActivity]):
+        self.devices = devices
+        self.activity = activity
+
+    def read(self) -> list[GPUReading]:
+        activity = self.activity()
+        return [simulated_reading(d, activity) for d in self.devices]
+
+    def close(self):
+        pass
+
+
+class NVMLReader:
+    """Reads the assigned GPUs (by UUID, MIG instances included) through NVML."""
+
+    def __init__(self, devices: list[DeviceInfo], nvml=None):
+        if nvml is None:
+            import pynvml as nvml
+        self.nvml = nvml
+        nvml.nvmlInit()
+        self.handles = []
+        for d in devices:
+            handle = nvml.nvmlDeviceGetHandleByUUID(d.uuid.encode() if isinstance(d.uuid, str) else d.uuid)
+            self.handles.append((d, handle))
+
+    def _optional(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception:  # not supported on this device (MIG slices have no temperature)
+            return None
+
+    def read(self) -> list[GPUReading]:
+        nvml = self.nvml
+        readings = []
+        for d, handle in self.handles:
+            util = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            temp = self._optional(nvml.nvmlDeviceGetTemperature, handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+            power = self._optional(nvml.nvmlDeviceGetPowerUsage, handle)
+            readings.append(
+                GPUReading(
+                    index=d.index,
+                    uuid=d.uuid,
+                    name=d.name,
+                    utilization_percent=int(util.gpu) if util is not None else 0,
+                    memory_used_mib=int(memory.used // 1024**2),
+                    memory_total_mib=int(memory.total // 1024**2),
+                    temperature_c=int(temp) if temp is not None else None,
+                    power_w=round(power / 1000, 1) if power is not None else None,
+                )
+            )
+        return readings
+
+    def close(self):
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+@dataclass
+class Aggregate:
+    """Averages since the last push to the service."""
+
+    samples: int = 0
+    utilization_sum: float = 0.0
+    memory_used_max_mib: int = 0
+    memory_used_sum: float = 0.0
+    memory_total_mib: int = 0
+    per_gpu: dict = field(default_factory=dict)
+
+    def add(self, readings: list[GPUReading]) -> None:
+        if not readings:
+            return
+        self.samples += 1
+        util = sum(r.utilization_percent for r in readings) / len(readings)
+        used = sum(r.memory_used_mib for r in readings)
+        self.utilization_sum += util
+        self.memory_used_sum += used
+        self.memory_used_max_mib = max(self.memory_used_max_mib, used)
+        self.memory_total_mib = sum(r.memory_total_mib for r in readings)
+        for r in readings:
+            g = self.per_gpu.setdefault(r.uuid, {"utilization_sum": 0.0, "memory_used_max_mib": 0, "samples": 0})
+            g["utilization_sum"] += r.utilization_percent
+            g["memory_used_max_mib"] = max(g["memory_used_max_mib"], r.memory_used_mib)
+            g["samples"] += 1
+
+    def summary(self) -> dict:
+        n = max(self.samples, 1)
+        return {
+            "samples": self.samples,
+            "utilization_avg": round(self.utilization_sum / n, 1),
+            "memory_used_avg_mib": int(self.memory_used_sum / n),
+            "memory_used_max_mib": self.memory_used_max_mib,
+            "memory_total_mib": self.memory_total_mib,
+            "gpus": [
+                {
+                    "uuid": uuid,
+                    "utilization_avg": round(g["utilization_sum"] / max(g["samples"], 1), 1),
+                    "memory_used_max_mib": g["memory_used_max_mib"],
+                }
+                for uuid, g in self.per_gpu.items()
+            ],
+        }
+
+
+class Sampler:
+    """One thread that reads the GPUs every ``interval`` seconds and keeps the latest sample."""
+
+    def __init__(self, reader, interval: float = 2.0, history_seconds: float = 3600, clock=time.time):
+        self.reader = reader
+        self.interval = interval
+        self.clock = clock
+        self.latest: list[GPUReading] = []
+        self.sampled_at: float | None = None
+        self.error: str | None = None
+        self.history: deque = deque(maxlen=max(1, int(history_seconds / interval)))
+        self.aggregate = Aggregate()
+        self.reads = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> None:
+        try:
+            readings = self.reader.read()
+            error = None
+        except Exception as e:  # keep the last good sample; say why it is old
+            log.warning("GPU sample failed: %s", e)
+            readings, error = None, f"{type(e).__name__}: {e}"
+        now = self.clock()
+        with self._lock:
+            self.reads += 1
+            self.error = error
+            if readings is None:
+                return
+            self.latest = readings
+            self.sampled_at = now
+            self.aggregate.add(readings)
+            if readings:
+                self.history.append(
+                    (
+                        now,
+                        round(sum(r.utilization_percent for r in readings) / len(readings), 1),
+                        sum(r.memory_used_mib for r in readings),
+                        sum(r.memory_total_mib for r in readings),
+                    )
+                )
+
+    def snapshot(self) -> tuple[list[GPUReading], float | None, list[tuple], str | None]:
+        with self._lock:
+            return list(self.latest), self.sampled_at, list(self.history), self.error
+
+    def take_aggregate(self) -> dict:
+        """The averages since the last call, and start a new period."""
+        with self._lock:
+            summary = self.aggregate.summary()
+            self.aggregate = Aggregate()
+        return summary
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample_once()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="jupyterhub-gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.reader.close()
