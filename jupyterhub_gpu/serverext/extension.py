@@ -18,7 +18,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from tornado.ioloop import PeriodicCallback
+from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
@@ -275,32 +275,42 @@ class DismissNoticeHandler(BaseGPUHandler):
 
 
 class StopHandler(BaseGPUHandler):
-    """Stop this server (and its billing) through the hub, with the server's own token."""
+    """Stop this server (and its billing) through the hub, with the server's own token.
+
+    The answer (202) goes out before the hub is asked: the hub's stop ends this
+    very process, which would otherwise cut the request off mid-answer.
+    """
 
     @web.authenticated
-    async def post(self):
+    def post(self):
         api_url = os.environ.get("JUPYTERHUB_API_URL")
         user = os.environ.get("JUPYTERHUB_USER")
         if not api_url or not user:
             raise web.HTTPError(400, "This server was not started by JupyterHub.")
         name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
-        path = (
-            f"users/{quote(user, safe='')}/servers/{quote(name, safe='')}"
-            if name
-            else f"users/{quote(user, safe='')}/server"
-        )
+        path = f"users/{quote(user, safe='')}/server"
+        if name:
+            path = f"users/{quote(user, safe='')}/servers/{quote(name, safe='')}"
         request = HTTPRequest(
             url_path_join(api_url, path),
             method="DELETE",
             headers={"Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}"},
-            request_timeout=10,
+            request_timeout=30,
         )
-        try:
-            await AsyncHTTPClient().fetch(request)
-        except HTTPClientError as e:
-            raise web.HTTPError(502 if e.code >= 500 else e.code, f"The hub refused to stop this server: {e}") from None
+        log = self.log
+
+        async def ask_hub():
+            try:
+                await AsyncHTTPClient().fetch(request)
+            except HTTPClientError as e:
+                if e.code != 599:  # 599: this server went away while the hub stopped it
+                    log.error("jupyterhub-gpu: the hub refused to stop this server: %s", e)
+            except OSError:
+                pass
+
         self.set_status(202)
         self.finish(json.dumps({"stopping": True}))
+        IOLoop.current().add_callback(ask_hub)
 
 
 def load(serverapp) -> GPUExtension:

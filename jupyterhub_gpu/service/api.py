@@ -1,22 +1,50 @@
 """REST API of the gpu service under ``/services/gpu/api/v1/``.
 
 Every handler authenticates through JupyterHub (OAuth cookie in browsers,
-``Authorization: token …`` for programs). A user may read only their own
-usage; budgets, prices and other users' data need the custom scopes below.
+``Authorization: token …`` for programs); a request without valid credentials
+gets a 403 JSON answer, never a redirect. A user may read only their own usage;
+budgets and other users' data need the custom scopes below. Money is always a
+decimal string in JSON. The parsing of bodies and query parameters is done by
+pure functions at the top, so that every 400 can be tested without a hub.
+
+The endpoints are described by ``openapi.yaml`` next to this module, served at
+``api/v1/openapi.yaml``.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
-from datetime import datetime, timedelta
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..clock import isoformat, utcnow
+from ..money import MoneyError, parse_amount
+from .hubapi import HubAPIError
 from .ledger import Ledger, _aware
-from .metering import billed_minutes, from_micros, user_statuses
+from .metering import (
+    PERIODS,
+    UNITS,
+    BudgetRule,
+    BudgetStatus,
+    UsageRow,
+    applies_to,
+    billed_minutes,
+    budget_status,
+    from_micros,
+    period_window,
+    to_micros,
+)
 
 SCOPE_USAGE_READ = "custom:gpu-usage:read"  # read everyone's usage
 SCOPE_BUDGETS_WRITE = "custom:gpu-budgets:write"  # set and delete budgets
@@ -28,9 +56,350 @@ CUSTOM_SCOPES = {
     SCOPE_METRICS_READ: {"description": "Read the gpu service's Prometheus metrics."},
 }
 
+OPENAPI = Path(__file__).with_name("openapi.yaml")
+BUDGET_FIELDS = ("limit", "unit", "period", "term_start", "term_end")
+BUDGET_SCOPES = ("user", "group")
+USAGE_PARAMS = ("user", "group", "all", "since", "until", "format")
+#: Query parameters JupyterHub's own auth may use; accepted and ignored by our parsers.
+AUTH_PARAMS = ("token", "_xsrf")
+CSV_COLUMNS = (
+    "id",
+    "user",
+    "server_name",
+    "profile",
+    "gpus",
+    "gpu_count",
+    "started",
+    "stopped",
+    "minutes_billed",
+    "rate_per_minute",
+    "cost",
+    "currency",
+    "stop_reason",
+    "running",
+)
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DIGITS_RE = re.compile(r"^[0-9]{1,18}$")
+_SIX_PLACES = Decimal("0.000001")
+
+
+class BadRequest(ValueError):
+    """A malformed body or parameter; the message is shown to the caller with a 400."""
+
+
+# -- pure helpers: formatting ---------------------------------------------------------------
+
+
+def money_str(micros: int) -> str:
+    """An amount of micro-units as an exact decimal string (``"0.05"``, ``"10"``, never ``"1E+1"``)."""
+    return f"{from_micros(micros):f}"
+
+
+def decimal_str(value: Decimal, unit: str = "money") -> str:
+    """A budget quantity as a plain decimal string; GPU-hours (minutes / 60) shown to six places."""
+    if unit == "gpu_hours" and value.as_tuple().exponent < -6:
+        value = value.quantize(_SIX_PLACES)
+    value = value.normalize() if value else Decimal(0)
+    return f"{value:f}"
+
+
+def session_json(record, now: datetime, currency) -> dict:
+    """A session as the API shows it: cost so far for running ones, the final charge for stopped ones."""
+    row = Ledger.usage_rows([record], now)[0]
+    if record.stopped is None:
+        minutes = billed_minutes(_aware(record.started), max(now, _aware(record.started)))
+    else:
+        minutes = record.minutes
+    return {
+        "id": record.id,
+        "user": record.user,
+        "server_name": record.server_name,
+        "profile": record.profile,
+        "gpus": record.gpu_list,
+        "gpu_count": record.gpu_count,
+        "simulated": record.simulated,
+        "rate_per_minute": money_str(record.rate_micros),
+        "currency": record.currency,
+        "started": isoformat(_aware(record.started)),
+        "stopped": isoformat(_aware(record.stopped)) if record.stopped else None,
+        "stop_reason": record.stop_reason,
+        "minutes_billed": minutes,
+        "cost": money_str(row.cost_micros),
+        "cost_display": currency.format(from_micros(row.cost_micros)),
+        "running": record.stopped is None,
+    }
+
+
+def status_json(status: BudgetStatus) -> dict:
+    """A budget and how much of it is used in its current period."""
+    rule = status.rule
+    return {
+        "scope": rule.scope,
+        "subject": rule.subject,
+        "period": rule.period,
+        "unit": rule.unit,
+        "limit": decimal_str(status.limit, rule.unit),
+        "spent": decimal_str(status.used, rule.unit),
+        "remaining": decimal_str(status.remaining, rule.unit),
+        "percent_used": float(round(status.fraction * 100, 1)),
+        "period_start": isoformat(status.period_start),
+        "period_end": isoformat(status.period_end),
+        "term_start": rule.term_start.isoformat() if rule.term_start else None,
+        "term_end": rule.term_end.isoformat() if rule.term_end else None,
+    }
+
+
+def current_statuses(ledger: Ledger, rules: list[BudgetRule], now: datetime, tz: ZoneInfo) -> list[BudgetStatus]:
+    """Each budget's use in its current period, from two small queries per budget.
+
+    The ledger sums the stopped sessions in SQL (:meth:`Ledger.budget_usage`), so
+    the cost does not grow with the history; :func:`budget_status` then judges
+    the total exactly as it judges single sessions.
+    """
+    statuses = []
+    for rule in rules:
+        start, end = period_window(rule.period, now, tz, rule.term_start, rule.term_end)
+        cost, gpu_minutes = ledger.budget_usage(rule.scope, rule.subject, start, end, now)
+        total = UsageRow(
+            session_id="",
+            user=rule.subject if rule.scope == "user" else "",
+            groups=(rule.subject,) if rule.scope == "group" else (),
+            started=start,
+            cost_micros=cost,
+            gpu_minutes=gpu_minutes,
+            running=False,
+        )
+        statuses.append(budget_status(rule, [total], now, tz))
+    return statuses
+
+
+def usage_totals(sessions: list[dict], default_currency: str) -> dict:
+    """Sums over the listed sessions; cost per currency (normally just one)."""
+    cost: dict[str, int] = {}
+    for s in sessions:
+        cost[s["currency"]] = cost.get(s["currency"], 0) + to_micros(Decimal(s["cost"]))
+    return {
+        "sessions": len(sessions),
+        "minutes_billed": sum(s["minutes_billed"] for s in sessions),
+        "gpu_minutes": sum(s["minutes_billed"] * s["gpu_count"] for s in sessions),
+        "cost": {code: money_str(micros) for code, micros in sorted(cost.items())} or {default_currency: "0"},
+    }
+
+
+def _csv_safe(value) -> str:
+    """A text cell a spreadsheet will not run as a formula (user and server names are user input)."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def usage_csv(sessions: list[dict]) -> str:
+    """Sessions as CSV with a header row; one row per session, no totals row."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for s in sessions:
+        writer.writerow(
+            [
+                s["id"],
+                _csv_safe(s["user"]),
+                _csv_safe(s["server_name"]),
+                _csv_safe(s["profile"]),
+                " ".join(s["gpus"]),
+                s["gpu_count"],
+                s["started"],
+                s["stopped"] or "",
+                s["minutes_billed"],
+                s["rate_per_minute"],
+                s["cost"],
+                s["currency"],
+                _csv_safe(s["stop_reason"]),
+                "true" if s["running"] else "false",
+            ]
+        )
+    return out.getvalue()
+
+
+# -- pure helpers: parsing ------------------------------------------------------------------
+
+
+def _reject_constant(name: str):
+    raise BadRequest(f"The body is not valid JSON: {name} is not a number")
+
+
+def _unique_keys(pairs):
+    keys = [k for k, _ in pairs]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise BadRequest(f"The body names {', '.join(map(repr, duplicates))} more than once")
+    return dict(pairs)
+
+
+def parse_json_body(body: bytes, allow_empty: bool = False):
+    """The request body as JSON (strict: no NaN, no duplicate keys); BadRequest otherwise."""
+    if not body.strip():
+        if allow_empty:
+            return None
+        raise BadRequest("The body is empty; send a JSON object")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("The body is not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"The body is not valid JSON: {e}") from None
+
+
+def validate_subject(scope: str, name: str) -> None:
+    """A budget's scope must be user or group, its subject a plausible JupyterHub name."""
+    if scope not in BUDGET_SCOPES:
+        raise BadRequest(
+            f"A budget belongs to a 'user' or a 'group' (budgets/user/NAME, budgets/group/NAME), not {scope!r}"
+        )
+    if not name or not name.strip():
+        raise BadRequest(f"The {scope} name is empty")
+    if len(name) > 255:
+        raise BadRequest(f"The {scope} name is longer than 255 characters")
+    if name != name.strip():
+        raise BadRequest(f"The {scope} name {name!r} starts or ends with white space")
+    if "/" in name or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise BadRequest(f"The {scope} name {name!r} contains '/' or a control character")
+
+
+def parse_iso_date(value, what: str) -> date:
+    """A ``YYYY-MM-DD`` date and nothing else."""
+    if not isinstance(value, str) or not _DATE_RE.fullmatch(value):
+        raise BadRequest(f"{what} must be a date like '2026-09-01', got {json.dumps(value)}")
+    try:
+        return date.fromisoformat(value)
+    except ValueError as e:
+        raise BadRequest(f"{what} {value!r} is not a valid date: {e}") from None
+
+
+def parse_limit(value) -> Decimal:
+    """A budget limit: a non-negative decimal string or integer, exact to six places, never a float."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadRequest(f"limit must be a decimal string such as '5000' or an integer, got {json.dumps(value)}")
+    try:
+        amount = parse_amount(value, "limit")
+        micros = to_micros(amount)
+    except (MoneyError, ValueError) as e:
+        raise BadRequest(str(e)) from None
+    return from_micros(micros)
+
+
+def parse_budget(scope: str, subject: str, data) -> BudgetRule:
+    """The budget a PUT body describes; BadRequest names the first problem."""
+    validate_subject(scope, subject)
+    if not isinstance(data, dict):
+        raise BadRequest('The body must be a JSON object such as {"limit": "5000", "period": "month"}')
+    unknown = sorted(set(data) - set(BUDGET_FIELDS))
+    if unknown:
+        raise BadRequest(f"Unknown field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(BUDGET_FIELDS)}")
+    if "limit" not in data:
+        raise BadRequest("limit is required: a decimal string such as '5000'")
+    limit = parse_limit(data["limit"])
+    unit = data.get("unit", "money")
+    if unit not in UNITS:
+        raise BadRequest(f"unit must be one of {', '.join(UNITS)}, got {json.dumps(unit)}")
+    if "period" not in data:
+        raise BadRequest(f"period is required: one of {', '.join(PERIODS)}")
+    period = data["period"]
+    if period not in PERIODS:
+        raise BadRequest(f"period must be one of {', '.join(PERIODS)}, got {json.dumps(period)}")
+    term_start = term_end = None
+    if period == "term":
+        if data.get("term_start") is None or data.get("term_end") is None:
+            raise BadRequest("A term budget needs both term_start and term_end (dates like '2026-09-01')")
+        term_start = parse_iso_date(data["term_start"], "term_start")
+        term_end = parse_iso_date(data["term_end"], "term_end")
+        if term_start > term_end:
+            raise BadRequest(f"term_start {term_start} is after term_end {term_end}")
+    elif data.get("term_start") is not None or data.get("term_end") is not None:
+        raise BadRequest(f"term_start and term_end are only for period 'term', not {period!r}")
+    return BudgetRule(scope, subject, period, unit, limit, term_start, term_end)
+
+
+def parse_moment(value: str, what: str, tz: ZoneInfo, end_of_day: bool = False) -> datetime:
+    """An aware UTC datetime from an ISO date or date-time; dates and naive times are in the lab's zone.
+
+    A date given as ``until`` means the end of that day (the day is included).
+    """
+    if _DATE_RE.fullmatch(value):
+        day = parse_iso_date(value, what)
+        if end_of_day:
+            day += timedelta(days=1)
+        return datetime.combine(day, time(0), tzinfo=tz).astimezone(timezone.utc)
+    try:
+        moment = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
+    except ValueError:
+        raise BadRequest(
+            f"{what} must be an ISO date (2026-11-01) or date and time (2026-11-01T08:00:00+08:00), got {value!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=tz)
+    return moment.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class UsageQuery:
+    user: str | None = None
+    group: str | None = None
+    everyone: bool = False
+    since: datetime | None = None
+    until: datetime | None = None
+    format: str = "json"
+
+
+def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQuery:
+    """The query of ``GET usage``; each parameter at most once, unknown ones refused."""
+    unknown = sorted(set(arguments) - set(USAGE_PARAMS) - set(AUTH_PARAMS))
+    if unknown:
+        raise BadRequest(
+            f"Unknown parameter(s) {', '.join(map(repr, unknown))}; the parameters are {', '.join(USAGE_PARAMS)}"
+        )
+    values = {}
+    for name in USAGE_PARAMS:
+        given = arguments.get(name, [])
+        if len(given) > 1:
+            raise BadRequest(f"Give {name} at most once")
+        if given:
+            try:
+                values[name] = given[0].decode("utf-8") if isinstance(given[0], bytes) else given[0]
+            except UnicodeDecodeError:
+                raise BadRequest(f"{name} is not UTF-8 text") from None
+    for name in ("user", "group"):
+        if name in values:
+            validate_subject(name, values[name])
+    everyone = values.get("all", "false").lower()
+    if everyone not in ("true", "false", "1", "0"):
+        raise BadRequest(f"all must be true or false, got {values['all']!r}")
+    everyone = everyone in ("true", "1")
+    if everyone and ("user" in values or "group" in values):
+        raise BadRequest("all=true lists every user's sessions; do not combine it with user or group")
+    fmt = values.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise BadRequest(f"format must be json or csv, got {fmt!r}")
+    since = parse_moment(values["since"], "since", tz) if "since" in values else None
+    until = parse_moment(values["until"], "until", tz, end_of_day=True) if "until" in values else None
+    if since is not None and until is not None and since >= until:
+        raise BadRequest(f"since ({values['since']}) must be before until ({values['until']})")
+    return UsageQuery(values.get("user"), values.get("group"), everyone, since, until, fmt)
+
+
+# -- handlers ------------------------------------------------------------------------------
+
 
 class BaseHandler(HubOAuthenticated, web.RequestHandler):
-    """JSON in, JSON out, errors as ``{"status": 4xx, "message": "..."}``."""
+    """JSON in, JSON out, errors as ``{"status": 4xx, "message": "..."}``.
+
+    Requests without credentials are answered 403, not redirected to the login
+    page: API clients and scrapers cannot follow a login form. Only a browser
+    (one that carries the hub's session cookie, or navigates to the URL) is sent
+    through JupyterHub's OAuth, which ends back here with the OAuth cookie set.
+    """
+
+    _refused_model = None
 
     @property
     def service(self):
@@ -44,17 +413,80 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def ledger(self) -> Ledger:
         return self.service.ledger
 
+    def check_hub_user(self, model):
+        try:
+            return super().check_hub_user(model)
+        except UserNotAllowed:
+            self._refused_model = model
+            raise
+
+    def get_login_url(self):
+        if self._is_browser() and self._refused_model is None:
+            return super().get_login_url()
+        raise web.HTTPError(403, self._unauthenticated_message())
+
+    def _is_browser(self) -> bool:
+        """A browser's GET without a token: logged in to the hub, or navigating to this URL."""
+        headers = self.request.headers
+        if self.request.method not in ("GET", "HEAD") or "Authorization" in headers:
+            return False
+        return bool(self.get_cookie("jupyterhub-session-id")) or headers.get("Sec-Fetch-Mode") == "navigate"
+
+    def _unauthenticated_message(self) -> str:
+        if self._refused_model is not None:
+            model = self._refused_model
+            needs = " or ".join(sorted(self.hub_scopes or (), key=len, reverse=True)) or "access to the gpu service"
+            return (
+                f"{model.get('kind', 'user').title()} {model['name']} may not use the gpu service:"
+                f" the token needs the scope {needs} (see the service's documentation for the role to grant)."
+            )
+        if self.request.method not in ("GET", "HEAD") and self.get_cookie(self.hub_auth.cookie_name):
+            return (
+                "A browser's request that changes something needs the X-XSRFToken header (JupyterHub's XSRF"
+                " protection, from the service's page); programs send 'Authorization: token ...' instead."
+            )
+        return (
+            "Authentication required: send 'Authorization: token <JupyterHub API token>',"
+            " or log in to JupyterHub in this browser."
+        )
+
+    # -- who is asking -----------------------------------------------------------
     def has_scope(self, scope: str) -> bool:
         user = self.current_user or {}
         return scope in set(user.get("scopes", []))
 
-    def require_scope(self, scope: str) -> None:
-        if not self.has_scope(scope):
-            raise web.HTTPError(403, f"This needs the {scope} scope.")
+    def require_scope(self, *scopes: str) -> None:
+        """403 unless the caller holds one of ``scopes``."""
+        if not any(self.has_scope(s) for s in scopes):
+            raise web.HTTPError(403, f"This needs the {' or '.join(scopes)} scope.")
+
+    @property
+    def is_user(self) -> bool:
+        return (self.current_user or {}).get("kind", "user") == "user"
+
+    def own_name(self, what: str) -> str:
+        """The calling user's name; a service has no usage of its own."""
+        if not self.is_user:
+            raise web.HTTPError(
+                403, f"Service {self.current_user['name']} is not a user and has no GPU usage of its own; {what}."
+            )
+        return self.current_user["name"]
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple((self.current_user or {}).get("groups") or ())
+
+    # -- input and output --------------------------------------------------------
+    def json_body(self, allow_empty: bool = False):
+        try:
+            return parse_json_body(self.request.body, allow_empty=allow_empty)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
 
     def write_json(self, data, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(data))
 
     def write_error(self, status_code, **kwargs):
@@ -62,87 +494,259 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, web.HTTPError) and exc.log_message:
             message = exc.log_message % exc.args if exc.args else exc.log_message
+        elif status_code == 403 and self.current_user is None:
+            # tornado's @authenticated refuses unauthenticated POST/PUT/DELETE without a message
+            message = self._unauthenticated_message()
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.finish(json.dumps({"status": status_code, "message": message}))
 
+    def now(self) -> datetime:
+        return utcnow()
 
-def session_json(record, now: datetime, currency) -> dict:
-    """A session as the API shows it: cost so far for running ones, the final charge for stopped ones."""
-    rows = Ledger.usage_rows([record], now)[0]
-    if record.stopped is None:
-        minutes = billed_minutes(_aware(record.started), max(now, _aware(record.started)))
-    else:
-        minutes = record.minutes
-    return {
-        "id": record.id,
-        "user": record.user,
-        "server_name": record.server_name,
-        "profile": record.profile,
-        "gpus": record.gpu_list,
-        "gpu_count": record.gpu_count,
-        "simulated": record.simulated,
-        "rate_per_minute": str(from_micros(record.rate_micros)),
-        "currency": record.currency,
-        "started": isoformat(_aware(record.started)),
-        "stopped": isoformat(_aware(record.stopped)) if record.stopped else None,
-        "stop_reason": record.stop_reason,
-        "minutes_billed": minutes,
-        "cost": str(from_micros(rows.cost_micros)),
-        "cost_display": currency.format(from_micros(rows.cost_micros)),
-        "running": record.stopped is None,
-    }
+    def statuses(self, rules: list[BudgetRule], now: datetime) -> list[BudgetStatus]:
+        return current_statuses(self.ledger, rules, now, self.service.tz)
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler):
+    """The OAuth callback, with the service's one HubOAuth (which holds the OAuth states)."""
+
+    @property
+    def hub_auth(self):
+        return self.settings["hub_auth"]
 
 
 class MeHandler(BaseHandler):
+    """``GET me``: the caller's budgets, running sessions and pending notices."""
+
     @web.authenticated
     def get(self):
-        user = self.current_user
-        name = user["name"]
-        groups = tuple(user.get("groups", []))
-        now = utcnow()
+        name = self.own_name("use GET usage with user=, group= or all=true")
+        groups = self.groups
+        now = self.now()
         currency = self.service.currency_info
-        rows = self.ledger.rows_for(name, groups, now, since=now - timedelta(days=400))
-        statuses = user_statuses(name, groups, self.ledger.budget_rules(), rows, now, self.service.tz)
-        active = [session_json(r, now, currency) for r in self.ledger.open_sessions() if r.user == name]
+        rules = [r for r in self.ledger.budget_rules() if applies_to(r, name, groups)]
+        statuses = sorted(self.statuses(rules, now), key=lambda s: s.fraction, reverse=True)
+        active = [session_json(r, now, currency) for r in self.ledger.open_sessions_of(name)]
         self.write_json(
             {
                 "user": name,
                 "groups": list(groups),
                 "currency": currency.code,
                 "currency_symbol": currency.symbol,
-                "budgets": [
-                    {
-                        "scope": s.rule.scope,
-                        "subject": s.rule.subject,
-                        "period": s.rule.period,
-                        "unit": s.rule.unit,
-                        "limit": str(s.limit),
-                        "spent": str(s.used),
-                        "remaining": str(s.remaining),
-                        "percent_used": float(round(s.fraction * 100, 1)),
-                        "period_start": isoformat(s.period_start),
-                        "period_end": isoformat(s.period_end),
-                    }
-                    for s in statuses
-                ],
+                "budgets": [status_json(s) for s in statuses],
                 "active_sessions": active,
-                "notices": [
+                "notices": [notice_json(n) for n in self.ledger.notices(name)],
+            }
+        )
+
+
+def notice_json(notice) -> dict:
+    return {
+        "id": notice.id,
+        "kind": notice.kind,
+        "level": notice.level,
+        "message": notice.message,
+        "created": isoformat(_aware(notice.created)),
+        "session_id": notice.session_id,
+        "dismissed": notice.dismissed,
+    }
+
+
+class NoticeDismissHandler(BaseHandler):
+    """``POST me/notices/{id}/dismiss``: hide one of the caller's own notices (idempotent)."""
+
+    @web.authenticated
+    def post(self, notice_id: str):
+        name = self.own_name("only users have notices")
+        if not _DIGITS_RE.fullmatch(notice_id):
+            raise web.HTTPError(400, f"A notice id is a number, got {notice_id!r}")
+        body = self.json_body(allow_empty=True)
+        if body not in (None, {}):
+            raise web.HTTPError(400, "Dismissing a notice takes no body (or {})")
+        # another user's notice is "not found", so that ids reveal nothing
+        if not self.ledger.dismiss_notice(name, int(notice_id)):
+            raise web.HTTPError(404, f"You have no notice {notice_id}")
+        notice = next(n for n in self.ledger.notices(name, include_dismissed=True) if n.id == int(notice_id))
+        self.write_json(notice_json(notice))
+
+
+class UsageHandler(BaseHandler):
+    """``GET usage``: sessions and totals, one's own or (with custom:gpu-usage:read) anyone's."""
+
+    @web.authenticated
+    def get(self):
+        try:
+            query = parse_usage_query(self.request.query_arguments, self.service.tz)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+        user = query.user
+        if query.everyone or query.group is not None or (user is not None and user != self.current_user["name"]):
+            self.require_scope(SCOPE_USAGE_READ)
+        elif user is None:
+            user = self.own_name("give user=, group= or all=true")
+        elif not self.is_user:  # a service named like a user sees nothing of that user's
+            self.require_scope(SCOPE_USAGE_READ)
+        now = self.now()
+        currency = self.service.currency_info
+        records = self.ledger.sessions(user=user, since=query.since, until=query.until, group=query.group)
+        sessions = [session_json(r, now, currency) for r in records]
+        if query.format == "csv":
+            self.set_header("Content-Type", "text/csv; charset=UTF-8")
+            self.set_header("Content-Disposition", 'attachment; filename="gpu-usage.csv"')
+            self.set_header("Cache-Control", "no-store")
+            self.finish(usage_csv(sessions))
+            return
+        self.write_json(
+            {
+                "user": user,
+                "group": query.group,
+                "all": query.everyone,
+                "since": isoformat(query.since) if query.since else None,
+                "until": isoformat(query.until) if query.until else None,
+                "currency": currency.code,
+                "sessions": sessions,
+                "totals": usage_totals(sessions, currency.code),
+            }
+        )
+
+
+class BudgetListHandler(BaseHandler):
+    """``GET budgets``: every budget with its current period's use (admins)."""
+
+    @web.authenticated
+    def get(self):
+        self.require_scope(SCOPE_USAGE_READ, SCOPE_BUDGETS_WRITE)
+        budgets = self.ledger.budgets()
+        statuses = self.statuses([b.rule() for b in budgets], self.now())
+        self.write_json(
+            {
+                "currency": self.service.currency_info.code,
+                "budgets": [budget_json(b, s) for b, s in zip(budgets, statuses, strict=True)],
+            }
+        )
+
+
+def budget_json(budget, status: BudgetStatus) -> dict:
+    return {**status_json(status), "updated": isoformat(_aware(budget.updated))}
+
+
+class BudgetHandler(BaseHandler):
+    """``GET``, ``PUT``, ``DELETE budgets/{user|group}/{name}`` (admins)."""
+
+    def _subject(self, scope: str, name: str) -> None:
+        try:
+            validate_subject(scope, name)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+
+    def _one(self, scope: str, name: str, status: int = 200, **extra) -> None:
+        budget = self.ledger.get_budget(scope, name)
+        if budget is None:
+            raise web.HTTPError(404, f"The {scope} {name} has no budget")
+        (current,) = self.statuses([budget.rule()], self.now())
+        self.write_json({**budget_json(budget, current), "currency": self.service.currency_info.code, **extra}, status)
+
+    @web.authenticated
+    def get(self, scope: str, name: str):
+        self.require_scope(SCOPE_USAGE_READ, SCOPE_BUDGETS_WRITE)
+        self._subject(scope, name)
+        self._one(scope, name)
+
+    @web.authenticated
+    async def put(self, scope: str, name: str):
+        self.require_scope(SCOPE_BUDGETS_WRITE)
+        try:
+            rule = parse_budget(scope, name, parse_json_body(self.request.body))
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+        existed = self.ledger.get_budget(scope, name) is not None
+        self.ledger.set_budget(rule, self.now())
+        extra = {}
+        warning = await self._unknown_subject_warning(scope, name)
+        if warning:
+            extra["warning"] = warning
+        self._one(scope, name, 200 if existed else 201, **extra)
+
+    async def _unknown_subject_warning(self, scope: str, name: str) -> str | None:
+        """A hint when the hub has no such user or group (a typo, or one who has not logged in yet)."""
+        path = f"/{'users' if scope == 'user' else 'groups'}/{quote(name, safe='')}"
+        try:
+            found = await self.service.hub.request("GET", path)
+        except HubAPIError as e:
+            self.log.debug("could not look up %s %s on the hub: %s", scope, name, e)
+            return None
+        if found is None:
+            return f"The hub has no {scope} named {name!r} (yet); the budget applies once it does."
+        return None
+
+    @web.authenticated
+    def delete(self, scope: str, name: str):
+        self.require_scope(SCOPE_BUDGETS_WRITE)
+        self._subject(scope, name)
+        if not self.ledger.delete_budget(scope, name):
+            raise web.HTTPError(404, f"The {scope} {name} has no budget")
+        self.set_status(204)
+        self.finish()
+
+
+class PricingHandler(BaseHandler):
+    """``GET pricing``: the profiles the caller may use and their rates (all of them with custom:gpu-usage:read)."""
+
+    @web.authenticated
+    def get(self):
+        profiles = self.ledger.pricing()
+        if not self.has_scope(SCOPE_USAGE_READ):
+            groups = set(self.groups)
+            profiles = [p for p in profiles if not p["allowed_groups"] or groups & set(p["allowed_groups"])]
+        self.write_json(
+            {
+                "currency": self.service.currency_info.code,
+                "profiles": [
                     {
-                        "id": n.id,
-                        "kind": n.kind,
-                        "level": n.level,
-                        "message": n.message,
-                        "created": isoformat(_aware(n.created)),
+                        **p,
+                        "price_per_hour": f"{(Decimal(p['rate_per_minute']) * 60).normalize():f}",
+                        "updated": isoformat(p["updated"]),
                     }
-                    for n in self.ledger.notices(name)
+                    for p in profiles
                 ],
             }
         )
 
 
+class OpenAPIHandler(BaseHandler):
+    """``GET openapi.yaml``: the API description, public like any API documentation."""
+
+    _document: bytes | None = None
+
+    def get(self):
+        if OpenAPIHandler._document is None:
+            OpenAPIHandler._document = OPENAPI.read_bytes()
+        self.set_header("Content-Type", "application/yaml; charset=UTF-8")
+        self.finish(OpenAPIHandler._document)
+
+
+class NotFoundHandler(BaseHandler):
+    """Anything else under ``api/v1/``: a JSON 404 that points at the API description."""
+
+    def prepare(self):
+        raise web.HTTPError(
+            404, f"No such endpoint: {self.request.method} {self.request.path}; see api/v1/openapi.yaml"
+        )
+
+
 def make_handlers(prefix: str, service) -> list:
+    from .metrics import MetricsHandler, make_registry
+
     api = url_path_join(prefix, "api/v1")
     return [
-        (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+        (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler),
+        (url_path_join(prefix, "metrics"), MetricsHandler, {"registry": make_registry(service.ledger, service.tz)}),
+        (url_path_join(api, "openapi.yaml"), OpenAPIHandler),
         (url_path_join(api, "me"), MeHandler),
+        (url_path_join(api, r"me/notices/([^/]+)/dismiss"), NoticeDismissHandler),
+        (url_path_join(api, "usage"), UsageHandler),
+        (url_path_join(api, "budgets"), BudgetListHandler),
+        (url_path_join(api, r"budgets/([^/]+)/([^/]+)"), BudgetHandler),
+        (url_path_join(api, "pricing"), PricingHandler),
+        (url_path_join(api, r".*"), NotFoundHandler),
     ]

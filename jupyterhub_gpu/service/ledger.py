@@ -561,6 +561,55 @@ class Ledger:
                 for profile, groups, currency, reason, count, minutes, cost in db.execute(query)
             ]
 
+    def open_sessions_of(self, user: str) -> list[SessionRecord]:
+        """One user's running sessions (without loading everyone's)."""
+        query = select(SessionRecord).where(SessionRecord.user == user, SessionRecord.stopped.is_(None))
+        with self.Session() as db:
+            return list(db.scalars(query.order_by(SessionRecord.started, SessionRecord.id)))
+
+    def budget_usage(
+        self, scope: str, subject: str, since: datetime, until: datetime, now: datetime
+    ) -> tuple[int, int]:
+        """Money (micro-units) and GPU-minutes of a user's or group's sessions that started in ``[since, until)``.
+
+        Stopped sessions are summed in SQL; running ones are charged up to ``now``.
+        A group's sessions are those whose user was in the group at the start; the
+        LIKE on the stored JSON list is a pre-filter, checked exactly per distinct
+        list of groups, so the cost is one aggregate row per combination of groups.
+        """
+        from sqlalchemy import func
+
+        if scope == "user":
+            match = SessionRecord.user == subject
+        else:
+            match = SessionRecord.groups.contains(json.dumps(subject), autoescape=True)
+        window = (SessionRecord.started >= _naive(since), SessionRecord.started < _naive(until), match)
+
+        def counts(groups: str) -> bool:
+            return scope == "user" or subject in json.loads(groups or "[]")
+
+        closed = (
+            select(
+                SessionRecord.groups,
+                func.coalesce(func.sum(SessionRecord.cost_micros), 0),
+                func.coalesce(func.sum(SessionRecord.minutes * SessionRecord.gpu_count), 0),
+            )
+            .where(SessionRecord.stopped.is_not(None), *window)
+            .group_by(SessionRecord.groups)
+        )
+        running = select(SessionRecord).where(SessionRecord.stopped.is_(None), *window)
+        cost = gpu_minutes = 0
+        with self.Session() as db:
+            for groups, cost_micros, minutes in db.execute(closed):
+                if counts(groups):
+                    cost += int(cost_micros)
+                    gpu_minutes += int(minutes)
+            records = [r for r in db.scalars(running) if counts(r.groups)]
+        for row in self.usage_rows(records, now):
+            cost += row.cost_micros
+            gpu_minutes += row.gpu_minutes
+        return cost, gpu_minutes
+
 
 class PriceRecord(Base):
     """A profile as the hub published it: who may use it and its rate per minute."""

@@ -1,0 +1,351 @@
+"""``jupyterhub-gpu``: budgets and usage reports from the command line, through the gpu service's REST API.
+
+    jupyterhub-gpu budget set --group cs231n --limit 5000 --period month
+    jupyterhub-gpu budget set --user alice --limit 40 --unit gpu_hours --period term \\
+        --term-start 2026-09-01 --term-end 2027-01-15
+    jupyterhub-gpu budget list
+    jupyterhub-gpu budget delete --group cs231n
+    jupyterhub-gpu usage --group cs231n --since 2026-11-01 --csv > november.csv
+
+The service's URL comes from ``--url`` or ``$JUPYTERHUB_GPU_URL``, the token from
+``--token`` or ``$JUPYTERHUB_API_TOKEN``. Arguments are checked before anything is
+sent: bad ones exit with status 2; an error from the API prints its message and
+exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import urllib.error
+import urllib.request
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from urllib.parse import quote, urlencode
+
+from . import __version__
+from .money import Currency, MoneyError
+
+DEFAULT_URL = "http://127.0.0.1:8000/services/gpu/"
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_MOMENT_RE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
+
+
+class APIError(Exception):
+    """The service answered with an error, or could not be reached."""
+
+
+# -- argument types: refuse bad values before anything is sent ---------------------------------
+
+
+def limit_type(value: str) -> str:
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"must be a decimal number such as 5000 or 12.50, got {value!r}") from None
+    if not amount.is_finite() or amount < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number, got {value!r}")
+    return value
+
+
+def date_type(value: str) -> str:
+    try:
+        if not _DATE_RE.fullmatch(value):
+            raise ValueError
+        date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a date like 2026-09-01, got {value!r}") from None
+    return value
+
+
+def moment_type(value: str) -> str:
+    if not _MOMENT_RE.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"must be a date like 2026-11-01 or a date and time like 2026-11-01T08:00, got {value!r}"
+        )
+    return value
+
+
+def name_type(value: str) -> str:
+    if not value or value != value.strip() or "/" in value or len(value) > 255:
+        raise argparse.ArgumentTypeError(f"is not a JupyterHub user or group name: {value!r}")
+    return value
+
+
+# -- the parser ---------------------------------------------------------------------------------
+
+
+def _connection_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    # accepted before and after the subcommand; SUPPRESS keeps a later default from overriding
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--url",
+        default=default,
+        help=f"the gpu service's URL (default: $JUPYTERHUB_GPU_URL or {DEFAULT_URL})",
+    )
+    parser.add_argument("--token", default=default, help="a JupyterHub API token (default: $JUPYTERHUB_API_TOKEN)")
+
+
+def _subject(parser: argparse.ArgumentParser) -> None:
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", type=name_type, help="a JupyterHub user")
+    who.add_argument("--group", type=name_type, help="a JupyterHub group")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jupyterhub-gpu",
+        description="Budgets and GPU usage of a JupyterHub with jupyterhub-gpu, through the gpu service's API.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _connection_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    budget = commands.add_parser("budget", help="set, list, show and delete budgets (admins)")
+    budget_commands = budget.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    set_ = budget_commands.add_parser("set", help="create or replace the budget of a user or group")
+    _subject(set_)
+    set_.add_argument("--limit", required=True, type=limit_type, help="money (in the hub's currency) or GPU-hours")
+    set_.add_argument("--period", required=True, choices=("week", "month", "term"))
+    set_.add_argument("--unit", default="money", choices=("money", "gpu_hours"), help="default: money")
+    set_.add_argument("--term-start", type=date_type, help="first day of the term (period term)")
+    set_.add_argument("--term-end", type=date_type, help="last day of the term (period term)")
+    _connection_options(set_, top=False)
+
+    list_ = budget_commands.add_parser("list", help="every budget and its use in the current period")
+    list_.add_argument("--json", action="store_true", help="print the API's JSON")
+    _connection_options(list_, top=False)
+
+    show = budget_commands.add_parser("show", help="one budget and its use in the current period")
+    _subject(show)
+    show.add_argument("--json", action="store_true", help="print the API's JSON")
+    _connection_options(show, top=False)
+
+    delete = budget_commands.add_parser("delete", help="delete the budget of a user or group")
+    _subject(delete)
+    _connection_options(delete, top=False)
+
+    usage = commands.add_parser("usage", help="sessions and their cost (your own, or with --user/--group/--all)")
+    usage.add_argument("--user", type=name_type, help="another user's sessions (admins)")
+    usage.add_argument("--group", type=name_type, help="a group's sessions (admins)")
+    usage.add_argument("--all", action="store_true", help="every user's sessions (admins)")
+    usage.add_argument("--since", type=moment_type, help="sessions started on or after this date (or date and time)")
+    usage.add_argument("--until", type=moment_type, help="sessions started up to this date (inclusive) or time")
+    output = usage.add_mutually_exclusive_group()
+    output.add_argument("--csv", action="store_true", help="print CSV (a header row, one row per session)")
+    output.add_argument("--json", action="store_true", help="print the API's JSON")
+    _connection_options(usage, top=False)
+    return parser
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot say: combinations of options. Exits with status 2."""
+    if args.command == "budget" and args.action == "set":
+        dates = (args.term_start, args.term_end)
+        if args.period == "term":
+            if None in dates:
+                parser.error("--period term needs --term-start and --term-end")
+            if args.term_start > args.term_end:
+                parser.error(f"--term-start {args.term_start} is after --term-end {args.term_end}")
+        elif dates != (None, None):
+            parser.error("--term-start and --term-end are only for --period term")
+    if args.command == "usage" and args.all and (args.user or args.group):
+        parser.error("--all lists every user's sessions; do not combine it with --user or --group")
+    if not (args.token or os.environ.get("JUPYTERHUB_API_TOKEN")):
+        parser.error("no token: pass --token or set $JUPYTERHUB_API_TOKEN")
+
+
+# -- talking to the service ---------------------------------------------------------------------
+
+
+class Client:
+    def __init__(self, url: str, token: str, timeout: float = 30):
+        self.url = url if url.endswith("/") else url + "/"
+        self.token = token
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body=None, params=None) -> tuple[int, bytes, str]:
+        url = self.url + "api/v1/" + path
+        if params:
+            url += "?" + urlencode(params)
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Authorization", f"token {self.token}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.status, response.read(), response.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                message = json.loads(raw)["message"]
+            except (ValueError, KeyError, TypeError):
+                message = raw.decode("utf-8", "replace").strip()[:300] or e.reason
+            raise APIError(f"{message} (HTTP {e.code})") from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise APIError(f"cannot reach the gpu service at {self.url}: {reason}") from None
+
+    def json(self, method: str, path: str, body=None, params=None):
+        _status, raw, _type = self.request(method, path, body, params)
+        return json.loads(raw) if raw else None
+
+
+def _budget_path(args) -> str:
+    scope, name = ("user", args.user) if args.user else ("group", args.group)
+    return f"budgets/{scope}/{quote(name, safe='')}"
+
+
+def _money(currency: str):
+    try:
+        return Currency.from_config(currency)
+    except MoneyError:
+        return Currency(currency, currency + " ")
+
+
+def _amount(value: str, unit: str, currency) -> str:
+    if unit == "gpu_hours":
+        return f"{Decimal(value):.2f} GPU-hours"
+    return currency.format(Decimal(value))
+
+
+def _describe(budget: dict, currency) -> str:
+    period = budget["period"]
+    if period == "term":
+        period = f"term {budget['term_start']} to {budget['term_end']}"
+    whose = f"{budget['scope']} {budget['subject']}"
+    return f"{whose}: {_amount(budget['limit'], budget['unit'], currency)} per {period}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def cmd_budget(client: Client, args, out) -> None:
+    if args.action == "set":
+        body = {"limit": args.limit, "unit": args.unit, "period": args.period}
+        if args.period == "term":
+            body.update(term_start=args.term_start, term_end=args.term_end)
+        budget = client.json("PUT", _budget_path(args), body)
+        currency = _money(budget.get("currency", ""))
+        print(f"Budget set for {_describe(budget, currency)}", file=out)
+        if budget.get("warning"):
+            print(f"warning: {budget['warning']}", file=sys.stderr)
+    elif args.action == "delete":
+        client.request("DELETE", _budget_path(args))
+        print(f"Deleted the budget of {'user ' + args.user if args.user else 'group ' + args.group}", file=out)
+    elif args.action == "show":
+        budget = client.json("GET", _budget_path(args))
+        if args.json:
+            print(json.dumps(budget, indent=2), file=out)
+            return
+        currency = _money(budget.get("currency", ""))
+        print(_describe(budget, currency), file=out)
+        print(
+            f"spent {_amount(budget['spent'], budget['unit'], currency)},"
+            f" remaining {_amount(budget['remaining'], budget['unit'], currency)}"
+            f" ({budget['percent_used']}% used; period ends {budget['period_end']})",
+            file=out,
+        )
+    else:
+        data = client.json("GET", "budgets")
+        if args.json:
+            print(json.dumps(data, indent=2), file=out)
+            return
+        if not data["budgets"]:
+            print("No budgets.", file=out)
+            return
+        currency = _money(data["currency"])
+        rows = [["SCOPE", "NAME", "PERIOD", "LIMIT", "SPENT", "REMAINING", "USED", "PERIOD ENDS"]]
+        for b in data["budgets"]:
+            period = b["period"] if b["period"] != "term" else f"term {b['term_start']}..{b['term_end']}"
+            rows.append(
+                [
+                    b["scope"],
+                    b["subject"],
+                    period,
+                    _amount(b["limit"], b["unit"], currency),
+                    _amount(b["spent"], b["unit"], currency),
+                    _amount(b["remaining"], b["unit"], currency),
+                    f"{b['percent_used']}%",
+                    b["period_end"],
+                ]
+            )
+        print(_table(rows), file=out)
+
+
+def cmd_usage(client: Client, args, out) -> None:
+    params = {}
+    for name in ("user", "group", "since", "until"):
+        if getattr(args, name):
+            params[name] = getattr(args, name)
+    if args.all:
+        params["all"] = "true"
+    if args.csv:
+        params["format"] = "csv"
+        _status, raw, _type = client.request("GET", "usage", params=params)
+        out.write(raw.decode("utf-8").replace("\r\n", "\n"))
+        return
+    data = client.json("GET", "usage", params=params)
+    if args.json:
+        print(json.dumps(data, indent=2), file=out)
+        return
+    rows = [["USER", "SERVER", "PROFILE", "GPUS", "STARTED", "STOPPED", "MINUTES", "COST"]]
+    for s in data["sessions"]:
+        currency = _money(s["currency"])
+        rows.append(
+            [
+                s["user"],
+                s["server_name"] or "-",
+                s["profile"],
+                str(s["gpu_count"]),
+                s["started"][:19].replace("T", " "),
+                (s["stopped"] or "running")[:19].replace("T", " "),
+                str(s["minutes_billed"]),
+                currency.format(Decimal(s["cost"])),
+            ]
+        )
+    if len(rows) > 1:
+        print(_table(rows), file=out)
+    totals = data["totals"]
+    cost = ", ".join(_money(code).format(Decimal(amount)) for code, amount in totals["cost"].items())
+    print(
+        f"{totals['sessions']} session(s), {totals['minutes_billed']} minute(s) billed,"
+        f" {totals['gpu_minutes']} GPU-minute(s), {cost}",
+        file=out,
+    )
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    out = out or sys.stdout
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    client = Client(
+        args.url or os.environ.get("JUPYTERHUB_GPU_URL") or DEFAULT_URL,
+        args.token or os.environ["JUPYTERHUB_API_TOKEN"],
+    )
+    try:
+        if args.command == "budget":
+            cmd_budget(client, args, out)
+        else:
+            cmd_usage(client, args, out)
+    except APIError as e:
+        print(f"jupyterhub-gpu: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()
