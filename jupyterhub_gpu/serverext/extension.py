@@ -187,6 +187,14 @@ class GPUExtension:
         response = await AsyncHTTPClient().fetch(request)
         return json.loads(response.body) if response.body else None
 
+    def last_activity(self) -> str | None:
+        """The server's own last activity (API requests, kernels, terminals), as the hub sees it."""
+        try:
+            moment = self.serverapp.web_app.last_activity()
+        except Exception:
+            return None
+        return isoformat(moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
+
     def sample_payload(self) -> dict:
         summary = self.sampler.take_aggregate() if self.sampler else {"samples": 0, "gpus": []}
         return {
@@ -196,6 +204,7 @@ class GPUExtension:
             "kernels": self.activity.kernels,
             "busy_kernels": self.activity.busy,
             "last_kernel_activity": isoformat(self.last_kernel_activity) if self.last_kernel_activity else None,
+            "last_activity": self.last_activity(),
             **summary,
         }
 
@@ -256,6 +265,9 @@ class BaseGPUHandler(APIHandler):
 
 
 class StatsHandler(BaseGPUHandler):
+    # the Lab extension polls this every few seconds: that is not the user doing anything
+    _track_activity = False
+
     @web.authenticated
     def get(self):
         self.finish(json.dumps(self.gpu.stats()))

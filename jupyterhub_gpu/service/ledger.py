@@ -78,6 +78,10 @@ class SessionRecord(Base):
     minutes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # culling: the user's last activity as reported by the server or the hub, and a pending warning
+    last_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    cull_warned_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    cull_rule: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
     @property
     def group_list(self) -> list[str]:
@@ -146,6 +150,29 @@ class Notice(Base):
     created: Mapped[datetime] = mapped_column(DateTime)
     session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     dismissed: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class UsageMinute(Base):
+    """One session's GPU usage in one minute (UTC), merged from the pushes that fell in it."""
+
+    __tablename__ = "gpu_usage_minutes"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    minute: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    pushes: Mapped[int] = mapped_column(Integer, default=0)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    utilization_tenths_sum: Mapped[int] = mapped_column(Integer, default=0)  # Σ(avg × 10 × samples)
+    memory_used_max_mib: Mapped[int] = mapped_column(Integer, default=0)
+    memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
+    kernels_max: Mapped[int] = mapped_column(Integer, default=0)
+    busy_kernels_max: Mapped[int] = mapped_column(Integer, default=0)
+    last_kernel_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    gpus: Mapped[str] = mapped_column(Text, default="{}")  # uuid -> {"utilization_max", "memory_used_max_mib"}
+
+    @property
+    def utilization_avg(self) -> float:
+        return self.utilization_tenths_sum / 10 / self.samples if self.samples else 0.0
 
 
 @dataclass(frozen=True)
@@ -297,6 +324,30 @@ class Ledger:
                 update(SessionRecord)
                 .where(SessionRecord.id.in_(ids), SessionRecord.stopped.is_(None))
                 .values(last_seen=_naive(now))
+            )
+            db.commit()
+
+    def note_activity(self, session_id: str, moment: datetime) -> None:
+        """Move a session's last activity forward (never back)."""
+        moment = _naive(moment)
+        with self.Session() as db:
+            db.execute(
+                update(SessionRecord)
+                .where(
+                    SessionRecord.id == session_id,
+                    (SessionRecord.last_activity.is_(None)) | (SessionRecord.last_activity < moment),
+                )
+                .values(last_activity=moment)
+            )
+            db.commit()
+
+    def set_cull_warning(self, session_id: str, at: datetime | None, rule: str | None) -> None:
+        """Record (or, with ``at=None``, clear) the idle warning of a running session."""
+        with self.Session() as db:
+            db.execute(
+                update(SessionRecord)
+                .where(SessionRecord.id == session_id)
+                .values(cull_warned_at=_naive(at) if at else None, cull_rule=rule)
             )
             db.commit()
 

@@ -13,12 +13,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import DateTime, Integer, String, Text, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Mapped, mapped_column
 from tornado import web
 
-from .ledger import Base, Ledger, _naive
+from .ledger import Ledger, UsageMinute, _naive
 
 SAMPLE_FIELDS = {
     "session_id",
@@ -32,31 +31,9 @@ SAMPLE_FIELDS = {
     "kernels",
     "busy_kernels",
     "last_kernel_activity",
+    "last_activity",
     "gpus",
 }
-
-
-class UsageMinute(Base):
-    """One session's GPU usage in one minute (UTC), merged from the pushes that fell in it."""
-
-    __tablename__ = "gpu_usage_minutes"
-
-    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    minute: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    pushes: Mapped[int] = mapped_column(Integer, default=0)
-    samples: Mapped[int] = mapped_column(Integer, default=0)
-    utilization_tenths_sum: Mapped[int] = mapped_column(Integer, default=0)  # Σ(avg × 10 × samples)
-    memory_used_max_mib: Mapped[int] = mapped_column(Integer, default=0)
-    memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
-    kernels_max: Mapped[int] = mapped_column(Integer, default=0)
-    busy_kernels_max: Mapped[int] = mapped_column(Integer, default=0)
-    last_kernel_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    gpus: Mapped[str] = mapped_column(Text, default="{}")  # uuid -> {"utilization_max", "memory_used_max_mib"}
-
-    @property
-    def utilization_avg(self) -> float:
-        return self.utilization_tenths_sum / 10 / self.samples if self.samples else 0.0
 
 
 class SampleError(ValueError):
@@ -74,6 +51,7 @@ class Sample:
     kernels: int
     busy_kernels: int
     last_kernel_activity: datetime | None
+    last_activity: datetime | None
     gpus: tuple[tuple[str, float, int], ...]
 
 
@@ -134,6 +112,7 @@ def parse_sample(data) -> Sample:
             )
         )
     last = data.get("last_kernel_activity")
+    activity = data.get("last_activity")
     return Sample(
         session_id=session_id,
         sampled_until=_moment(data.get("sampled_until"), "sampled_until"),
@@ -144,6 +123,7 @@ def parse_sample(data) -> Sample:
         kernels=_count(data, "kernels", 10_000),
         busy_kernels=_count(data, "busy_kernels", 10_000),
         last_kernel_activity=_moment(last, "last_kernel_activity") if last is not None else None,
+        last_activity=_moment(activity, "last_activity") if activity is not None else None,
         gpus=tuple(parsed_gpus),
     )
 
@@ -208,6 +188,9 @@ def samples_handler():
             if record is None or record.user != user:
                 raise web.HTTPError(403, "A server may only report the usage of its own session.")
             row = record_sample(self.ledger, user, sample)
+            moments = [m for m in (sample.last_activity, sample.last_kernel_activity) if m is not None]
+            if moments:
+                self.ledger.note_activity(sample.session_id, max(moments))
             self.write_json({"session_id": sample.session_id, "minute": row.minute.isoformat() + "Z"}, status=201)
 
     return Samples

@@ -26,6 +26,7 @@ import jinja2
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
 from traitlets import (
+    Bool,
     Callable,
     CaselessStrEnum,
     Dict,
@@ -207,6 +208,47 @@ class GPUSpawnerMixin(Configurable):
             c.GPUDockerSpawner.ledger_db_url = "sqlite:////srv/jupyterhub/jupyterhub_gpu.sqlite"
         """,
     ).tag(config=True)
+
+    kernel_cull_idle_timeout = Int(
+        1800,
+        help="""
+        Seconds after which an idle kernel is shut down inside the user's server,
+        so that an idle TensorFlow kernel lets go of the GPU memory it holds
+        (jupyter_server's ``MappingKernelManager.cull_idle_timeout``); 0 turns it off.
+        Busy kernels are never culled.
+
+            c.GPUDockerSpawner.kernel_cull_idle_timeout = 1800
+        """,
+    ).tag(config=True)
+
+    kernel_cull_interval = Int(
+        60, help="Seconds between the server's checks for idle kernels (``MappingKernelManager.cull_interval``)."
+    ).tag(config=True)
+
+    kernel_cull_connected = Bool(
+        True,
+        help="""
+        Cull idle kernels even while a browser tab is connected to them: an open
+        but forgotten notebook must not hold a GPU's memory overnight.
+        """,
+    ).tag(config=True)
+
+    @validate("kernel_cull_idle_timeout", "kernel_cull_interval")
+    def _valid_cull_seconds(self, proposal):
+        if proposal.value < 0:
+            raise ValueError(f"{proposal.trait.name} must not be negative, got {proposal.value}")
+        return proposal.value
+
+    def get_args(self):
+        args = super().get_args()
+        if self.kernel_cull_idle_timeout:
+            args += [
+                f"--MappingKernelManager.cull_idle_timeout={self.kernel_cull_idle_timeout}",
+                f"--MappingKernelManager.cull_interval={max(1, self.kernel_cull_interval)}",
+                f"--MappingKernelManager.cull_connected={self.kernel_cull_connected}",
+                "--MappingKernelManager.cull_busy=False",
+            ]
+        return args
 
     gpu_service_url = Unicode(
         "",
