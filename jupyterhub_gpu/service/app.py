@@ -164,6 +164,11 @@ class GPUService(Application):
         except ValueError as e:
             self.log.critical("jupyterhub-gpu service configuration error: %s", e)
             self.exit(1)
+        self.alert_channels = ("lab",)
+        if self.alert_settings.email_enabled:
+            self.alert_channels += ("email",)
+        if self.alert_settings.webhook_enabled:
+            self.alert_channels += ("webhook",)
         self.ledger = Ledger(self.db_url)
         self.hub = HubClient(
             os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
@@ -225,6 +230,7 @@ class GPUService(Application):
                 self.notify,
                 thresholds=tuple(self.alert_thresholds),
                 grace=timedelta(seconds=self.budget_grace_seconds),
+                channels=self.alert_channels,
             )
         except HubAPIError as e:
             self.log.warning("hub unreachable during the tick: %s", e)

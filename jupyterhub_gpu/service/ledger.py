@@ -473,6 +473,33 @@ class Ledger:
                 return False
         return True
 
+    def alerts_since(self, since: datetime) -> list[AlertSent]:
+        """Alerts of the periods that start at or after ``since`` (read once per tick)."""
+        with self.Session() as db:
+            return list(db.scalars(select(AlertSent).where(AlertSent.period_start >= _naive(since))))
+
+    def usage_since(self, since: datetime, now: datetime) -> list[UsageRow]:
+        """The usage rows of every session started since ``since``: plain rows, no ORM objects."""
+        s = SessionRecord
+        query = select(
+            s.id, s.user, s.groups, s.started, s.stopped, s.cost_micros, s.minutes, s.gpu_count, s.rate_micros
+        ).where(s.started >= _naive(since))
+        naive_now = _naive(now)
+        parsed: dict[str, tuple[str, ...]] = {}
+        rows = []
+        with self.engine.connect() as db:
+            for sid, user, groups, started, stopped, cost, minutes, gpu_count, rate in db.execute(query):
+                if stopped is not None:
+                    cost, gpu_minutes = cost or 0, (minutes or 0) * gpu_count
+                else:
+                    c = charge(started, max(naive_now, started), rate, gpu_count)
+                    cost, gpu_minutes = c.cost_micros, c.gpu_minutes
+                group_tuple = parsed.get(groups)
+                if group_tuple is None:
+                    group_tuple = parsed[groups] = tuple(json.loads(groups or "[]"))
+                rows.append(UsageRow(sid, user, group_tuple, _aware(started), cost, gpu_minutes, stopped is None))
+        return rows
+
     def alerts(self, user: str | None = None) -> list[AlertSent]:
         query = select(AlertSent).order_by(AlertSent.id)
         if user is not None:

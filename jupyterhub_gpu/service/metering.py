@@ -186,6 +186,39 @@ def budget_status(rule: BudgetRule, rows: list[UsageRow], now: datetime, tz: Zon
     return BudgetStatus(rule=rule, period_start=start, period_end=end, used=used, limit=rule.limit)
 
 
+def rule_statuses(
+    rules: list[BudgetRule], rows: list[UsageRow], now: datetime, tz: ZoneInfo
+) -> dict[str, BudgetStatus]:
+    """Every rule's status by ``rule.key``: :func:`budget_status` for all rules at once.
+
+    One pass over the rows per distinct period window, summing per user and per
+    group, instead of one pass per rule and user (which grows with users²).
+    """
+    windows: dict[tuple[datetime, datetime], list[BudgetRule]] = {}
+    for rule in rules:
+        windows.setdefault(period_window(rule.period, now, tz, rule.term_start, rule.term_end), []).append(rule)
+    statuses = {}
+    for (start, end), window_rules in windows.items():
+        per_user: dict[str, list[int]] = {}
+        per_group: dict[str, list[int]] = {}
+        for row in rows:
+            if not (start <= row.started < end):
+                continue
+            for total in (
+                per_user.setdefault(row.user, [0, 0]),
+                *(per_group.setdefault(g, [0, 0]) for g in set(row.groups)),
+            ):
+                total[0] += row.cost_micros
+                total[1] += row.gpu_minutes
+        for rule in window_rules:
+            micros, gpu_minutes = (per_user if rule.scope == "user" else per_group).get(rule.subject, (0, 0))
+            used = from_micros(micros) if rule.unit == "money" else Decimal(gpu_minutes) / 60
+            statuses[rule.key] = BudgetStatus(
+                rule=rule, period_start=start, period_end=end, used=used, limit=rule.limit
+            )
+    return statuses
+
+
 def earliest_period_start(rules: list[BudgetRule], now: datetime, tz: ZoneInfo) -> datetime:
     """The start of the oldest current period among ``rules``: older sessions cannot count."""
     starts = [period_window(r.period, now, tz, r.term_start, r.term_end)[0] for r in rules]

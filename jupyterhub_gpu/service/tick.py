@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from .alerts import CHANNELS
 from .hubapi import HubAPIError, HubClient
 from .ledger import Ledger, SessionStart, _aware
-from .metering import BudgetStatus, crossed_thresholds, earliest_period_start, user_statuses
+from .metering import BudgetStatus, crossed_thresholds, earliest_period_start, rule_statuses
 
 log = logging.getLogger("jupyterhub_gpu.service")
 
@@ -38,12 +38,18 @@ async def enforce_budgets(
     notify: Notify,
     thresholds: tuple[int, ...] = (80, 95),
     grace: timedelta = timedelta(minutes=5),
+    channels: tuple[str, ...] | None = ("lab",),
 ) -> TickResult:
     """Warn users whose budgets cross a threshold, and stop the servers of those past 100% + grace.
 
     Only users with a running session are checked: spend changes only while a
-    session runs. The 100% notice is recorded once per period (as an alert on
-    the "lab" channel); the stop happens ``grace`` after it.
+    session runs. Each budget's status is computed once per tick for all its
+    users, and the alerts already sent in the current periods are read once.
+    When several thresholds are crossed at once, only the highest is sent; the
+    lower ones are recorded as passed so that they are never sent late. The
+    100% notice is recorded once per period (on the "lab" channel); the stop
+    happens ``grace`` after it. ``channels`` are the channels ``notify``
+    delivers on: a threshold already sent on all of them is skipped.
     """
     result = TickResult()
     rules = ledger.budget_rules()
@@ -54,33 +60,48 @@ async def enforce_budgets(
     for s in open_sessions:
         by_user.setdefault(s.user, []).append(s)
     since = earliest_period_start(rules, now, tz)
-    rows = Ledger.usage_rows(ledger.sessions(since=since), now)
+    status_of = rule_statuses(rules, ledger.usage_since(since, now), now, tz)
+    order = {r.key: i for i, r in enumerate(rules)}
+    user_rules = {r.subject: r for r in rules if r.scope == "user"}
+    group_rules = {r.subject: r for r in rules if r.scope == "group"}
+    sent = {
+        (a.user, a.budget_key, _aware(a.period_start), a.threshold, a.channel): _aware(a.sent)
+        for a in ledger.alerts_since(since)
+    }
     for user, sessions in by_user.items():
         result.users_checked += 1
         groups = tuple(sorted({g for s in sessions for g in s.group_list}))
-        statuses = user_statuses(user, groups, rules, rows, now, tz)
+        mine = [user_rules[user]] if user in user_rules else []
+        mine += [group_rules[g] for g in groups if g in group_rules]
+        mine.sort(key=lambda r: order[r.key])
+        statuses = sorted((status_of[r.key] for r in mine), key=lambda s: s.fraction, reverse=True)
         for status in statuses:
             crossed = crossed_thresholds(status, (*thresholds, 100))
             if not crossed:
                 continue
-            # several thresholds crossed at once: only the highest is sent, the
-            # lower ones are recorded as passed so that they are never sent late
+            key = (user, status.rule.key, status.period_start)
             for lower in crossed[:-1]:
                 for channel in CHANNELS:
-                    ledger.claim_alert(user, status.rule.key, status.period_start, lower, channel, now)
+                    if (*key, lower, channel) not in sent:
+                        ledger.claim_alert(user, status.rule.key, status.period_start, lower, channel, now)
+            if channels is not None and all((*key, crossed[-1], ch) in sent for ch in channels):
+                continue
             await notify(user, groups, status, crossed[-1])
             result.alerts.append((user, status.rule.key, crossed[-1]))
         exhausted = [s for s in statuses if s.exhausted]
         if not exhausted:
             continue
-        final = [
-            a
-            for a in ledger.alerts(user)
-            if a.threshold == 100
-            and a.channel == "lab"
-            and any(a.budget_key == s.rule.key and _aware(a.period_start) == s.period_start for s in exhausted)
-        ]
-        if not final or now - min(_aware(a.sent) for a in final) < grace:
+        final = [sent.get((user, s.rule.key, s.period_start, 100, "lab")) for s in exhausted]
+        final = [t for t in final if t is not None]
+        if not final:  # told in this very tick: read it back
+            final = [
+                _aware(a.sent)
+                for a in ledger.alerts(user)
+                if a.threshold == 100
+                and a.channel == "lab"
+                and any(a.budget_key == s.rule.key and _aware(a.period_start) == s.period_start for s in exhausted)
+            ]
+        if not final or now - min(final) < grace:
             continue
         for s in sessions:
             ledger.set_pending_stop_reason(s.id, "budget")

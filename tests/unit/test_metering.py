@@ -132,3 +132,23 @@ def test_gpu_hour_budget_does_not_limit_cpu_profiles_until_used_up():
     assert spawn_refusal(statuses, 10_000, 0, 10, UTC, CNY.format) is None
     message = spawn_refusal(statuses, 50_000, 1, 10, UTC, CNY.format)
     assert "0.92 GPU-hours of 1.00 GPU-hours" in message
+
+
+def test_rule_statuses_equal_budget_status_for_every_rule():
+    from jupyterhub_gpu.service.metering import rule_statuses
+
+    rules = [
+        BudgetRule("user", "a", "month", "money", Decimal("100")),
+        BudgetRule("group", "cs231n", "week", "gpu_hours", Decimal("3")),
+        BudgetRule("group", "thesis", "term", "money", Decimal("9"), date(2026, 9, 1), date(2027, 1, 15)),
+        BudgetRule("user", "nobody", "month", "money", Decimal("1")),
+    ]
+    rows = [
+        row("a", T0, "30", ["cs231n"], gpu_minutes=60),
+        row("b", T0 - timedelta(days=3), "5", ["cs231n", "thesis"], gpu_minutes=120, sid="b1"),
+        row("a", T0 - timedelta(days=40), "7", ["thesis"], gpu_minutes=10, sid="a-old"),
+        row("c", T0 - timedelta(days=20), "2", ["thesis", "thesis"], sid="c1"),
+    ]
+    fast = rule_statuses(rules, rows, T0, SHANGHAI)
+    for rule in rules:
+        assert fast[rule.key] == budget_status(rule, rows, T0, SHANGHAI)
