@@ -8,7 +8,7 @@ CHP_VERSION := 4.6.3
 PYTEST_ARGS ?=
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-docker lint format venv docker-setup test-image clean
+.PHONY: help demo test test-quick test-lab test-docker lint format venv docker-setup postgres-setup browser-setup test-image clean
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
@@ -18,10 +18,10 @@ help:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt labextension/package.json labextension/yarn.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@command -v node >/dev/null || { echo "Node.js >= 20.19 is needed to build labextension/ (pip install -e runs the build)"; exit 1; }
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,demo]'
-	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm)
 	@test -x $(BIN)/configurable-http-proxy || npm install --silent -g --prefix $(VENV) configurable-http-proxy@$(CHP_VERSION)
 	@touch $@
 
@@ -36,13 +36,19 @@ demo: venv
 docker-setup:
 	STATE_DIR=$(STATE) bash scripts/docker-setup.sh
 
+postgres-setup:
+	bash scripts/postgres-setup.sh
+
 test-image: venv docker-setup
 	bash scripts/build-test-image.sh
 
-test: venv test-image
+browser-setup:
+	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk)
+
+test: venv postgres-setup test-image browser-setup test-lab
 	$(BIN)/pytest -q -m "" $(PYTEST_ARGS)
 
-test-quick: venv
+test-quick: venv test-lab
 	$(BIN)/pytest -q -m "not docker and not browser and not chaos" $(PYTEST_ARGS)
 
 test-docker: venv test-image
@@ -51,10 +57,14 @@ test-docker: venv test-image
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cd labextension && ../$(BIN)/jlpm lint:check
+
+test-lab: venv
+	cd labextension && ../$(BIN)/jlpm test
 
 format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(STATE) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(STATE) .pytest_cache .ruff_cache labextension/lib labextension/prebuilt

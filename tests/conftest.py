@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -46,6 +48,7 @@ class Hub:
         "admin:servers",
         "admin:server_state",
         "admin:groups",
+        "tokens",
         "list:users",
         "read:users",
     ]
@@ -216,3 +219,167 @@ def make_hub(tmp_path):
             hub.cleanup()
         except Exception:
             hub.stop(signal.SIGKILL)
+
+
+# -- PostgreSQL: a throwaway server per test session, a fresh database per test --------
+
+
+def postgres_bin_dir() -> Path | None:
+    """Where initdb and postgres are (Debian's newest /usr/lib/postgresql/N/bin, else PATH)."""
+    found = sorted(
+        (p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb") if (p.parent / "postgres").exists()),
+        key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0,
+    )
+    if found:
+        return found[-1]
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb and (Path(initdb).parent / "postgres").exists() else None
+
+
+class PostgresServer:
+    """A PostgreSQL cluster in a temporary folder, on a free loopback port, trusting loopback logins."""
+
+    def __init__(self, bin_dir: Path):
+        self.bin_dir = bin_dir
+        self.port = free_port()
+        # postgres refuses to run as root: as root, the cluster belongs to the postgres OS user,
+        # in a folder of its own under /tmp (pytest's own tmp folders are 0700 root)
+        self.as_user = "postgres" if os.geteuid() == 0 else None
+        self.dir = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-pg-"))
+        self.data = self.dir / "data"
+        self.log_file = self.dir / "postgres.log"
+        self.proc: subprocess.Popen | None = None
+        if self.as_user:
+            shutil.chown(self.dir, self.as_user, self.as_user)
+
+    def _run_kwargs(self) -> dict:
+        return {"user": self.as_user, "group": self.as_user, "extra_groups": []} if self.as_user else {}
+
+    def start(self) -> None:
+        initdb = subprocess.run(
+            [
+                str(self.bin_dir / "initdb"),
+                "--pgdata",
+                str(self.data),
+                "--username",
+                "postgres",
+                "--auth",
+                "trust",
+                "--encoding",
+                "UTF8",
+                "--no-locale",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=self.dir,
+            **self._run_kwargs(),
+        )
+        if initdb.returncode != 0:
+            raise RuntimeError(f"initdb failed ({initdb.returncode}):\n{initdb.stdout}\n{initdb.stderr}")
+        log = open(self.log_file, "ab")
+        self.proc = subprocess.Popen(
+            [
+                str(self.bin_dir / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-h",
+                "127.0.0.1",
+                "-k",
+                str(self.dir),
+                # throwaway data: no fsync; and a zone other than UTC, so that any
+                # time-zone-dependent storage of the ledger's times shows up in tests
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "timezone=Asia/Shanghai",
+                "-c",
+                "max_connections=200",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.dir,
+            start_new_session=True,
+            **self._run_kwargs(),
+        )
+        log.close()
+        wait_for(self._ready, timeout=60, interval=0.2, what=f"PostgreSQL on port {self.port} (log: {self.log_file})")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"postgres exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+        try:
+            with self.connect():
+                return True
+        except Exception:
+            return False
+
+    def log_text(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def connect(self, dbname: str = "postgres"):
+        import psycopg
+
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True, connect_timeout=5
+        )
+
+    def url(self, dbname: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def create_database(self) -> str:
+        name = f"test_{secrets.token_hex(6)}"
+        with self.connect() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with self.connect() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # "fast" shutdown: disconnect clients, then exit
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for this test session (initdb in a temporary folder; stopped at the end)."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        pytest.fail(
+            "PostgreSQL's server programs (initdb, postgres) are not installed: run `make test`,"
+            " or `bash scripts/postgres-setup.sh` once, then pytest again",
+            pytrace=False,
+        )
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.fail("psycopg is not installed: run `make test` (or `make venv`), then pytest again", pytrace=False)
+    server = PostgresServer(bin_dir)
+    try:
+        server.start()
+    except Exception:
+        server.stop()
+        raise
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """A SQLAlchemy URL of a fresh, empty database on the test PostgreSQL server (dropped afterwards)."""
+    name = postgres_server.create_database()
+    yield postgres_server.url(name)
+    postgres_server.drop_database(name)

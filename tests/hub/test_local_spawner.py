@@ -228,3 +228,22 @@ def test_bad_profile_in_config_stops_hub_startup(make_hub, tmp_path):
     hub.start(wait=False)
     assert hub.proc.wait(60) == 1
     assert "profile 'broken': 'price_per_gpu_hour' must be a decimal string" in hub.log_text()
+
+
+def test_idle_kernels_are_culled_inside_the_server(make_hub, tmp_path):
+    import requests
+
+    extra = "\nc.GPULocalSpawner.kernel_cull_idle_timeout = 3\nc.GPULocalSpawner.kernel_cull_interval = 1\n"
+    hub = make_hub(config(tmp_path) + extra)
+    hub.create_users("sam")
+    hub.start_server("sam", {"profile": "t4"})
+    hub.wait_ready("sam")
+    token = hub.api("POST", "/users/sam/tokens", json={"note": "test"}).json()["token"]
+    headers = {"Authorization": f"token {token}"}
+    kernels = f"{hub.url}/user/sam/api/kernels"
+    r = requests.post(kernels, headers=headers, json={"name": "python3"}, timeout=30)
+    assert r.status_code == 201, r.text
+    kernel_id = r.json()["id"]
+    assert [k["id"] for k in requests.get(kernels, headers=headers, timeout=10).json()] == [kernel_id]
+    wait_for(lambda: requests.get(kernels, headers=headers, timeout=10).json() == [], 60, what="kernel culled")
+    assert hub.server("sam")["ready"]  # the server itself keeps running

@@ -1,0 +1,539 @@
+"""Idle culling rules: whether a running session is let be, warned, stopped, or its warning cancelled.
+
+Pure functions of a session's per-minute signals, its user's last activity and
+the clock: no database, no hub, no I/O. The service's tick feeds them what the
+ledger knows and acts on the :class:`Decision`; the simulator
+(:mod:`jupyterhub_gpu.sim`) feeds them a recorded trace with a simulated clock.
+Both run this code, so what the simulator measures is what the service does.
+
+Three kinds of rule (:data:`KINDS`), each with a time ``T`` (``minutes``) and a
+warning lead (``warn_minutes``):
+
+- ``gpu_idle``: every minute of the last ``T`` had GPU utilization under
+  ``util_threshold`` percent and no busy kernel. What the user does in the Lab
+  without using the GPU does not keep a GPU server, but it does answer a
+  warning (see below). Minutes with no GPU sample count as idle only if the
+  hub's activity records show nothing in them either; with no sample at all in
+  the last ``T`` minutes the rule does not apply (a server that stops pushing
+  samples is judged on hub activity alone, by ``inactive`` and ``max_age``).
+  Does not apply to CPU-only sessions.
+- ``inactive``: nothing at all for ``T`` minutes: no user action, no busy
+  kernel, and no GPU utilization at or above ``util_threshold``.
+- ``max_age``: the server has been running for ``T`` minutes, whatever it does.
+
+The protocol, for each rule: the condition has held since ``idle_since``. At
+``idle_since + T - warn_minutes`` the user is warned (action ``warn``); the
+caller records the warning time and passes it back as ``warned``. The server is
+stopped (action ``stop``) once the condition has held for ``T`` *and* the
+warning is at least ``warn_minutes`` old, so the user is always warned first,
+even after a late tick. Real activity after the warning restarts the idle
+clock; if then no rule is still covered by the warning, the action is
+``cancel`` and the caller tells the user the stop is off and clears its
+warning. For ``gpu_idle`` a user action counts as an answer only once a warning
+was due (``idle_since + T - warn_minutes``): it restarts the idle clock, so a
+student who keeps working without the GPU is asked again every
+``T - warn_minutes`` minutes rather than every minute.
+
+Every user-visible string is a template in :data:`MESSAGES` so that it can be
+translated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone, tzinfo
+from itertools import pairwise
+
+KINDS = ("gpu_idle", "inactive", "max_age")
+#: Actions from least to most urgent.
+ACTIONS = ("none", "cancel", "warn", "stop")
+#: Warning lead used when a configured rule gives none (capped below ``minutes``).
+DEFAULT_WARN_MINUTES = {"gpu_idle": 5, "inactive": 5, "max_age": 30}
+DEFAULT_UTIL_THRESHOLD = 5.0
+#: The largest ``minutes`` a rule may have: a 31-day month.
+MAX_MINUTES = 31 * 24 * 60
+MINUTE = timedelta(minutes=1)
+_RULE_FIELDS = ("kind", "minutes", "warn_minutes", "util_threshold")
+_CONFIG_KEYS = ("default", "profiles", "groups")
+
+#: Every string a user reads. Replace the values (keeping the ``{fields}``) to translate;
+#: ``duration.*`` fill ``{limit}`` and ``{age}``.
+MESSAGES: dict[str, str] = {
+    "warn.gpu_idle": (
+        "Your GPU has been idle (under {threshold}%) for {idle_minutes} minutes:"
+        " this server will be stopped at {stop_time} unless you use it."
+    ),
+    "warn.inactive": (
+        "This server has had no activity for {idle_minutes} minutes:"
+        " it will be stopped at {stop_time} unless you use it."
+    ),
+    "warn.max_age": (
+        "This server has been running for {age}, and servers are stopped after {limit}:"
+        " it will be stopped at {stop_time}. Save your work now."
+    ),
+    "stop.gpu_idle": (
+        "Your server was stopped at {stop_time} because its GPU was idle (under {threshold}%)"
+        " for {idle_minutes} minutes. Billing stopped with it; your files are kept."
+    ),
+    "stop.inactive": (
+        "Your server was stopped at {stop_time} after {idle_minutes} minutes without activity."
+        " Billing stopped with it; your files are kept."
+    ),
+    "stop.max_age": (
+        "Your server was stopped at {stop_time}: servers are stopped after {limit}."
+        " Billing stopped with it; your files are kept."
+    ),
+    "cancel": "You are using your server again: it will not be stopped.",
+    "memory_high": (
+        "GPU memory has been above {percent}% for {minutes} minutes: a profile with a larger GPU may help."
+    ),
+    "duration.minute": "1 minute",
+    "duration.minutes": "{n} minutes",
+    "duration.hour": "1 hour",
+    "duration.hours": "{n} hours",
+}
+
+
+# -- rules -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CullRule:
+    """One cull rule: its kind, its time ``T`` in minutes, its warning lead, and (GPU rules) a threshold.
+
+    ``util_threshold`` is a GPU utilization in percent: below it a minute is
+    idle for ``gpu_idle``; at or above it a minute is activity for ``inactive``.
+    Constructing a rule validates it (ValueError naming the field).
+    """
+
+    kind: str
+    minutes: int
+    warn_minutes: int
+    util_threshold: float = DEFAULT_UTIL_THRESHOLD
+
+    def __post_init__(self):
+        _check_rule(self.kind, self.minutes, self.warn_minutes, self.util_threshold, "rule")
+
+    def to_dict(self) -> dict:
+        """The configuration dict this rule parses from."""
+        return {
+            "kind": self.kind,
+            "minutes": self.minutes,
+            "warn_minutes": self.warn_minutes,
+            "util_threshold": self.util_threshold,
+        }
+
+
+def _check_rule(kind, minutes, warn_minutes, util_threshold, where: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"{where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not _is_int(minutes) or not 2 <= minutes <= MAX_MINUTES:
+        raise ValueError(f"{where}.minutes must be a whole number of minutes from 2 to {MAX_MINUTES}, got {minutes!r}")
+    if not _is_int(warn_minutes) or not 1 <= warn_minutes < minutes:
+        raise ValueError(
+            f"{where}.warn_minutes must be a whole number of minutes from 1 to minutes - 1 ({minutes - 1}),"
+            f" got {warn_minutes!r}"
+        )
+    if (
+        isinstance(util_threshold, bool)
+        or not isinstance(util_threshold, (int, float))
+        or not 0 < util_threshold <= 100
+    ):
+        raise ValueError(f"{where}.util_threshold must be a percentage above 0 and at most 100, got {util_threshold!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: The defaults (see docs/culling.md for why): the lab rule "GPU utilization under 5%
+#: for 30 minutes", nothing at all (no user, no kernel, no GPU) for 15 minutes, and at
+#: most a day per server; each warned 5 minutes ahead (30 for the day).
+DEFAULT_RULES: tuple[CullRule, ...] = (
+    CullRule("gpu_idle", minutes=30, warn_minutes=5, util_threshold=5.0),
+    CullRule("inactive", minutes=15, warn_minutes=5, util_threshold=5.0),
+    CullRule("max_age", minutes=24 * 60, warn_minutes=30),
+)
+
+
+def parse_rule(raw, where: str = "rule") -> CullRule:
+    """A :class:`CullRule` from a config dict such as ``{"kind": "gpu_idle", "minutes": 30}``.
+
+    ``warn_minutes`` defaults to :data:`DEFAULT_WARN_MINUTES` of the kind (at
+    most half of ``minutes``), ``util_threshold`` to 5. ValueError messages
+    start with ``where`` and name the field.
+    """
+    if isinstance(raw, CullRule):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be a dict such as {{'kind': 'gpu_idle', 'minutes': 30}}, got {raw!r}")
+    unknown = sorted(str(k) for k in raw if k not in _RULE_FIELDS)
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]} is not a cull rule field (fields: {', '.join(_RULE_FIELDS)})")
+    for required in ("kind", "minutes"):
+        if required not in raw:
+            raise ValueError(f"{where}.{required} is missing")
+    kind, minutes = raw["kind"], raw["minutes"]
+    if "warn_minutes" in raw:
+        warn = raw["warn_minutes"]
+    elif kind in KINDS and _is_int(minutes):
+        warn = max(1, min(DEFAULT_WARN_MINUTES[kind], minutes // 2))
+    else:
+        warn = 1
+    threshold = raw.get("util_threshold", DEFAULT_UTIL_THRESHOLD)
+    _check_rule(kind, minutes, warn, threshold, where)
+    return CullRule(kind=kind, minutes=minutes, warn_minutes=warn, util_threshold=float(threshold))
+
+
+def parse_rules(raw, where: str = "cull_rules") -> tuple[CullRule, ...]:
+    """Rules from a list of config dicts (or CullRules); at most one rule of each kind.
+
+    An empty list is valid and means "never cull".
+    """
+    if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Iterable):
+        example = "[{'kind': 'gpu_idle', 'minutes': 30}]"
+        raise ValueError(f"{where} must be a list of rules such as {example}, got {raw!r}")
+    rules = tuple(parse_rule(item, f"{where}[{i}]") for i, item in enumerate(raw))
+    seen: set[str] = set()
+    for i, rule in enumerate(rules):
+        if rule.kind in seen:
+            raise ValueError(f"{where}[{i}].kind: a second {rule.kind!r} rule; give at most one rule of each kind")
+        seen.add(rule.kind)
+    return rules
+
+
+def parse_config(raw, where: str = "cull_rules") -> dict:
+    """Validate and normalise the culling configuration.
+
+    ``raw`` is ``None`` (the defaults) or a dict with any of::
+
+        {"default":  [rule, ...],                  # all sessions; omitted: DEFAULT_RULES
+         "profiles": {profile_slug: [rule, ...]},  # replaces the default for that profile
+         "groups":   {group_name: [rule, ...]}}    # replaces the profile's list for members
+
+    Returns the same structure with tuples of :class:`CullRule`. Parsing a
+    parsed config again returns an equal one.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be a dict with keys {', '.join(_CONFIG_KEYS)}, got {raw!r}")
+    unknown = sorted(str(k) for k in raw if k not in _CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]} is not a key of the culling config (keys: {', '.join(_CONFIG_KEYS)})")
+    out: dict = {"default": DEFAULT_RULES, "profiles": {}, "groups": {}}
+    if "default" in raw:
+        out["default"] = parse_rules(raw["default"], f"{where}.default")
+    for key in ("profiles", "groups"):
+        section = raw.get(key)
+        section = {} if section is None else section
+        if not isinstance(section, Mapping):
+            raise ValueError(f"{where}.{key} must be a dict of name -> list of rules, got {section!r}")
+        for name, rules in section.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"{where}.{key}: names must be non-empty strings, got {name!r}")
+            out[key][name] = parse_rules(rules, f"{where}.{key}[{name!r}]")
+    return out
+
+
+def _leniency(rule: CullRule) -> tuple:
+    # longer T, then (gpu rules) a lower threshold, then a longer warning
+    return (rule.minutes, -rule.util_threshold if rule.kind != "max_age" else 0, rule.warn_minutes)
+
+
+def most_lenient(rule_lists: Sequence[Sequence[CullRule]]) -> tuple[CullRule, ...]:
+    """Per kind, the most lenient rule of several lists; a kind missing from any list is dropped.
+
+    A list without a rule of some kind never culls for it, which is the most
+    lenient there is. Among rules of one kind the longest ``minutes`` wins, then
+    the lowest ``util_threshold``, then the longest warning.
+    """
+    if not rule_lists:
+        return ()
+    merged = []
+    for kind in KINDS:
+        candidates = [r for rules in rule_lists for r in rules if r.kind == kind]
+        if len(candidates) < len(rule_lists):  # one rule per kind per list: some list lacks it
+            continue
+        merged.append(max(candidates, key=_leniency))
+    return tuple(merged)
+
+
+def rules_for(profile_slug: str | None, groups: Iterable[str], config) -> tuple[CullRule, ...]:
+    """The rules of a session: its groups' lists, else its profile's list, else the default.
+
+    ``config`` is the structure of :func:`parse_config` (raw or parsed; ``None``
+    means the defaults). A user in several configured groups gets, per kind,
+    the most lenient of those groups' rules (:func:`most_lenient`), so that
+    joining a group never makes culling stricter than that group's own rules.
+    """
+    parsed = parse_config(config)
+    matched = [parsed["groups"][g] for g in sorted(set(groups)) if g in parsed["groups"]]
+    if matched:
+        return matched[0] if len(matched) == 1 else most_lenient(matched)
+    if profile_slug is not None and profile_slug in parsed["profiles"]:
+        return parsed["profiles"][profile_slug]
+    return parsed["default"]
+
+
+# -- signals and decisions -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MinuteSignal:
+    """What is known of one minute of a session, ``[at, at + 1 minute)``.
+
+    ``at`` is an aware datetime (UTC minute boundaries in the service, minutes
+    from the session start in the simulator: any alignment works).
+    ``gpu_util`` (percent, the session's GPUs averaged over the minute) and
+    ``gpu_mem_frac`` (0-1, the highest fraction of GPU memory in use) are
+    ``None`` when no sample arrived for the minute. ``kernel_busy``: a kernel
+    was busy at some point in the minute. ``user_active``: the user did
+    something in the minute (a request to the server that was not the Lab's own
+    polling).
+    """
+
+    at: datetime
+    gpu_util: float | None = None
+    gpu_mem_frac: float | None = None
+    kernel_busy: bool = False
+    user_active: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do now about a session.
+
+    ``action`` is one of :data:`ACTIONS`. ``rule`` is the rule it concerns (for
+    ``none``, the rule nearest to firing; ``None`` when no rule applies),
+    ``idle_since`` when its condition began to hold (the start, for
+    ``max_age``), ``stop_at`` when the server is (or would be, without
+    activity) stopped, and ``message`` the text for the user ("" for ``none``).
+    """
+
+    action: str
+    rule: CullRule | None = None
+    idle_since: datetime | None = None
+    stop_at: datetime | None = None
+    message: str = ""
+
+
+def _aware(moment: datetime, what: str) -> datetime:
+    if moment.tzinfo is None:
+        raise ValueError(f"{what} must be an aware datetime, got {moment!r}")
+    return moment
+
+
+def _minute_end(signal: MinuteSignal, now: datetime) -> datetime:
+    return min(signal.at + MINUTE, now)
+
+
+def _gpu_idle_since(
+    rule: CullRule,
+    started: datetime,
+    now: datetime,
+    signals: Sequence[MinuteSignal],
+    last_user_activity: datetime | None,
+) -> datetime | None:
+    """When the GPU-idle condition began to hold, or None when the rule cannot judge (no samples)."""
+    threshold = rule.util_threshold
+    window_start = now - timedelta(minutes=rule.minutes)
+    sampled_in_window = False
+    for signal in reversed(signals):
+        if signal.at + MINUTE <= window_start:
+            break
+        if signal.at < now and signal.gpu_util is not None:
+            sampled_in_window = True
+            break
+    if not sampled_in_window:
+        return None
+    # walk back to the last minute of real GPU-side activity; keep the user actions seen after it
+    reset = started
+    answers: list[tuple[datetime, datetime]] = []  # (when it counts from, where the clock restarts)
+    sampled_minutes: list[MinuteSignal] = []
+    for signal in reversed(signals):
+        if signal.at >= now:
+            continue
+        end = _minute_end(signal, now)
+        if end <= reset:
+            break
+        sampled = signal.gpu_util is not None
+        gpu_busy = sampled and signal.gpu_util >= threshold
+        if signal.kernel_busy or gpu_busy or (not sampled and signal.user_active):
+            reset = end
+            break
+        if sampled:
+            sampled_minutes.append(signal)
+            if signal.user_active:
+                answers.append((signal.at, end))
+    if last_user_activity is not None and reset < last_user_activity <= now:
+        in_sampled_minute = any(s.at <= last_user_activity < s.at + MINUTE for s in sampled_minutes)
+        if in_sampled_minute:
+            answers.append((last_user_activity, last_user_activity))
+        else:
+            # hub activity in a minute the server did not report on: judged on that activity
+            reset = last_user_activity
+    since = reset
+    lead = timedelta(minutes=rule.minutes - rule.warn_minutes)
+    for counts_from, restart in sorted(answers):
+        if counts_from > reset and counts_from >= since + lead:
+            since = max(since, restart)
+    return since
+
+
+def _inactive_since(
+    rule: CullRule,
+    started: datetime,
+    now: datetime,
+    signals: Sequence[MinuteSignal],
+    last_user_activity: datetime | None,
+) -> datetime:
+    since = started
+    if last_user_activity is not None:
+        since = max(since, min(last_user_activity, now))
+    for signal in reversed(signals):
+        if signal.at >= now:
+            continue
+        end = _minute_end(signal, now)
+        if end <= since:
+            break
+        gpu_busy = signal.gpu_util is not None and signal.gpu_util >= rule.util_threshold
+        if signal.user_active or signal.kernel_busy or gpu_busy:
+            since = end
+            break
+    return since
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    action: str
+    rule: CullRule
+    idle_since: datetime
+    stop_at: datetime
+    covered: bool
+
+
+def _duration(minutes: int) -> str:
+    if minutes % 60 == 0:
+        hours = minutes // 60
+        return MESSAGES["duration.hour"] if hours == 1 else MESSAGES["duration.hours"].format(n=hours)
+    return MESSAGES["duration.minute"] if minutes == 1 else MESSAGES["duration.minutes"].format(n=minutes)
+
+
+def _message(action: str, rule: CullRule, idle_since: datetime, stop_at: datetime, now: datetime, tz) -> str:
+    if action == "none":
+        return ""
+    if action == "cancel":
+        return MESSAGES["cancel"]
+    threshold = rule.util_threshold
+    return MESSAGES[f"{action}.{rule.kind}"].format(
+        threshold=int(threshold) if float(threshold).is_integer() else threshold,
+        idle_minutes=int((now - idle_since) / MINUTE),
+        stop_time=stop_at.astimezone(tz).strftime("%H:%M"),
+        age=_duration(int((now - idle_since) / MINUTE)),
+        limit=_duration(rule.minutes),
+    )
+
+
+def evaluate(
+    rules: Iterable[CullRule],
+    started: datetime,
+    now: datetime,
+    signals: Sequence[MinuteSignal],
+    last_user_activity: datetime | None = None,
+    has_gpu: bool = True,
+    warned: datetime | None = None,
+    *,
+    tz: tzinfo = timezone.utc,
+) -> Decision:
+    """The most urgent decision across ``rules`` for one running session at ``now``.
+
+    ``signals``: the session's minutes, oldest first, at least since its last
+    GPU or kernel activity (the service passes the minutes since the start;
+    :data:`MAX_MINUTES` bounds them). ``last_user_activity``: the last activity
+    the hub or the server reported. ``warned``: when the pending warning was
+    sent (``None`` if none). ``tz``: the zone of times in messages.
+
+    Urgency: ``stop`` > ``warn`` > ``cancel`` > ``none``; among equals, the
+    earliest ``stop_at``. A rule is *covered* by the warning when the warning
+    was sent at or after the rule's warning time; a stop needs a covering
+    warning at least ``warn_minutes`` old. While a covered rule waits for its
+    stop, another rule is warned about only if it would stop the server sooner.
+    """
+    _aware(started, "started")
+    _aware(now, "now")
+    candidates: list[_Candidate] = []
+    for rule in rules:
+        if rule.kind == "gpu_idle":
+            if not has_gpu:
+                continue
+            since = _gpu_idle_since(rule, started, now, signals, last_user_activity)
+            if since is None:
+                continue
+        elif rule.kind == "inactive":
+            since = _inactive_since(rule, started, now, signals, last_user_activity)
+        else:
+            since = started
+        warn_at = since + timedelta(minutes=rule.minutes - rule.warn_minutes)
+        due = since + timedelta(minutes=rule.minutes)
+        lead = timedelta(minutes=rule.warn_minutes)
+        covered = warned is not None and warn_at <= warned <= now
+        if now < warn_at:
+            candidates.append(_Candidate("none", rule, since, due, False))
+        elif not covered:
+            candidates.append(_Candidate("warn", rule, since, max(due, now + lead), False))
+        else:
+            stop_at = max(due, warned + lead)
+            candidates.append(_Candidate("stop" if now >= stop_at else "none", rule, since, stop_at, True))
+    if not candidates:
+        return Decision("cancel", message=MESSAGES["cancel"]) if warned is not None else Decision("none")
+    pending = [c.stop_at for c in candidates if c.covered]
+    if pending:
+        # a warning that would stop the server no sooner than the one already given is not sent:
+        # it would replace ``warned`` and so push the pending stop back
+        candidates = [
+            _Candidate("none", c.rule, c.idle_since, c.stop_at, False)
+            if c.action == "warn" and c.stop_at >= min(pending)
+            else c
+            for c in candidates
+        ]
+    rank = {action: i for i, action in enumerate(ACTIONS)}
+    best = min(candidates, key=lambda c: (-rank[c.action], c.stop_at))
+    action = best.action
+    if action == "none" and warned is not None and not any(c.covered for c in candidates):
+        action = "cancel"
+    return Decision(
+        action=action,
+        rule=best.rule,
+        idle_since=best.idle_since,
+        stop_at=best.stop_at,
+        message=_message(action, best.rule, best.idle_since, best.stop_at, now, tz),
+    )
+
+
+# -- notices -----------------------------------------------------------------------------
+
+
+def gpu_memory_high(signals: Sequence[MinuteSignal], threshold: float = 0.9, minutes: int = 10) -> bool:
+    """True when GPU memory was above ``threshold`` (a fraction) in each of the last ``minutes`` minutes.
+
+    The minutes are the ``minutes`` latest signals, which must be consecutive
+    and all sampled: a gap or a minute without a sample means "not known to be
+    high".
+    """
+    if minutes < 1 or len(signals) < minutes:
+        return False
+    recent = signals[-minutes:]
+    for previous, current in pairwise(recent):
+        if current.at - previous.at != MINUTE:
+            return False
+    return all(s.gpu_mem_frac is not None and s.gpu_mem_frac > threshold for s in recent)
+
+
+def memory_notice(threshold: float = 0.9, minutes: int = 10) -> str:
+    """The text of the "GPU memory high" notice."""
+    percent = threshold * 100
+    return MESSAGES["memory_high"].format(
+        percent=int(percent) if float(percent).is_integer() else round(percent, 1), minutes=minutes
+    )

@@ -1,0 +1,14 @@
+// Jest runs the TypeScript unit tests in src/__tests__ through ts-jest, in jsdom
+// (Lumino widgets expect a browser). The tests import only modules that do not load
+// JupyterLab's ES-module packages at run time; those that would are mocked in the test.
+/** @type {import('jest').Config} */
+module.exports = {
+  testEnvironment: 'jsdom',
+  roots: ['<rootDir>/src'],
+  setupFiles: ['<rootDir>/jest.setup.js'],
+  testMatch: ['**/__tests__/**/*.spec.ts'],
+  transform: {
+    '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.test.json' }]
+  },
+  moduleFileExtensions: ['ts', 'js', 'json']
+};

@@ -1,0 +1,70 @@
+/**
+ * The shapes of the server extension's stats API (`GET gpu/api/v1/stats`).
+ *
+ * Money and budget amounts are decimal strings, exactly as the ledger holds them:
+ * they are formatted as text and never turned into floating-point numbers.
+ */
+
+/** One GPU visible to this server, as last sampled. */
+export interface IGpu {
+  index: string;
+  uuid: string;
+  name: string;
+  utilization_percent: number | null;
+  memory_used_mib: number | null;
+  memory_total_mib: number | null;
+  temperature_c: number | null;
+  power_w: number | null;
+}
+
+/** One point of the session's usage history (all GPUs of the session together). */
+export interface IHistoryPoint {
+  t: string;
+  utilization_percent: number | null;
+  memory_used_mib: number | null;
+  memory_total_mib: number | null;
+}
+
+/** The billed session this server belongs to. */
+export interface ISession {
+  id: string;
+  profile: string;
+  display_name: string;
+  gpu_model: string | null;
+  started: string;
+  rate_per_minute: string;
+  currency: string;
+  currency_symbol: string;
+  minutes_billed: number;
+  cost: string;
+  budget_remaining: string | null;
+  /** `"money"` or `"gpu_hours"`. */
+  budget_unit: string | null;
+  budget_minutes_left: number | null;
+}
+
+/** A message from the gpu service for this user (budget threshold, idle stop, memory advice). */
+export interface INotice {
+  id: number;
+  kind: string;
+  /** `"info"`, `"warning"` or `"error"`. */
+  level: string;
+  message: string;
+  created: string;
+}
+
+/** The whole answer of the stats endpoint. */
+export interface IStats {
+  simulated: boolean;
+  /** Why there are no GPU figures (CPU-only profile, NVML unavailable), else null. */
+  reason: string | null;
+  /** When the GPUs were last read; null when there are none. */
+  sampled_at: string | null;
+  interval_seconds: number;
+  gpus: IGpu[];
+  history: IHistoryPoint[];
+  session: ISession | null;
+  notices: INotice[];
+  service_available: boolean;
+  tensorboard_url: string | null;
+}
