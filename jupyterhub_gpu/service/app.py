@@ -21,13 +21,13 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import Application
 
 from .. import __version__
-from ..clock import utcnow
+from ..clock import isoformat, utcnow
 from ..money import Currency, MoneyError
-from .alerts import AlertSettings, BudgetAlert, deliver
+from .alerts import AlertSettings, BudgetAlert, deliver, post_webhook, send_email
 from .hubapi import HubAPIError, HubClient
 from .ledger import Ledger
 from .metering import BudgetStatus
-from .tick import Reconciler, enforce_budgets
+from .tick import Reconciler, enforce_budgets, enforce_culling
 
 
 class GPUService(Application):
@@ -112,6 +112,30 @@ class GPUService(Application):
     webhook_url = Unicode("", help="URL that receives alerts as JSON POSTs; empty for none.").tag(config=True)
     webhook_format = Unicode("json", help='"json" or "slack" (a {"text": ...} body).').tag(config=True)
 
+    cull_rules = Dict(
+        None,
+        allow_none=True,
+        help="""
+        Idle culling rules (docs/culling.md): a default list, and lists per profile
+        and per group. None: the defaults (GPU under 5% for 30 minutes, no activity
+        for 15 minutes, 24 hours at most; each warned 5–30 minutes before). Use
+        ``{"default": []}`` to turn culling off.
+
+            c.GPUService.cull_rules = {
+                "default": [{"kind": "gpu_idle", "minutes": 30, "warn_minutes": 5, "util_threshold": 5}],
+                "profiles": {"a100": [{"kind": "gpu_idle", "minutes": 15, "warn_minutes": 5}]},
+                "groups": {"thesis": [{"kind": "max_age", "minutes": 4320, "warn_minutes": 60}]},
+            }
+        """,
+    ).tag(config=True)
+
+    @validate("cull_rules")
+    def _valid_cull_rules(self, proposal):
+        from .culling import parse_config
+
+        parse_config(proposal.value, "GPUService.cull_rules")
+        return proposal.value
+
     @validate("timezone")
     def _valid_timezone(self, proposal):
         try:
@@ -169,6 +193,9 @@ class GPUService(Application):
             self.alert_channels += ("email",)
         if self.alert_settings.webhook_enabled:
             self.alert_channels += ("webhook",)
+        from .culling import parse_config
+
+        self.cull_config = parse_config(self.cull_rules, "GPUService.cull_rules")
         self.ledger = Ledger(self.db_url)
         self.hub = HubClient(
             os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
@@ -212,6 +239,32 @@ class GPUService(Application):
         )
         await deliver(alert, self.alert_settings, self.ledger, utcnow())
 
+    async def notify_cull(self, session, decision) -> None:
+        """An idle warning (or its cancellation): in JupyterLab, and by email and webhook where set up."""
+        level = "warning" if decision.action == "warn" else "info"
+        self.ledger.add_notice(session.user, "cull", decision.message, utcnow(), level, session_id=session.id)
+        settings = self.alert_settings
+        try:
+            if settings.email_enabled and settings.user_email_template:
+                to = settings.user_email_template.format(username=session.user)
+                subject = "Your GPU server will be stopped" if decision.action == "warn" else "Idle stop cancelled"
+                await send_email(settings, [to], subject, decision.message)
+            if settings.webhook_enabled:
+                payload = {
+                    "event": "idle_warning" if decision.action == "warn" else "idle_warning_cancelled",
+                    "user": session.user,
+                    "server_name": session.server_name,
+                    "session_id": session.id,
+                    "rule": decision.rule.kind if decision.rule else None,
+                    "stop_at": isoformat(decision.stop_at) if decision.stop_at else None,
+                    "text": decision.message,
+                }
+                await post_webhook(
+                    settings, {"text": decision.message} if settings.webhook_format == "slack" else payload
+                )
+        except Exception as e:  # the Lab notice is there; mail and webhook are best effort here
+            self.log.warning("idle notice for %s not delivered by mail/webhook: %s", session.user, e)
+
     async def tick(self) -> None:
         """One metering tick; failures are logged and the next tick tries again."""
         now = utcnow()
@@ -232,6 +285,7 @@ class GPUService(Application):
                 grace=timedelta(seconds=self.budget_grace_seconds),
                 channels=self.alert_channels,
             )
+            await enforce_culling(self.ledger, self.hub, now, self.cull_config, self.notify_cull, self.tz)
         except HubAPIError as e:
             self.log.warning("hub unreachable during the tick: %s", e)
         except Exception:
@@ -255,7 +309,13 @@ class GPUService(Application):
         self.ledger.close()
 
     async def _tick_forever(self, stop: asyncio.Event) -> None:
+        parent = os.getppid()
         while not stop.is_set():
+            if os.environ.get("JUPYTERHUB_SERVICE_NAME") and os.getppid() != parent:
+                # the hub that started us is gone (kill -9): the restarted hub starts its own service
+                self.log.warning("the hub that started this service is gone; shutting down")
+                stop.set()
+                break
             await self.tick()
             try:
                 await asyncio.wait_for(stop.wait(), self.tick_interval)

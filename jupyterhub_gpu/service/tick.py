@@ -184,3 +184,91 @@ def session_start_from_state(user: str, server_name: str, groups, gpu: dict) -> 
         started=started,
         simulated=bool(gpu.get("simulated", False)),
     )
+
+
+# -- culling ---------------------------------------------------------------------------------
+
+#: Called for an idle warning or its cancellation: (session record, decision) -> delivered.
+NotifyCull = Callable[[object, object], Awaitable[None]]
+
+
+def session_signals(ledger: Ledger, session, now: datetime) -> list:
+    """The minute signals of a session, from the samples its server pushed, oldest first."""
+    from .culling import MAX_MINUTES, MinuteSignal
+    from .usage import session_minutes
+
+    since = max(_aware(session.started), now - timedelta(minutes=MAX_MINUTES))
+    signals = []
+    for m in session_minutes(ledger, session.id, since=since.replace(second=0, microsecond=0)):
+        total = m.memory_total_mib or 0
+        signals.append(
+            MinuteSignal(
+                at=_aware(m.minute),
+                gpu_util=m.utilization_avg if m.samples else None,
+                gpu_mem_frac=(m.memory_used_max_mib / total) if total else None,
+                kernel_busy=m.busy_kernels_max > 0,
+                user_active=False,  # user actions come as last_activity, not per minute
+            )
+        )
+    return signals
+
+
+async def enforce_culling(
+    ledger: Ledger,
+    hub: HubClient,
+    now: datetime,
+    config: dict,
+    notify: NotifyCull,
+    tz: ZoneInfo,
+    memory_threshold: float = 0.9,
+    memory_minutes: int = 10,
+) -> TickResult:
+    """Warn, then stop, the servers the cull rules judge idle; cancel warnings that activity answered.
+
+    The signals are the per-minute samples the servers pushed and the last
+    activity they reported (kernel and terminal use, never the Lab's polling).
+    The warning time is kept in the ledger, so a restarted service neither
+    forgets a warning nor stops a server it has not warned. The stop reason is
+    the rule (``gpu_idle``, ``inactive``, ``max_age``).
+    """
+    from .culling import evaluate, gpu_memory_high, memory_notice, rules_for
+
+    result = TickResult()
+    for s in ledger.open_sessions():
+        result.users_checked += 1
+        signals = session_signals(ledger, s, now)
+        rules = rules_for(s.profile, s.group_list, config)
+        decision = evaluate(
+            rules,
+            _aware(s.started),
+            now,
+            signals,
+            last_user_activity=_aware(s.last_activity),
+            has_gpu=s.gpu_count > 0,
+            warned=_aware(s.cull_warned_at),
+            tz=tz,
+        )
+        if decision.action == "warn":
+            ledger.set_cull_warning(s.id, now, decision.rule.kind)
+            await notify(s, decision)
+            result.alerts.append((s.user, s.id, 0))
+        elif decision.action == "cancel":
+            ledger.set_cull_warning(s.id, None, None)
+            await notify(s, decision)
+        elif decision.action == "stop":
+            ledger.set_pending_stop_reason(s.id, decision.rule.kind)
+            try:
+                await hub.stop_server(s.user, s.server_name)
+            except HubAPIError as e:
+                log.error("could not stop idle %s/%s: %s", s.user, s.server_name, e)
+                continue
+            log.info("stopped %s/%s: %s", s.user, s.server_name, decision.rule.kind)
+            result.stopped.append((s.user, s.server_name))
+            continue
+        if s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
+            # once per session: a notice, never a stop
+            if ledger.claim_alert(s.user, f"session:{s.id}", s.started, 90, "lab", now):
+                ledger.add_notice(
+                    s.user, "advice", memory_notice(memory_threshold, memory_minutes), now, "info", session_id=s.id
+                )
+    return result

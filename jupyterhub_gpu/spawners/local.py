@@ -5,11 +5,13 @@ JupyterHub's SimpleLocalProcessSpawner: there is no isolation between users, so
 this spawner is for demos and tests, never for a shared machine.
 """
 
+import asyncio
 import os
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import default
 
+from ..clock import utcnow
 from .mixin import GPUSpawnerMixin
 
 
@@ -21,6 +23,44 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     @default("gpu_backend")
     def _default_backend(self):
         return "simulated"
+
+    _gpu_exited_at = None
+    _gpu_watched_pid = None
+
+    def _gpu_watch_exit(self, pid) -> None:
+        """Note the moment the server process ends (a pidfd on the event loop), for exact billing."""
+        if not pid or pid == self._gpu_watched_pid or not hasattr(os, "pidfd_open"):
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return  # already gone: its end is unknown, the stop is recorded when it is found
+        self._gpu_watched_pid = pid
+        self._gpu_exited_at = None
+        loop = asyncio.get_event_loop()
+
+        def ended():
+            self._gpu_exited_at = utcnow()
+            loop.remove_reader(fd)
+            os.close(fd)
+
+        loop.add_reader(fd, ended)
+
+    async def start(self):
+        result = await super().start()
+        self._gpu_watch_exit(self.pid)
+        return result
+
+    def load_state(self, state):
+        super().load_state(state)
+        if self._gpu_session and self.pid:
+            try:
+                self._gpu_watch_exit(self.pid)
+            except RuntimeError:  # no event loop yet
+                pass
+
+    async def gpu_stopped_at(self):
+        return self._gpu_exited_at
 
     async def gpu_prepare(self, profile, devices):
         # the same layout as the containers: persistent work under ~/work

@@ -574,6 +574,19 @@ class GPUSpawnerMixin(Configurable):
                 self._gpu_events_changed = asyncio.get_running_loop().create_future()
             await self._gpu_events_changed
 
+    async def poll(self):
+        """The server's status; a server found stopped has its stop recorded in the ledger here.
+
+        JupyterHub calls ``stop()`` only for servers that still run: one that
+        ended on its own (or while the hub was down) is only ever polled.
+        """
+        session = dict(self._gpu_session)
+        status = await super().poll()
+        if status is not None and session:
+            stopped_at = await self.gpu_stopped_at()
+            await self._gpu_record_stop(session, stopped_at or utcnow(), "exited")
+        return status
+
     def get_env(self):
         env = super().get_env()
         env.update(self._gpu_env)
