@@ -1,0 +1,444 @@
+"""The ledger on sqlite and on a real PostgreSQL server: migrations, idempotent writes, exact charges and times."""
+
+from __future__ import annotations
+
+import threading
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event, inspect, text
+
+from jupyterhub_gpu.service.ledger import MIGRATIONS, Base, Ledger, SessionRecord, SessionStart, upgrade
+from jupyterhub_gpu.service.metering import BudgetRule
+
+T0 = datetime(2026, 11, 29, 19, 46, 4, 123456, tzinfo=timezone.utc)
+T4_RATE = 50_000  # ¥0.05 per minute, in micro-units
+TABLES = {"alembic_version", "gpu_sessions", "gpu_budgets", "gpu_alerts", "gpu_notices"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path):
+    """An empty database: a sqlite file, or a fresh database on the test PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def ledger(db_url):
+    ledger = Ledger(db_url)
+    yield ledger
+    ledger.close()
+
+
+def make_start(
+    sid: str = "s1",
+    user: str = "ann",
+    started: datetime = T0,
+    rate_micros: int = T4_RATE,
+    gpus: tuple[str, ...] = ("GPU-sim-t4-0",),
+    groups: tuple[str, ...] = ("cs231n",),
+    server_name: str = "",
+) -> SessionStart:
+    return SessionStart(
+        id=sid,
+        user=user,
+        server_name=server_name,
+        groups=groups,
+        profile="t4" if gpus else "cpu",
+        gpus=gpus,
+        rate_micros=rate_micros,
+        currency="CNY",
+        started=started,
+        simulated=True,
+    )
+
+
+def aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=timezone.utc)
+
+
+def head_revision() -> str:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def row_count(ledger: Ledger, table: str = "gpu_sessions") -> int:
+    with ledger.engine.connect() as conn:
+        return conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+
+
+# -- migrations ----------------------------------------------------------------------------
+
+
+def test_migrations_build_the_schema_from_an_empty_database(db_url):
+    ledger = Ledger(db_url)
+    try:
+        assert TABLES <= set(inspect(ledger.engine).get_table_names())
+        with ledger.engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
+            # the migrated schema is exactly what the models describe
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    finally:
+        ledger.close()
+
+
+def test_migrating_again_is_a_no_op_and_keeps_the_data(db_url):
+    first = Ledger(db_url)
+    first.record_start(make_start())
+    first.close()
+
+    second = Ledger(db_url, migrate=False)
+    ddl = []
+
+    @event.listens_for(second.engine, "before_cursor_execute")
+    def _ddl(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith(("CREATE", "ALTER", "DROP", "INSERT INTO ALEMBIC", "UPDATE ALEMBIC")):
+            ddl.append(statement)
+
+    upgrade(second.engine)
+    upgrade(second.engine)
+    assert ddl == []
+    assert [s.id for s in second.sessions()] == ["s1"]
+    second.close()
+    # and a whole new Ledger on the same database (what every restart of the service does)
+    third = Ledger(db_url)
+    assert [s.id for s in third.sessions()] == ["s1"]
+    third.close()
+
+
+# -- idempotent session events -----------------------------------------------------------
+
+
+def test_record_start_and_stop_are_idempotent(ledger):
+    start = make_start()
+    assert ledger.record_start(start) is True
+    assert ledger.record_start(start) is False  # a replay
+    assert row_count(ledger) == 1
+
+    assert ledger.record_stop("s1", T0 + timedelta(seconds=61), "stopped") is True
+    first = ledger.get_session("s1")
+    # replays, later stops and stops with another reason keep the first stop and its charge
+    assert ledger.record_stop("s1", T0 + timedelta(seconds=61), "stopped") is False
+    assert ledger.record_stop("s1", T0 + timedelta(minutes=30), "reconciled") is False
+    assert ledger.record_stop("s1", T0 + timedelta(seconds=5), "exited", start=start) is False
+    assert ledger.record_start(start) is False
+    again = ledger.get_session("s1")
+    assert row_count(ledger) == 1
+    for attr in ("started", "stopped", "stop_reason", "minutes", "cost_micros"):
+        assert getattr(again, attr) == getattr(first, attr), attr
+    assert (again.minutes, again.cost_micros, again.stop_reason) == (2, 2 * T4_RATE, "stopped")
+    assert ledger.open_sessions() == []
+
+
+def test_stop_of_an_unknown_session_records_its_start_when_given(ledger):
+    assert ledger.record_stop("nobody", T0, "stopped") is False
+    assert row_count(ledger) == 0
+    start = make_start("late")
+    assert ledger.record_stop("late", T0 + timedelta(seconds=90), "exited", start=start) is True
+    record = ledger.get_session("late")
+    assert aware(record.started) == T0 and record.minutes == 2 and record.stop_reason == "exited"
+
+
+@pytest.mark.parametrize("replay", range(3))
+def test_concurrent_writers_record_one_row_and_one_charge(db_url, replay):
+    """Two Ledger objects (the hub's and the service's), eight threads, the same start and stop at once."""
+    ledgers = [Ledger(db_url), Ledger(db_url, migrate=False)]
+    threads_per_ledger = 4
+    sessions = [make_start(f"race-{replay}-{i}", user=f"u{i}") for i in range(5)]
+    stop_at = T0 + timedelta(seconds=61)
+    barrier = threading.Barrier(len(ledgers) * threads_per_ledger)
+    results: dict[str, list[tuple[str, bool]]] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def writer(ledger: Ledger):
+        try:
+            for start in sessions:
+                barrier.wait(30)
+                began = ledger.record_start(start)
+                barrier.wait(30)
+                stopped = ledger.record_stop(start.id, stop_at, "stopped", start=start)
+                with lock:
+                    results.setdefault(start.id, []).extend([("start", began), ("stop", stopped)])
+        except BaseException as e:  # reported below: an exception in a thread must fail the test
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=writer, args=(lg,)) for lg in ledgers for _ in range(threads_per_ledger)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for start in sessions:
+        outcomes = results[start.id]
+        assert sum(ok for what, ok in outcomes if what == "start") == 1, outcomes
+        assert sum(ok for what, ok in outcomes if what == "stop") == 1, outcomes
+    reader = ledgers[0]
+    assert row_count(reader) == len(sessions)
+    for record in reader.sessions():
+        assert (record.minutes, record.cost_micros) == (2, 2 * T4_RATE)
+        assert aware(record.stopped) == stop_at
+    for lg in ledgers:
+        lg.close()
+
+
+def test_concurrent_stops_at_different_times_keep_exactly_one(db_url):
+    ledgers = [Ledger(db_url), Ledger(db_url, migrate=False)]
+    ledgers[0].record_start(make_start())
+    stops = [T0 + timedelta(seconds=s) for s in (30, 61, 125, 3600)]
+    barrier = threading.Barrier(len(stops))
+    won = []
+
+    def stop(i):
+        barrier.wait(30)
+        if ledgers[i % 2].record_stop("s1", stops[i], f"reason{i}"):
+            won.append(i)
+
+    threads = [threading.Thread(target=stop, args=(i,)) for i in range(len(stops))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(won) == 1
+    record = ledgers[1].get_session("s1")
+    winner = won[0]
+    assert aware(record.stopped) == stops[winner] and record.stop_reason == f"reason{winner}"
+    assert record.minutes == [1, 2, 3, 60][winner] and record.cost_micros == record.minutes * T4_RATE
+    for lg in ledgers:
+        lg.close()
+
+
+# -- charges -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "minutes"),
+    [
+        (timedelta(seconds=0), 1),
+        (timedelta(seconds=1), 1),
+        (timedelta(seconds=59, microseconds=999_999), 1),
+        (timedelta(seconds=60), 1),
+        (timedelta(seconds=60, microseconds=1), 2),
+        (timedelta(seconds=61), 2),
+        (timedelta(seconds=120), 2),
+        (timedelta(hours=10, seconds=1), 601),
+        (timedelta(seconds=-5), 1),  # a stop before the start (clock skew) is the start
+    ],
+)
+def test_charges_are_per_started_minute_in_integer_micros(ledger, elapsed, minutes):
+    ledger.record_start(make_start(rate_micros=T4_RATE))
+    ledger.record_stop("s1", T0 + elapsed, "stopped")
+    record = ledger.get_session("s1")
+    assert record.minutes == minutes
+    assert record.cost_micros == minutes * T4_RATE
+    assert type(record.minutes) is int and type(record.cost_micros) is int
+
+
+def test_large_rates_and_costs_stay_exact(ledger):
+    # ¥3,000.000001 per minute for 10 hours and a second: past 32 bits, exact to the micro-unit
+    rate = 3_000_000_001
+    ledger.record_start(make_start(rate_micros=rate))
+    ledger.record_stop("s1", T0 + timedelta(hours=10, seconds=1), "stopped")
+    record = ledger.get_session("s1")
+    assert record.rate_micros == rate
+    assert record.cost_micros == 601 * rate == 1_803_000_000_601
+
+
+def test_usage_rows_compute_a_running_sessions_cost_live(ledger):
+    ledger.record_start(make_start("run", gpus=("GPU-a", "GPU-b"), rate_micros=2 * T4_RATE))
+    ledger.record_start(make_start("done", started=T0 - timedelta(hours=1)))
+    ledger.record_stop("done", T0 - timedelta(hours=1) + timedelta(seconds=150), "stopped")
+    now = T0 + timedelta(seconds=125)
+    rows = {r.session_id: r for r in Ledger.usage_rows(ledger.sessions(), now)}
+    run, done = rows["run"], rows["done"]
+    assert run.running is True and run.cost_micros == 3 * 2 * T4_RATE and run.gpu_minutes == 3 * 2
+    assert done.running is False and done.cost_micros == 3 * T4_RATE and done.gpu_minutes == 3
+    assert run.started == T0 and run.groups == ("cs231n",)
+    # live cost grows with time and never drops below the first minute
+    later = {r.session_id: r for r in Ledger.usage_rows(ledger.sessions(), now + timedelta(minutes=10))}
+    assert later["run"].cost_micros == 13 * 2 * T4_RATE
+    assert later["done"].cost_micros == done.cost_micros
+    early = Ledger.usage_rows([ledger.get_session("run")], T0 - timedelta(seconds=30))
+    assert early[0].cost_micros == 2 * T4_RATE
+
+
+def test_pending_stop_reason_wins_over_the_recorded_reason(ledger):
+    ledger.record_start(make_start("a"))
+    ledger.record_start(make_start("b", user="bob"))
+    ledger.set_pending_stop_reason("a", "budget")
+    ledger.record_stop("a", T0 + timedelta(seconds=10), "stopped")
+    ledger.record_stop("b", T0 + timedelta(seconds=10), "stopped")
+    assert ledger.get_session("a").stop_reason == "budget"
+    assert ledger.get_session("b").stop_reason == "stopped"
+    # a stopped session's reason is final
+    ledger.set_pending_stop_reason("b", "idle")
+    assert ledger.get_session("b").stop_reason == "stopped"
+
+
+def test_mark_seen_touches_open_sessions_only(ledger):
+    ledger.record_start(make_start("open"))
+    ledger.record_start(make_start("closed", user="bob"))
+    ledger.record_stop("closed", T0 + timedelta(seconds=5), "stopped")
+    seen = T0 + timedelta(seconds=30, microseconds=7)
+    ledger.mark_seen(["open", "closed"], seen)
+    assert aware(ledger.get_session("open").last_seen) == seen
+    assert ledger.get_session("closed").last_seen is None
+
+
+# -- queries ----------------------------------------------------------------------------
+
+
+def test_sessions_group_filter_is_exact(ledger):
+    groups = {
+        "s-cs": ("cs",),
+        "s-cs231n": ("cs231n",),
+        "s-both": ("cs", "thesis"),
+        "s-xcs": ("xcs",),
+        "s-under": ("a_b",),
+        "s-like": ("axb",),
+        "s-pct": ("50%",),
+        "s-quote": ('we"ird',),
+        "s-backslash": ("back\\slash",),
+        "s-physics": ("物理",),
+        "s-physics2": ("物理2",),
+        "s-none": (),
+    }
+    for i, (sid, gs) in enumerate(groups.items()):
+        ledger.record_start(make_start(sid, user=f"u{i}", groups=gs))
+    assert {s.id for s in ledger.sessions(group="cs")} == {"s-cs", "s-both"}
+    assert {s.id for s in ledger.sessions(group="cs231n")} == {"s-cs231n"}
+    assert {s.id for s in ledger.sessions(group="c")} == set()
+    assert {s.id for s in ledger.sessions(group="a_b")} == {"s-under"}
+    assert {s.id for s in ledger.sessions(group="50%")} == {"s-pct"}
+    assert {s.id for s in ledger.sessions(group="5")} == set()
+    assert {s.id for s in ledger.sessions(group='we"ird')} == {"s-quote"}
+    assert {s.id for s in ledger.sessions(group="back\\slash")} == {"s-backslash"}
+    # non-ASCII names are stored JSON-escaped ("\\u7269\\u7406"): the backslashes must match literally
+    assert {s.id for s in ledger.sessions(group="物理")} == {"s-physics"}
+    assert {s.id for s in ledger.sessions(group="thesis")} == {"s-both"}
+
+
+def test_sessions_user_and_time_window(ledger):
+    for i in range(4):
+        ledger.record_start(make_start(f"s{i}", user="ann" if i % 2 == 0 else "bob", started=T0 + timedelta(hours=i)))
+    assert [s.id for s in ledger.sessions(user="ann")] == ["s0", "s2"]
+    # [since, until): the start at ``since`` is in, the one at ``until`` is out
+    window = ledger.sessions(since=T0 + timedelta(hours=1), until=T0 + timedelta(hours=3))
+    assert [s.id for s in window] == ["s1", "s2"]
+    tz8 = timezone(timedelta(hours=8))
+    since, until = (T0 + timedelta(hours=1)).astimezone(tz8), (T0 + timedelta(hours=3)).astimezone(tz8)
+    same = ledger.sessions(since=since, until=until)
+    assert [s.id for s in same] == ["s1", "s2"]
+    rows = ledger.rows_for("bob", ("cs231n",), T0 + timedelta(hours=5), since=T0)
+    assert {r.session_id for r in rows} == {"s0", "s1", "s2", "s3"}  # all four share the group
+
+
+# -- budgets, alerts, notices ----------------------------------------------------------------
+
+
+def test_budgets_set_replace_and_delete(ledger):
+    rule = BudgetRule("group", "cs231n", "month", "money", Decimal("120.000001"))
+    ledger.set_budget(rule, T0)
+    assert ledger.budget_rules() == [rule]
+    term = BudgetRule("group", "cs231n", "term", "gpu_hours", Decimal("7.5"), date(2026, 9, 1), date(2027, 1, 15))
+    ledger.set_budget(term, T0 + timedelta(seconds=1))
+    ledger.set_budget(BudgetRule("user", "ann", "week", "money", Decimal("5")), T0)
+    assert row_count(ledger, "gpu_budgets") == 2  # replaced, not added
+    assert ledger.budget_rules() == [term, BudgetRule("user", "ann", "week", "money", Decimal("5"))]
+    stored = ledger.get_budget("group", "cs231n")
+    assert aware(stored.updated) == T0 + timedelta(seconds=1)
+    assert isinstance(stored.rule().limit, Decimal) and stored.rule().limit == Decimal("7.5")
+    assert ledger.delete_budget("group", "cs231n") is True
+    assert ledger.delete_budget("group", "cs231n") is False
+    assert ledger.get_budget("group", "cs231n") is None
+    assert [b.subject for b in ledger.budgets()] == ["ann"]
+
+
+def test_an_alert_is_claimed_once(ledger):
+    period = datetime(2026, 10, 31, 16, 0, tzinfo=timezone.utc)
+    claim = ("ann", "user:ann", period, 80, "email")
+    assert ledger.claim_alert(*claim, T0) is True
+    assert ledger.claim_alert(*claim, T0 + timedelta(minutes=1)) is False
+    # another channel, threshold or period is another alert
+    assert ledger.claim_alert("ann", "user:ann", period, 80, "webhook", T0) is True
+    assert ledger.claim_alert("ann", "user:ann", period, 95, "email", T0) is True
+    assert ledger.claim_alert("ann", "user:ann", period + timedelta(days=30), 80, "email", T0) is True
+    assert len(ledger.alerts("ann")) == 4
+    # a failed send releases its claim, so that the next tick tries again
+    assert ledger.release_alert(*claim) is True
+    assert ledger.claim_alert(*claim, T0) is True
+
+
+def test_concurrent_claims_of_one_alert_succeed_once(db_url):
+    ledgers = [Ledger(db_url), Ledger(db_url, migrate=False)]
+    barrier = threading.Barrier(6)
+    won = []
+
+    def claim(i):
+        barrier.wait(30)
+        won.append(ledgers[i % 2].claim_alert("ann", "user:ann", T0, 100, "lab", T0))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(won) == [False] * 5 + [True]
+    for lg in ledgers:
+        lg.close()
+
+
+def test_notices(ledger):
+    n = ledger.add_notice("ann", "budget", "80% of your budget used", T0, level="warning", session_id="s1")
+    ledger.add_notice("bob", "budget", "hello", T0)
+    assert [x.message for x in ledger.notices("ann")] == ["80% of your budget used"]
+    assert ledger.dismiss_notice("bob", n.id) is False  # not bob's
+    assert ledger.dismiss_notice("ann", n.id) is True
+    assert ledger.notices("ann") == []
+    assert len(ledger.notices("ann", include_dismissed=True)) == 1
+
+
+# -- times -----------------------------------------------------------------------------
+
+
+def test_datetimes_round_trip_exactly(ledger):
+    tz8 = timezone(timedelta(hours=8))
+    started = datetime(2026, 11, 30, 3, 46, 4, 999_999, tzinfo=tz8)  # 2026-11-29 19:46:04.999999 UTC
+    stopped = started + timedelta(seconds=59, microseconds=1)
+    ledger.record_start(make_start("t", started=started))
+    ledger.record_stop("t", stopped, "stopped")
+    ledger.record_start(make_start("naive", user="bob", started=datetime(2026, 1, 1, 0, 0, 0, 1)))
+    reader = Ledger(ledger.db_url, migrate=False)  # read back through a new engine: nothing cached
+    try:
+        record = reader.get_session("t")
+        assert record.started == datetime(2026, 11, 29, 19, 46, 4, 999_999)  # naive UTC
+        assert aware(record.started) == started and aware(record.stopped) == stopped
+        assert record.minutes == 1
+        assert reader.get_session("naive").started == datetime(2026, 1, 1, 0, 0, 0, 1)
+        with reader.engine.connect() as conn:
+            raw = conn.execute(text("SELECT started FROM gpu_sessions WHERE id = 't'")).scalar_one()
+        assert str(raw) == "2026-11-29 19:46:04.999999"
+        assert reader.sessions(since=started)[0].id == "t"
+        assert [s.id for s in reader.sessions(since=started + timedelta(microseconds=1))] == []
+    finally:
+        reader.close()
+
+
+def test_session_record_columns_hold_what_was_started(ledger):
+    start = make_start("full", gpus=("GPU-1", "MIG-2"), groups=("thesis", "cs231n"), server_name="big")
+    ledger.record_start(start)
+    record = ledger.get_session("full")
+    assert isinstance(record, SessionRecord)
+    assert (record.user, record.server_name, record.profile, record.currency) == ("ann", "big", "t4", "CNY")
+    assert record.gpu_list == ["GPU-1", "MIG-2"] and record.gpu_count == 2
+    assert record.group_list == ["cs231n", "thesis"]
+    assert record.simulated is True and record.rate_micros == T4_RATE
+    assert record.stopped is None and record.minutes is None and record.cost_micros is None
