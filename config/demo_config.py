@@ -83,6 +83,7 @@ c.GPULocalSpawner.home_dir_template = os.path.join(state, "home", "{username}")
 ledger_url = f"sqlite:///{os.path.join(state, 'jupyterhub_gpu.sqlite')}"
 c.GPULocalSpawner.ledger_db_url = ledger_url
 c.GPULocalSpawner.budget_timezone = "Asia/Shanghai"
+c.GPULocalSpawner.gpu_service_url = "http://127.0.0.1:10101/services/gpu/"  # for the Lab extension
 c.JupyterHub.custom_scopes = CUSTOM_SCOPES
 c.JupyterHub.services = [
     {

@@ -104,6 +104,8 @@ LEDGER = "sqlite:////srv/jupyterhub/jupyterhub_gpu.sqlite"  # PostgreSQL for lar
 c.GPUDockerSpawner.ledger_db_url = LEDGER
 c.GPUDockerSpawner.budget_timezone = "Asia/Shanghai"
 c.GPUDockerSpawner.budget_min_minutes = 10  # a spawn needs budget for at least this many minutes
+# how the servers' extension reaches the service (samples, budget and notices for JupyterLab)
+c.GPUDockerSpawner.gpu_service_url = "http://127.0.0.1:10101/services/gpu/"
 
 c.JupyterHub.custom_scopes = CUSTOM_SCOPES
 c.JupyterHub.services = [

@@ -260,6 +260,15 @@ class GPUSpawnerMixin(Configurable):
         """,
     ).tag(config=True)
 
+    @default("server_token_scopes")
+    def _gpu_server_token_scopes(self):
+        # JupyterHub's "server" role, plus what the server extension needs: reach the
+        # gpu service (samples, budget, notices) and stop its own server ("Stop my server")
+        scopes = ["users:activity!user", "access:servers!server", "servers!server"]
+        if self.gpu_service_url:
+            scopes.append("access:services!service=gpu")
+        return scopes
+
     budget_timezone = Unicode(
         "UTC",
         help="""
@@ -416,6 +425,7 @@ class GPUSpawnerMixin(Configurable):
 
     # -- spawning ----------------------------------------------------------
     def _gpu_reset(self):
+        self._gpu_stopping = False
         self._gpu_profile: Profile | None = None
         self._gpu_session: dict = {}
         self._gpu_env: dict = {}
@@ -582,7 +592,7 @@ class GPUSpawnerMixin(Configurable):
         """
         session = dict(self._gpu_session)
         status = await super().poll()
-        if status is not None and session:
+        if status is not None and session and not self._gpu_stopping:
             stopped_at = await self.gpu_stopped_at()
             await self._gpu_record_stop(session, stopped_at or utcnow(), "exited")
         return status
@@ -604,9 +614,11 @@ class GPUSpawnerMixin(Configurable):
                     stopped_at = await self.gpu_stopped_at()
             except Exception:
                 self.log.debug("poll before stop failed", exc_info=True)
+        self._gpu_stopping = True  # the spawner's own polls while stopping are not an exit
         try:
             return await super().stop(now=now)
         finally:
+            self._gpu_stopping = False
             self._gpu_release()
             if session:
                 await self._gpu_record_stop(session, stopped_at or utcnow(), reason)

@@ -25,9 +25,6 @@ EXTRA = """
 c.GPULocalSpawner.gpu_service_url = "http://127.0.0.1:%(port)d/services/gpu/"
 c.Spawner.args = c.Spawner.args + ["--GPUStats.push_interval=2", "--GPUStats.interval=1"]
 c.Spawner.default_url = "/lab"
-c.Spawner.server_token_scopes = [
-    "users:activity!user", "access:servers!server", "access:services!service=gpu", "servers!server",
-]
 """
 
 

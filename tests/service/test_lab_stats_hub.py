@@ -19,9 +19,6 @@ pytestmark = pytest.mark.hub
 EXTRA = """
 c.GPULocalSpawner.gpu_service_url = "http://127.0.0.1:%(port)d/services/gpu/"
 c.Spawner.args = c.Spawner.args + ["--GPUStats.push_interval=1", "--GPUStats.interval=0.5"]
-c.Spawner.server_token_scopes = [
-    "users:activity!user", "access:servers!server", "access:services!service=gpu", "servers!server",
-]
 """
 
 
