@@ -1,0 +1,105 @@
+"""The server extension's sampler: one reader, at its interval, never per request."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+from jupyterhub_gpu.serverext.extension import budget_summary, session_cost
+from jupyterhub_gpu.serverext.sampler import (
+    DeviceInfo,
+    GPUReading,
+    KernelActivity,
+    Sampler,
+    SimulatedReader,
+    simulated_reading,
+)
+
+T4 = DeviceInfo("0", "GPU-1", "Simulated T4", 16384)
+
+
+class CountingReader:
+    def __init__(self, fail_after=None):
+        self.reads = 0
+        self.fail_after = fail_after
+
+    def read(self):
+        self.reads += 1
+        if self.fail_after is not None and self.reads > self.fail_after:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return [GPUReading("0", "GPU-1", "T4", 10 * self.reads, 100 * self.reads, 16384, 40, 30.0)]
+
+    def close(self):
+        pass
+
+
+def test_simulated_gpu_follows_kernels_as_documented():
+    assert simulated_reading(T4, KernelActivity(0, 0)).utilization_percent == 0
+    one = simulated_reading(T4, KernelActivity(kernels=1, busy=1))
+    assert (one.utilization_percent, one.memory_used_mib, one.temperature_c, one.power_w) == (45, 1024, 52, 132.5)
+    three = simulated_reading(T4, KernelActivity(kernels=20, busy=3))
+    assert three.utilization_percent == 100 and three.memory_used_mib == 16384  # capped
+    assert SimulatedReader([T4, T4], lambda: KernelActivity(2, 0)).read()[1].memory_used_mib == 2048
+
+
+def test_requests_read_the_latest_sample_never_the_gpu():
+    reader = CountingReader()
+    sampler = Sampler(reader, interval=60)
+    sampler.sample_once()
+    for _ in range(1000):
+        readings, _sampled_at, history, error = sampler.snapshot()
+    assert reader.reads == 1 and readings[0].utilization_percent == 10 and error is None
+    assert len(history) == 1
+
+
+def test_the_thread_samples_at_its_interval_and_stops():
+    reader = CountingReader()
+    sampler = Sampler(reader, interval=0.05)
+    sampler.start()
+    time.sleep(0.5)
+    sampler.stop()
+    reads = reader.reads
+    assert 5 <= reads <= 12
+    time.sleep(0.2)
+    assert reader.reads == reads  # stopped
+
+
+def test_a_failed_read_keeps_the_last_sample_and_says_why():
+    reader = CountingReader(fail_after=1)
+    sampler = Sampler(reader, interval=60)
+    sampler.sample_once()
+    sampler.sample_once()
+    readings, _, _, error = sampler.snapshot()
+    assert readings[0].utilization_percent == 10
+    assert "GPU_IS_LOST" in error
+
+
+def test_aggregates_since_the_last_push():
+    sampler = Sampler(CountingReader(), interval=60)
+    for _ in range(3):
+        sampler.sample_once()
+    summary = sampler.take_aggregate()
+    assert summary["samples"] == 3 and summary["utilization_avg"] == 20.0
+    assert summary["memory_used_max_mib"] == 300 and summary["memory_used_avg_mib"] == 200
+    assert summary["gpus"] == [{"uuid": "GPU-1", "utilization_avg": 20.0, "memory_used_max_mib": 300}]
+    assert sampler.take_aggregate()["samples"] == 0  # a new period
+
+
+def test_session_cost_and_the_tightest_budget():
+    from datetime import datetime, timezone
+
+    session = {"started": "2026-11-29T10:00:00Z", "rate_per_minute": "0.05"}
+    now = datetime(2026, 11, 29, 10, 1, 1, tzinfo=timezone.utc)
+    assert session_cost(session, now) == (2, Decimal("0.10"))
+    me = {
+        "budgets": [
+            {"unit": "money", "remaining": "87.4"},
+            {"unit": "money", "remaining": "3"},
+        ]
+    }
+    assert budget_summary(me, session) == {
+        "budget_remaining": "3",
+        "budget_unit": "money",
+        "budget_minutes_left": 60,
+    }
+    assert budget_summary(None, session)["budget_remaining"] is None
