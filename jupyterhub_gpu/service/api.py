@@ -45,6 +45,16 @@ from .metering import (
     period_window,
     to_micros,
 )
+from .savings import (
+    CULL_REASONS,
+    DEFAULT_HORIZON,
+    IDLE_UTIL_PERCENT,
+    CullingReport,
+    MinuteCounts,
+    SessionFacts,
+    Tally,
+    culling_report,
+)
 
 SCOPE_USAGE_READ = "custom:gpu-usage:read"  # read everyone's usage
 SCOPE_BUDGETS_WRITE = "custom:gpu-budgets:write"  # set and delete budgets
@@ -387,6 +397,165 @@ def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQ
     return UsageQuery(values.get("user"), values.get("group"), everyone, since, until, fmt)
 
 
+# -- pure helpers: the culling report -----------------------------------------------------------
+
+CULLING_PARAMS = ("since", "until", "group", "horizon_hours", "format")
+CULLING_CSV_COLUMNS = (
+    "id",
+    "user",
+    "server_name",
+    "profile",
+    "gpu_count",
+    "started",
+    "stopped",
+    "stop_reason",
+    "counted_as",
+    "estimated_until",
+    "ended_by",
+    "minutes_saved",
+    "gpu_minutes_saved",
+    "gpu_hours_saved",
+    "money_saved",
+    "currency",
+)
+#: The longest horizon a report may assume (a week): beyond it the estimate says nothing useful.
+MAX_HORIZON_HOURS = 168
+_HOURS_RE = re.compile(r"^[0-9]{1,3}$")
+
+
+@dataclass(frozen=True)
+class CullingQuery:
+    since: datetime | None = None
+    until: datetime | None = None
+    group: str | None = None
+    horizon: timedelta = DEFAULT_HORIZON
+    format: str = "json"
+
+
+def parse_culling_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> CullingQuery:
+    """The query of ``GET culling``: dates as ``GET usage`` reads them, each parameter at most once."""
+    unknown = sorted(set(arguments) - set(CULLING_PARAMS) - set(AUTH_PARAMS))
+    if unknown:
+        raise BadRequest(
+            f"Unknown parameter(s) {', '.join(map(repr, unknown))}; the parameters are {', '.join(CULLING_PARAMS)}"
+        )
+    values = {}
+    for name in CULLING_PARAMS:
+        given = arguments.get(name, [])
+        if len(given) > 1:
+            raise BadRequest(f"Give {name} at most once")
+        if given:
+            try:
+                values[name] = given[0].decode("utf-8") if isinstance(given[0], bytes) else given[0]
+            except UnicodeDecodeError:
+                raise BadRequest(f"{name} is not UTF-8 text") from None
+    if "group" in values:
+        validate_subject("group", values["group"])
+    fmt = values.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise BadRequest(f"format must be json or csv, got {fmt!r}")
+    horizon = DEFAULT_HORIZON
+    if "horizon_hours" in values:
+        text = values["horizon_hours"]
+        if not _HOURS_RE.fullmatch(text) or not 1 <= int(text) <= MAX_HORIZON_HOURS:
+            raise BadRequest(
+                f"horizon_hours must be a whole number of hours from 1 to {MAX_HORIZON_HOURS}, got {text!r}"
+            )
+        horizon = timedelta(hours=int(text))
+    since = parse_moment(values["since"], "since", tz) if "since" in values else None
+    until = parse_moment(values["until"], "until", tz, end_of_day=True) if "until" in values else None
+    if since is not None and until is not None and since >= until:
+        raise BadRequest(f"since ({values['since']}) must be before until ({values['until']})")
+    return CullingQuery(since, until, values.get("group"), horizon, fmt)
+
+
+def gpu_hours_str(gpu_minutes: int) -> str:
+    """GPU-minutes as GPU-hours, a decimal string to six places at most (``90`` -> ``"1.5"``)."""
+    return decimal_str(Decimal(gpu_minutes) / 60, "gpu_hours")
+
+
+def _other_currencies(micros: dict[str, int], currency: str) -> dict[str, str]:
+    return {code: money_str(m) for code, m in sorted(micros.items()) if code != currency and m}
+
+
+def tally_json(tally: Tally, currency: str) -> dict:
+    """A tally of savings: money in ``currency``; any other currency (never, unless it was changed) apart."""
+    data = {
+        "sessions": tally.sessions,
+        "minutes_saved": tally.minutes,
+        "gpu_minutes_saved": tally.gpu_minutes,
+        "gpu_hours_saved": gpu_hours_str(tally.gpu_minutes),
+        "money_saved": money_str(tally.money_micros.get(currency, 0)),
+    }
+    other = _other_currencies(dict(tally.money_micros), currency)
+    if other:
+        data["money_saved_other_currencies"] = other
+    return data
+
+
+def _hours_number(span: timedelta) -> int | float:
+    hours = span / timedelta(hours=1)
+    return int(hours) if hours == int(hours) else hours
+
+
+def culling_json(report: CullingReport, currency: str) -> dict:
+    """The culling report as ``GET culling`` answers it."""
+    share = report.idle_share
+    data = {
+        "window": {
+            "since": isoformat(report.since) if report.since else None,
+            "until": isoformat(report.until) if report.until else None,
+            "counted_until": isoformat(report.counted_until),
+            "horizon_hours": _hours_number(report.horizon),
+            "idle_util_percent": IDLE_UTIL_PERCENT,
+        },
+        "group": report.group,
+        "currency": currency,
+        "by_reason": {reason: tally_json(report.by_reason[reason], currency) for reason in CULL_REASONS},
+        "total": tally_json(report.total, currency),
+        "budget_stops": tally_json(report.budget, currency),
+        "billed_gpu_hours": gpu_hours_str(report.billed_gpu_minutes),
+        "billed_idle_gpu_hours": gpu_hours_str(report.billed_idle_gpu_minutes),
+        "billed_unsampled_gpu_hours": gpu_hours_str(report.billed_unsampled_gpu_minutes),
+        "billed_money": money_str(report.billed_money_micros.get(currency, 0)),
+        "idle_share": None if share is None else round(share, 4),
+    }
+    other = _other_currencies(dict(report.billed_money_micros), currency)
+    if other:
+        data["billed_money_other_currencies"] = other
+    return data
+
+
+def culling_csv(report: CullingReport) -> str:
+    """One row per culled or budget-stopped session in the window, by stop time; no totals row."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(CULLING_CSV_COLUMNS)
+    for v in report.savings:
+        s = v.session
+        writer.writerow(
+            [
+                s.id,
+                _csv_safe(s.user),
+                _csv_safe(s.server_name),
+                _csv_safe(s.profile),
+                s.gpu_count,
+                isoformat(s.started),
+                isoformat(s.stopped),
+                s.stop_reason,
+                "budget" if s.stop_reason not in CULL_REASONS else "culling",
+                isoformat(v.until),
+                v.ended_by,
+                v.minutes,
+                v.gpu_minutes,
+                gpu_hours_str(v.gpu_minutes),
+                money_str(v.money_micros),
+                s.currency,
+            ]
+        )
+    return out.getvalue()
+
+
 # -- handlers ------------------------------------------------------------------------------
 
 
@@ -713,6 +882,97 @@ class PricingHandler(BaseHandler):
         )
 
 
+def load_culling_inputs(
+    ledger: Ledger, since: datetime | None, until: datetime, group: str | None = None
+) -> tuple[list[SessionFacts], dict[str, MinuteCounts]]:
+    """The sessions that ran in ``[since, until)`` (every user's) and the minute counts of the reported ones.
+
+    Two plain queries: the sessions that started before ``until`` and had not
+    stopped before ``since``; then, per chunk of the reported GPU sessions (the
+    primary key's index), their sampled and idle minutes in the window, counted
+    in SQL (a minute is idle when its mean utilization is under
+    ``IDLE_UTIL_PERCENT`` and no kernel was busy).
+    """
+    from sqlalchemy import and_, case, func, or_, select
+
+    from .ledger import SessionRecord, UsageMinute, _naive
+
+    s = SessionRecord
+    query = select(
+        s.id,
+        s.user,
+        s.server_name,
+        s.groups,
+        s.profile,
+        s.gpu_count,
+        s.rate_micros,
+        s.currency,
+        s.started,
+        s.stopped,
+        s.stop_reason,
+    ).where(s.started < _naive(until))
+    if since is not None:
+        query = query.where(or_(s.stopped.is_(None), s.stopped >= _naive(since)))
+    facts = []
+    with ledger.engine.connect() as db:
+        for sid, user, server, groups, profile, gpus, rate, currency, started, stopped, reason in db.execute(query):
+            facts.append(
+                SessionFacts(
+                    id=sid,
+                    user=user,
+                    started=_aware(started),
+                    stopped=_aware(stopped),
+                    stop_reason=reason,
+                    gpu_count=gpus,
+                    rate_micros=rate,
+                    currency=currency,
+                    groups=tuple(json.loads(groups or "[]")),
+                    profile=profile,
+                    server_name=server or "",
+                )
+            )
+    ids = [f.id for f in facts if f.gpu_count and (group is None or group in f.groups)]
+    u = UsageMinute
+    sampled = func.sum(case((u.samples > 0, 1), else_=0))
+    # mean utilization under the threshold: Σ(tenths) / 10 / samples < IDLE_UTIL_PERCENT, in integers
+    quiet = and_(u.samples > 0, u.utilization_tenths_sum < 10 * IDLE_UTIL_PERCENT * u.samples, u.busy_kernels_max == 0)
+    idle = func.sum(case((quiet, 1), else_=0))
+    counts = {}
+    with ledger.engine.connect() as db:
+        for i in range(0, len(ids), 500):
+            chunk = select(u.session_id, sampled, idle).where(
+                u.session_id.in_(ids[i : i + 500]), u.minute < _naive(until)
+            )
+            if since is not None:
+                chunk = chunk.where(u.minute >= _naive(since))
+            for sid, n_sampled, n_idle in db.execute(chunk.group_by(u.session_id)):
+                counts[sid] = MinuteCounts(sampled=int(n_sampled or 0), idle=int(n_idle or 0))
+    return facts, counts
+
+
+class CullingHandler(BaseHandler):
+    """``GET culling``: what culling saved in a window (an estimate), and the billed idle share (admins)."""
+
+    @web.authenticated
+    def get(self):
+        self.require_scope(SCOPE_USAGE_READ)
+        try:
+            query = parse_culling_query(self.request.query_arguments, self.service.tz)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+        now = self.now()
+        end = now if query.until is None else min(query.until, now)
+        facts, counts = load_culling_inputs(self.ledger, query.since, end, query.group)
+        report = culling_report(facts, counts, query.since, query.until, now, query.horizon, query.group)
+        if query.format == "csv":
+            self.set_header("Content-Type", "text/csv; charset=UTF-8")
+            self.set_header("Content-Disposition", 'attachment; filename="gpu-culling.csv"')
+            self.set_header("Cache-Control", "no-store")
+            self.finish(culling_csv(report))
+            return
+        self.write_json(culling_json(report, self.service.currency_info.code))
+
+
 class OpenAPIHandler(BaseHandler):
     """``GET openapi.yaml``: the API description, public like any API documentation."""
 
@@ -736,6 +996,7 @@ class NotFoundHandler(BaseHandler):
 
 def make_handlers(prefix: str, service) -> list:
     from .metrics import MetricsHandler, make_registry
+    from .usage import samples_handler
 
     api = url_path_join(prefix, "api/v1")
     return [
@@ -748,5 +1009,7 @@ def make_handlers(prefix: str, service) -> list:
         (url_path_join(api, "budgets"), BudgetListHandler),
         (url_path_join(api, r"budgets/([^/]+)/([^/]+)"), BudgetHandler),
         (url_path_join(api, "pricing"), PricingHandler),
+        (url_path_join(api, "culling"), CullingHandler),
+        (url_path_join(api, "samples"), samples_handler()),
         (url_path_join(api, r".*"), NotFoundHandler),
     ]

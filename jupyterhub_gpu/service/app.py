@@ -209,17 +209,10 @@ class GPUService(Application):
         self.ticks = 0
 
     def make_web_app(self) -> WebApplication:
-        from jupyterhub.utils import url_path_join
-
         from .api import make_handlers
-        from .usage import samples_handler
 
-        handlers = [
-            (url_path_join(self.prefix, "api/v1/samples"), samples_handler()),
-            *make_handlers(self.prefix, self),
-        ]
         return WebApplication(
-            handlers,
+            make_handlers(self.prefix, self),
             cookie_secret=secrets.token_bytes(32),
             hub_auth=self.hub_auth,
             service=self,

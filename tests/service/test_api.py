@@ -171,6 +171,8 @@ MATRIX = [
     ("PUT", "api/v1/budgets/group/matrix", {"limit": "7", "period": "week"}, (403, 403, 403, 403, 200)),
     ("DELETE", "api/v1/budgets/user/matrix-gone", None, (403, 403, 403, 403, 204)),
     ("GET", "api/v1/pricing", None, (403, 200, 200, 200, 200)),
+    ("GET", "api/v1/culling", None, (403, 403, 200, 403, 200)),
+    ("GET", "api/v1/culling?since=2024-11-01&format=csv", None, (403, 403, 200, 403, 200)),
     ("GET", "metrics", None, (403, 403, 403, 200, 200)),
     ("GET", "api/v1/openapi.yaml", None, (200, 200, 200, 200, 200)),
 ]
@@ -418,6 +420,150 @@ def test_pricing_shows_a_user_only_the_profiles_their_groups_may_use(env):
         assert (t4["rate_per_minute"], t4["price_per_hour"], t4["gpu_model"]) == ("0.05", "3", "T4")
     finally:
         env.ledger.set_pricing(published, "CNY", datetime.now(UTC))
+
+
+# -- what culling saved ------------------------------------------------------------------------------
+
+# Culled sessions in November 2024 (nothing else is there), added to the ledger directly: the reasons the
+# service's tick would have stored. (id, user, groups, gpus, rate, started, seconds, stop reason)
+TWO_A100 = ["GPU-sim-a100-0", "GPU-sim-a100-1"]
+CULLED = [
+    # stu1's T4 idles: culled for gpu_idle at 07:10; she starts again at 08:40: 90 minutes saved
+    ("cull-1", "stu1", ["cs231n"], ["GPU-sim-t4-0"], 50_000, "2024-11-04T06:00:00", 70 * 60, "gpu_idle"),
+    ("cull-2", "stu1", ["cs231n"], ["GPU-sim-t4-0"], 50_000, "2024-11-04T08:40:00", 20 * 60, "stopped"),
+    # stu2 leaves two A100s: inactive at 15:05 and no return: 12 hours × 2 GPUs
+    ("cull-3", "stu2", ["cs231n"], TWO_A100, 500_000, "2024-11-05T10:00:00", 305 * 60, "inactive"),
+    # stu2's budget runs out: reported apart, 12 hours
+    ("cull-5", "stu2", ["cs231n"], ["GPU-sim-a100-0"], 250_000, "2024-11-07T02:00:00", 60 * 60, "budget"),
+    # a thesis student's day-long training meets max_age at 20:00 in Shanghai, 4 hours before the window ends
+    ("cull-4", "ghost", ["thesis"], ["GPU-sim-t4-1"], 50_000, "2024-11-29T12:00:00", 24 * 3600, "max_age"),
+]
+NOVEMBER_2024 = "since=2024-11-01&until=2024-11-30"
+
+
+def seed_culled(env) -> None:
+    from jupyterhub_gpu.service.usage import Sample, record_sample
+
+    for sid, user, groups, gpus, rate, started, seconds, reason in CULLED:
+        profile = "t4" if rate == 50_000 else "a100"
+        start = SessionStart(sid, user, "", tuple(groups), profile, tuple(gpus), rate, "CNY", at(started), True)
+        if env.ledger.record_start(start):
+            env.ledger.record_stop(sid, at(started) + timedelta(seconds=seconds), reason)
+            # the samples its server pushed: cull-1 6 idle minutes of 10, cull-3 5 idle minutes (× 2 GPUs)
+            pushed = {"cull-1": [2, 2, 1, 0, 3, 4, 50, 80, 1, 0], "cull-3": [0, 1, 2, 3, 4]}.get(sid, [])
+            for i, util in enumerate(pushed):
+                busy = 1 if sid == "cull-1" and i >= 8 else 0  # a busy kernel is not idle, whatever the GPU says
+                until = at(started) + timedelta(minutes=i, seconds=30)
+                sample = Sample(sid, until, 2, float(util), 100, 16000, 1, busy, None, None, ())
+                record_sample(env.ledger, user, sample)
+
+
+def test_culling_reports_what_each_rule_saved_in_a_term(env):
+    seed_culled(env)
+    r = env.call("prof", "GET", f"api/v1/culling?{NOVEMBER_2024}")
+    assert r.status_code == 200, r.text[:500]
+    data = r.json()
+    assert data["window"] == {
+        "since": "2024-10-31T16:00:00Z",  # midnight in Shanghai
+        "until": "2024-11-30T16:00:00Z",  # the end of 30 November
+        "counted_until": "2024-11-30T16:00:00Z",
+        "horizon_hours": 12,
+        "idle_util_percent": 5,
+    }
+    assert data["by_reason"] == {
+        "gpu_idle": {
+            "sessions": 1,
+            "minutes_saved": 90,
+            "gpu_minutes_saved": 90,
+            "gpu_hours_saved": "1.5",
+            "money_saved": "4.5",
+        },
+        "inactive": {
+            "sessions": 1,
+            "minutes_saved": 720,
+            "gpu_minutes_saved": 1440,
+            "gpu_hours_saved": "24",
+            "money_saved": "360",
+        },
+        "max_age": {
+            "sessions": 1,
+            "minutes_saved": 240,
+            "gpu_minutes_saved": 240,
+            "gpu_hours_saved": "4",
+            "money_saved": "12",
+        },
+    }
+    assert data["total"] == {
+        "sessions": 3,
+        "minutes_saved": 1050,
+        "gpu_minutes_saved": 1770,
+        "gpu_hours_saved": "29.5",
+        "money_saved": "376.5",
+    }
+    assert data["budget_stops"]["sessions"] == 1 and data["budget_stops"]["money_saved"] == "180"
+    # billed: 70 + 20 + 305 × 2 + 60 + 1440 GPU-minutes; idle: 6 + 5 × 2; sampled: 10 + 5 × 2
+    assert data["billed_gpu_hours"] == "36.666667"  # 2200 GPU-minutes
+    assert data["billed_idle_gpu_hours"] == "0.266667"  # 16
+    assert data["billed_unsampled_gpu_hours"] == "36.333333"  # 2180
+    assert data["idle_share"] == 0.0073  # 16 / 2200
+    assert data["billed_money"] == "244" and data["currency"] == "CNY" and data["group"] is None
+
+
+def test_culling_by_group_with_another_horizon_and_as_csv(env):
+    seed_culled(env)
+    cs = env.call("admin", "GET", f"api/v1/culling?{NOVEMBER_2024}&group=cs231n&horizon_hours=1").json()
+    assert cs["group"] == "cs231n" and cs["window"]["horizon_hours"] == 1
+    # one hour after each cull: stu1 came back later than that; the thesis student is not in cs231n
+    assert {k: v["gpu_minutes_saved"] for k, v in cs["by_reason"].items()} == {
+        "gpu_idle": 60,
+        "inactive": 120,
+        "max_age": 0,
+    }
+    assert cs["budget_stops"]["gpu_minutes_saved"] == 60
+    thesis = env.call("admin", "GET", f"api/v1/culling?{NOVEMBER_2024}&group=thesis").json()
+    assert thesis["total"]["sessions"] == 1 and thesis["by_reason"]["max_age"]["money_saved"] == "12"
+    assert thesis["billed_gpu_hours"] == "24" and thesis["idle_share"] == 0
+
+    r = env.call("prof", "GET", f"api/v1/culling?{NOVEMBER_2024}&format=csv")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(r.text)))
+    assert [(row["id"], row["counted_as"], row["ended_by"]) for row in rows] == [
+        ("cull-1", "culling", "next_start"),
+        ("cull-3", "culling", "horizon"),
+        ("cull-5", "budget", "horizon"),
+        ("cull-4", "culling", "window_end"),
+    ]
+    assert (rows[0]["estimated_until"], rows[0]["money_saved"], rows[1]["gpu_hours_saved"]) == (
+        "2024-11-04T08:40:00Z",
+        "4.5",
+        "24",
+    )
+    # the seeded March 2025 sessions: one budget stop (seed-b), no culls
+    march = env.call("admin", "GET", "api/v1/culling?since=2025-03-01&until=2025-03-31").json()
+    assert march["total"]["sessions"] == 0 and march["budget_stops"]["sessions"] == 1
+    assert march["budget_stops"]["gpu_hours_saved"] == "12" and march["budget_stops"]["money_saved"] == "180"
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("since=last-term", "ISO date"),
+        ("since=2024-11-30&until=2024-11-01", "must be before"),
+        ("format=pdf", "format must be json or csv"),
+        ("horizon_hours=0", "from 1 to 168"),
+        ("horizon_hours=2.5", "whole number"),
+        ("group=a%2Fb", "'/'"),
+        ("since=2024-11-01&since=2024-12-01", "at most once"),
+        ("user=stu1", "Unknown parameter(s) 'user'"),
+    ],
+)
+def test_malformed_culling_parameters_get_400(env, query, message):
+    assert_json_error(env.call("prof", "GET", f"api/v1/culling?{query}"), 400, message)
+
+
+def test_culling_needs_the_usage_read_scope_whatever_the_parameters(env):
+    assert_json_error(env.call("stu1", "GET", f"api/v1/culling?{NOVEMBER_2024}"), 403, "custom:gpu-usage:read")
+    assert_json_error(env.call("stu1", "GET", "api/v1/culling?format=pdf"), 403, "custom:gpu-usage:read")
 
 
 # -- metrics --------------------------------------------------------------------------------------
