@@ -219,7 +219,34 @@ class GPUExtension:
             self.serverapp.log.warning("jupyterhub-gpu: the gpu service is unreachable: %s", e)
 
     # -- the stats -----------------------------------------------------------------
-    def stats(self) -> dict:
+    def _history_json(self, sampled_at, history) -> str:
+        """The chart history as JSON, formatted once per sample (not once per request)."""
+        key = (sampled_at, len(history))
+        if self._history_cache[0] != key:
+            points = [
+                {
+                    "t": isoformat(datetime.fromtimestamp(t, timezone.utc)),
+                    "utilization_percent": util,
+                    "memory_used_mib": used,
+                    "memory_total_mib": total,
+                }
+                for t, util, used, total in history
+            ]
+            self._history_cache = (key, json.dumps(points))
+        return self._history_cache[1]
+
+    _history_cache: tuple = (None, "[]")
+
+    def stats_json(self, with_history: bool = True) -> str:
+        """The stats as JSON text; the history (up to an hour of points) is spliced in from its cache."""
+        data = self.stats(with_history=False)
+        if not with_history:
+            return json.dumps(data)
+        _, sampled_at, history, _ = self.sampler.snapshot() if self.sampler else ([], None, [], None)
+        body = json.dumps(data)
+        return body[:-1] + ', "history": ' + self._history_json(sampled_at, history) + "}"
+
+    def stats(self, with_history: bool = True) -> dict:
         now = utcnow()
         readings, sampled_at, history, error = self.sampler.snapshot() if self.sampler else ([], None, [], None)
         session = None
@@ -231,27 +258,21 @@ class GPUExtension:
                 "cost": str(cost.normalize() if cost else Decimal(0)),
                 **budget_summary(self.service_me, self.session),
             }
-        return {
+        data = {
             "simulated": self.simulated,
             "reason": self.reason or (f"The last GPU reading failed: {error}" if error else None),
             "sampled_at": isoformat(datetime.fromtimestamp(sampled_at, timezone.utc)) if sampled_at else None,
             "interval_seconds": self.config.interval,
             "gpus": [r.to_dict() for r in readings],
-            "history": [
-                {
-                    "t": isoformat(datetime.fromtimestamp(t, timezone.utc)),
-                    "utilization_percent": util,
-                    "memory_used_mib": used,
-                    "memory_total_mib": total,
-                }
-                for t, util, used, total in history
-            ],
             "session": session,
             "kernels": {"running": self.activity.kernels, "busy": self.activity.busy},
             "notices": (self.service_me or {}).get("notices", []),
             "service_available": self.service_available,
             "tensorboard_url": self.config.tensorboard_url or None,
         }
+        if with_history:
+            data["history"] = json.loads(self._history_json(sampled_at, history))
+        return data
 
     def stop(self):
         if self.sampler:
@@ -270,7 +291,9 @@ class StatsHandler(BaseGPUHandler):
 
     @web.authenticated
     def get(self):
-        self.finish(json.dumps(self.gpu.stats()))
+        """The latest sample; ``?history=0`` leaves out the chart history (up to an hour of points)."""
+        with_history = self.get_argument("history", "1") not in ("0", "false", "no")
+        self.finish(self.gpu.stats_json(with_history))
 
 
 class DismissNoticeHandler(BaseGPUHandler):

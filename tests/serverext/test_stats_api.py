@@ -130,6 +130,8 @@ def test_simulated_stats_follow_kernel_activity(gpu_server):
     wait_for(lambda: gpu_server.stats()["gpus"][0]["utilization_percent"] == 0, 30, what="idle again")
     history = gpu_server.stats()["history"]
     assert any(h["utilization_percent"] == 45 for h in history) and history[-1]["memory_total_mib"] == 16384
+    light = requests.get(f"{gpu_server.url}/gpu/api/v1/stats?history=0", headers=gpu_server.headers, timeout=5).json()
+    assert "history" not in light and light["gpus"][0]["uuid"] == U0
 
 
 async def run_code(server, kernel_id, code):
