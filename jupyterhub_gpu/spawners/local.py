@@ -43,6 +43,10 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
             self._gpu_exited_at = utcnow()
             loop.remove_reader(fd)
             os.close(fd)
+            session = dict(self._gpu_session)
+            if session and not self._gpu_stopping:
+                # record the exact end now: a hub killed before its next poll would lose it
+                self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, self._gpu_exited_at, "exited"))
 
         loop.add_reader(fd, ended)
 
