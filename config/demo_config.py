@@ -20,8 +20,12 @@ bindir = os.path.dirname(sys.executable)
 
 c = get_config()  # noqa: F821
 
+# ports: the usual ones, movable for a second demo or the test that runs this config
 c.JupyterHub.bind_url = os.environ.get("JUPYTERHUB_GPU_DEMO_URL", "http://127.0.0.1:8000")
 c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(os.environ.get("JUPYTERHUB_GPU_DEMO_HUB_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('JUPYTERHUB_GPU_DEMO_PROXY_API_PORT', '8001')}"
+service_port = int(os.environ.get("JUPYTERHUB_GPU_DEMO_SERVICE_PORT", "10101"))
 c.JupyterHub.db_url = f"sqlite:///{os.path.join(state, 'jupyterhub.sqlite')}"
 c.JupyterHub.cookie_secret_file = os.path.join(state, "jupyterhub_cookie_secret")
 c.ConfigurableHTTPProxy.pid_file = os.path.join(state, "jupyterhub-proxy.pid")
@@ -83,12 +87,12 @@ c.GPULocalSpawner.home_dir_template = os.path.join(state, "home", "{username}")
 ledger_url = f"sqlite:///{os.path.join(state, 'jupyterhub_gpu.sqlite')}"
 c.GPULocalSpawner.ledger_db_url = ledger_url
 c.GPULocalSpawner.budget_timezone = "Asia/Shanghai"
-c.GPULocalSpawner.gpu_service_url = "http://127.0.0.1:10101/services/gpu/"  # for the Lab extension
+c.GPULocalSpawner.gpu_service_url = f"http://127.0.0.1:{service_port}/services/gpu/"  # for the Lab extension
 c.JupyterHub.custom_scopes = CUSTOM_SCOPES
 c.JupyterHub.services = [
     {
         "name": "gpu",
-        "url": "http://127.0.0.1:10101",
+        "url": f"http://127.0.0.1:{service_port}",
         "command": [
             sys.executable,
             "-m",
