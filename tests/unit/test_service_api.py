@@ -245,6 +245,7 @@ def test_the_openapi_document_matches_the_handlers(tmp_path):
 
 def test_the_openapi_document_is_valid():
     import openapi_spec_validator as validator
+
     validator.validate(yaml.safe_load(api.OPENAPI.read_text()))
 
 
