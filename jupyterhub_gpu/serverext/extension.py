@@ -255,7 +255,7 @@ class GPUExtension:
             session = {
                 **{k: v for k, v in self.session.items() if k != "simulated"},
                 "minutes_billed": minutes,
-                "cost": str(cost.normalize() if cost else Decimal(0)),
+                "cost": format(cost.normalize(), "f") if cost else "0",  # never "2.4E+4"
                 **budget_summary(self.service_me, self.session),
             }
         data = {

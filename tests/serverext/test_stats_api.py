@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,9 @@ def test_simulated_stats_follow_kernel_activity(gpu_server):
     assert gpu["utilization_percent"] == 0 and gpu["memory_used_mib"] == 0 and gpu["memory_total_mib"] == 16384
     session = stats["session"]
     assert session["profile"] == "t4" and session["rate_per_minute"] == "0.05" and session["currency_symbol"] == "¥"
-    assert session["minutes_billed"] > 1000 and session["cost"] == str(session["minutes_billed"] * 5 / 100).rstrip("0")
+    assert session["minutes_billed"] > 1000
+    assert Decimal(session["cost"]) == session["minutes_billed"] * Decimal("0.05")
+    assert "E" not in session["cost"]
 
     # a kernel holds 1 GiB; a busy kernel makes 45%
     r = requests.post(f"{gpu_server.url}/api/kernels", headers=gpu_server.headers, json={"name": "python3"}, timeout=30)

@@ -103,3 +103,21 @@ def test_session_cost_and_the_tightest_budget():
         "budget_minutes_left": 60,
     }
     assert budget_summary(None, session)["budget_remaining"] is None
+
+
+def test_stats_cost_is_never_in_exponent_form(monkeypatch):
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from jupyterhub_gpu.serverext import extension
+    from jupyterhub_gpu.serverext.extension import GPUExtension
+
+    ext = GPUExtension.__new__(GPUExtension)
+    ext.session = {"started": "2026-01-01T00:00:00Z", "rate_per_minute": "1", "id": "s", "simulated": False}
+    ext.sampler, ext.simulated, ext.reason = None, False, None
+    ext.config = SimpleNamespace(interval=2.0, tensorboard_url="")
+    ext.activity, ext.service_me, ext.service_available = KernelActivity(), None, False
+    # 24,000 minutes at ¥1: Decimal("24000").normalize() prints as "2.4E+4"
+    monkeypatch.setattr(extension, "utcnow", lambda: datetime(2026, 1, 17, 16, 0, tzinfo=timezone.utc))
+    stats = ext.stats()
+    assert stats["session"]["minutes_billed"] == 24000 and stats["session"]["cost"] == "24000"
