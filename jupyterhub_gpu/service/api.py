@@ -361,15 +361,15 @@ class UsageQuery:
     format: str = "json"
 
 
-def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQuery:
-    """The query of ``GET usage``; each parameter at most once, unknown ones refused."""
-    unknown = sorted(set(arguments) - set(USAGE_PARAMS) - set(AUTH_PARAMS))
+def query_values(arguments: dict[str, list[bytes]], params: tuple[str, ...]) -> dict[str, str]:
+    """The query's parameters as text: each at most once, unknown ones refused."""
+    unknown = sorted(set(arguments) - set(params) - set(AUTH_PARAMS))
     if unknown:
         raise BadRequest(
-            f"Unknown parameter(s) {', '.join(map(repr, unknown))}; the parameters are {', '.join(USAGE_PARAMS)}"
+            f"Unknown parameter(s) {', '.join(map(repr, unknown))}; the parameters are {', '.join(params)}"
         )
     values = {}
-    for name in USAGE_PARAMS:
+    for name in params:
         given = arguments.get(name, [])
         if len(given) > 1:
             raise BadRequest(f"Give {name} at most once")
@@ -378,6 +378,28 @@ def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQ
                 values[name] = given[0].decode("utf-8") if isinstance(given[0], bytes) else given[0]
             except UnicodeDecodeError:
                 raise BadRequest(f"{name} is not UTF-8 text") from None
+    return values
+
+
+def query_format(values: dict[str, str]) -> str:
+    fmt = values.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise BadRequest(f"format must be json or csv, got {fmt!r}")
+    return fmt
+
+
+def query_window(values: dict[str, str], tz: ZoneInfo) -> tuple[datetime | None, datetime | None]:
+    """``since`` and ``until`` in the lab's time zone; ``until`` as a date includes that whole day."""
+    since = parse_moment(values["since"], "since", tz) if "since" in values else None
+    until = parse_moment(values["until"], "until", tz, end_of_day=True) if "until" in values else None
+    if since is not None and until is not None and since >= until:
+        raise BadRequest(f"since ({values['since']}) must be before until ({values['until']})")
+    return since, until
+
+
+def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQuery:
+    """The query of ``GET usage``; each parameter at most once, unknown ones refused."""
+    values = query_values(arguments, USAGE_PARAMS)
     for name in ("user", "group"):
         if name in values:
             validate_subject(name, values[name])
@@ -387,13 +409,8 @@ def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQ
     everyone = everyone in ("true", "1")
     if everyone and ("user" in values or "group" in values):
         raise BadRequest("all=true lists every user's sessions; do not combine it with user or group")
-    fmt = values.get("format", "json")
-    if fmt not in ("json", "csv"):
-        raise BadRequest(f"format must be json or csv, got {fmt!r}")
-    since = parse_moment(values["since"], "since", tz) if "since" in values else None
-    until = parse_moment(values["until"], "until", tz, end_of_day=True) if "until" in values else None
-    if since is not None and until is not None and since >= until:
-        raise BadRequest(f"since ({values['since']}) must be before until ({values['until']})")
+    fmt = query_format(values)
+    since, until = query_window(values, tz)
     return UsageQuery(values.get("user"), values.get("group"), everyone, since, until, fmt)
 
 
@@ -434,26 +451,10 @@ class CullingQuery:
 
 def parse_culling_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> CullingQuery:
     """The query of ``GET culling``: dates as ``GET usage`` reads them, each parameter at most once."""
-    unknown = sorted(set(arguments) - set(CULLING_PARAMS) - set(AUTH_PARAMS))
-    if unknown:
-        raise BadRequest(
-            f"Unknown parameter(s) {', '.join(map(repr, unknown))}; the parameters are {', '.join(CULLING_PARAMS)}"
-        )
-    values = {}
-    for name in CULLING_PARAMS:
-        given = arguments.get(name, [])
-        if len(given) > 1:
-            raise BadRequest(f"Give {name} at most once")
-        if given:
-            try:
-                values[name] = given[0].decode("utf-8") if isinstance(given[0], bytes) else given[0]
-            except UnicodeDecodeError:
-                raise BadRequest(f"{name} is not UTF-8 text") from None
+    values = query_values(arguments, CULLING_PARAMS)
     if "group" in values:
         validate_subject("group", values["group"])
-    fmt = values.get("format", "json")
-    if fmt not in ("json", "csv"):
-        raise BadRequest(f"format must be json or csv, got {fmt!r}")
+    fmt = query_format(values)
     horizon = DEFAULT_HORIZON
     if "horizon_hours" in values:
         text = values["horizon_hours"]
@@ -462,10 +463,7 @@ def parse_culling_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> Cull
                 f"horizon_hours must be a whole number of hours from 1 to {MAX_HORIZON_HOURS}, got {text!r}"
             )
         horizon = timedelta(hours=int(text))
-    since = parse_moment(values["since"], "since", tz) if "since" in values else None
-    until = parse_moment(values["until"], "until", tz, end_of_day=True) if "until" in values else None
-    if since is not None and until is not None and since >= until:
-        raise BadRequest(f"since ({values['since']}) must be before until ({values['until']})")
+    since, until = query_window(values, tz)
     return CullingQuery(since, until, values.get("group"), horizon, fmt)
 
 
