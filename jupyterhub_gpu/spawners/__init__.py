@@ -5,7 +5,7 @@ GPU configuration (profiles, currency, inventory): a bad profile stops the hub
 at startup with a message naming it, instead of failing a student's spawn later.
 """
 
-from .mixin import GPUSpawnerMixin, check_config
+from .mixin import GPUSpawnerMixin, check_config, config_probe
 
 __all__ = ["GPUDockerSpawner", "GPULocalSpawner", "GPUSpawnerMixin", "check_config"]
 
@@ -28,14 +28,11 @@ def publish_pricing(app, spawner_class) -> None:
     """Write the static profiles and their rates to the ledger, for the service's ``GET pricing``."""
     from dataclasses import asdict
 
-    from traitlets.config import Configurable
-
     from ..clock import utcnow
     from ..money import Currency
     from .profiles import parse_profiles
 
-    probe = spawner_class.__new__(spawner_class)
-    Configurable.__init__(probe, config=app.config)
+    probe = config_probe(app.config, spawner_class)
     if not probe.ledger_db_url or callable(probe.profiles):
         return
     from ..service.ledger import shared_ledger

@@ -658,14 +658,20 @@ class GPUSpawnerMixin(Configurable):
         return dict(self._gpu_session)
 
 
+def config_probe(config, spawner_class):
+    """A spawner object holding only the hub's configuration (no user): for startup checks."""
+    probe = spawner_class.__new__(spawner_class)
+    Configurable.__init__(probe, config=config)
+    return probe
+
+
 def check_config(config, spawner_class) -> list[str]:
     """Validate a hub's GPU configuration at startup; returns the problems found.
 
     Profiles given as a callable can only be checked at spawn time.
     """
-    probe = spawner_class.__new__(spawner_class)
     try:
-        Configurable.__init__(probe, config=config)
+        probe = config_probe(config, spawner_class)
     except (TraitError, ValueError) as e:
         return [f"{spawner_class.__name__}: {e}"]
     problems = []
