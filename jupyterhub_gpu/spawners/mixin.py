@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import datetime
-from decimal import Decimal
 from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -526,40 +525,24 @@ class GPUSpawnerMixin(Configurable):
             self._gpu_release()
             raise
 
-    def _gpu_session_start(self):
-        from ..service.ledger import SessionStart
-        from ..service.metering import to_micros
+    def _gpu_session_start(self, gpu: dict):
+        """The ledger's SessionStart of a session kept in this spawner's state."""
+        from ..service.tick import session_start_from_state
 
-        gpu = self._gpu_session
-        return SessionStart(
-            id=gpu["session_id"],
-            user=self.user.name,
-            server_name=self.name,
-            groups=tuple(gpu.get("groups", ())),
-            profile=gpu["profile"],
-            gpus=tuple(gpu["devices"]),
-            rate_micros=to_micros(Decimal(gpu["rate_per_minute"])),
-            currency=gpu["currency"],
-            started=datetime.fromisoformat(gpu["started"].replace("Z", "+00:00")),
-            simulated=bool(gpu.get("simulated")),
-        )
+        return session_start_from_state(self.user.name, self.name, (), gpu)
 
     async def _gpu_record_start(self) -> None:
         """Record the session start in the ledger; a spawn that cannot be billed does not run."""
         ledger = self.ledger
         if ledger is None or not self._gpu_session:
             return
-        await asyncio.to_thread(ledger.record_start, self._gpu_session_start())
+        await asyncio.to_thread(ledger.record_start, self._gpu_session_start(self._gpu_session))
 
     async def _gpu_record_stop(self, session: dict, stopped: datetime, reason: str) -> None:
         ledger = self.ledger
         if ledger is None or not session:
             return
-        saved, self._gpu_session = self._gpu_session, session
-        try:
-            start = self._gpu_session_start()
-        finally:
-            self._gpu_session = saved
+        start = self._gpu_session_start(session)
         try:
             await asyncio.to_thread(ledger.record_stop, start.id, stopped, reason, start)
         except Exception:
