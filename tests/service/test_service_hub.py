@@ -129,7 +129,9 @@ def test_running_user_reaching_the_budget_is_warned_then_stopped(make_hub, tmp_p
     # exactly the first minute of an A100 (¥0.25): the session reaches 100% as it starts
     ledger.set_budget(BudgetRule("user", "stu2", "week", "money", Decimal("0.25")), datetime.now(timezone.utc))
     hub.start_server("stu2", {"profile": "a100"})
-    hub.wait_ready("stu2")
+    # no wait for "ready": the session is billed from the spawn, so on a slow machine the 4 s grace can
+    # end (and the stop come) before the hub ever reports the server ready
+    wait_for(lambda: ledger.sessions(user="stu2"), 90, what="stu2's session in the ledger")
     notices = wait_for(lambda: ledger.notices("stu2"), 30, what="the 100% notice")
     assert "stopped in 4 seconds" in notices[-1].message or "stopped" in notices[-1].message
     hub.wait_stopped("stu2", timeout=60)
