@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 STATE := .state
 CHP_VERSION := 4.6.3
 PYTEST_ARGS ?=
+# make test spreads the tests over this many pytest-xdist workers (most tests wait on hubs and ticks, not
+# on the CPU); Docker and chaos tests stay together in one worker (tests/conftest.py)
+TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help demo test test-quick test-lab test-docker lint format venv docker-setup postgres-setup browser-setup test-image clean
@@ -46,7 +49,7 @@ browser-setup:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk)
 
 test: venv postgres-setup test-image browser-setup test-lab
-	$(BIN)/pytest -q -m "" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-quick: venv test-lab
 	$(BIN)/pytest -q -m "not docker and not browser and not chaos" $(PYTEST_ARGS)

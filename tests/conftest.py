@@ -383,3 +383,12 @@ def postgres_url(postgres_server):
     name = postgres_server.create_database()
     yield postgres_server.url(name)
     postgres_server.drop_database(name)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs ``-n``), the tests that drive the one Docker engine, and the chaos
+    tests that kill processes and time their restarts, run one after another in a single worker; the rest
+    (each with its own hub on free ports) spread over the others."""
+    for item in items:
+        if item.get_closest_marker("docker") or item.get_closest_marker("chaos"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
