@@ -105,7 +105,7 @@ class Hub:
             start_new_session=True,
         )
         if wait:
-            wait_for(self._up, timeout=60, what=f"the hub at {self.url} (log: {self.log_file})")
+            wait_for(self._up, timeout=120, what=f"the hub at {self.url} (log: {self.log_file})")
 
     def _up(self):
         if self.proc.poll() is not None:
