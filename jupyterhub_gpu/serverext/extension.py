@@ -24,6 +24,8 @@ from traitlets.config import Configurable
 
 from ..clock import isoformat, utcnow
 from ..money import Currency
+from ..tensorboard import tensorboard_url
+from . import startup
 from .sampler import DeviceInfo, KernelActivity, NVMLReader, Sampler, SimulatedReader
 
 
@@ -37,7 +39,7 @@ class GPUStats(Configurable):
         help="The gpu service's URL as this server reaches it (default: $JUPYTERHUB_GPU_SERVICE_URL)."
     ).tag(config=True)
     tensorboard_url = Unicode(
-        help="Path of TensorBoard for the Lab button, e.g. /user/{username}/proxy/6006/; empty hides the button."
+        help="Path of TensorBoard for the Lab button (default: <base_url>tensorboard/ where it is installed)."
     ).tag(config=True)
 
     def __init__(self, **kwargs):
@@ -45,7 +47,9 @@ class GPUStats(Configurable):
         if not self.service_url:
             self.service_url = os.environ.get("JUPYTERHUB_GPU_SERVICE_URL", "")
         if not self.tensorboard_url:
-            self.tensorboard_url = os.environ.get("JUPYTERHUB_GPU_TENSORBOARD_URL", "")
+            self.tensorboard_url = os.environ.get("JUPYTERHUB_GPU_TENSORBOARD_URL", "") or tensorboard_url(
+                getattr(self.parent, "base_url", "/")
+            )
 
 
 def session_from_env(env=os.environ) -> dict | None:
@@ -69,6 +73,14 @@ def session_from_env(env=os.environ) -> dict | None:
 
 
 def devices_from_env(env=os.environ) -> list[DeviceInfo]:
+    if env.get("JUPYTERHUB_GPU_DEVICE_DISCOVERY") == "nvml":
+        # Kubernetes: the device plugin chose the GPUs and made only those visible to this pod
+        from ..spawners.inventory import InventoryError, nvml_inventory
+
+        try:
+            return [DeviceInfo(d.index, d.uuid, d.name, d.memory_mib) for d in nvml_inventory()]
+        except InventoryError:
+            return []
     info = env.get("JUPYTERHUB_GPU_DEVICE_INFO")
     if info:
         return [DeviceInfo(str(d["index"]), d["uuid"], d["name"], int(d["memory_mib"])) for d in json.loads(info)]
@@ -90,7 +102,9 @@ def budget_summary(me: dict | None, session: dict) -> dict:
     if not me or not me.get("budgets"):
         return {"budget_remaining": None, "budget_unit": None, "budget_minutes_left": None}
     rate = Decimal(session["rate_per_minute"])
-    gpus = max(len(json.loads(os.environ.get("JUPYTERHUB_GPU_DEVICE_INFO", "[]"))), 0)
+    gpus = int(os.environ.get("JUPYTERHUB_GPU_COUNT") or 0) or len(
+        json.loads(os.environ.get("JUPYTERHUB_GPU_DEVICE_INFO", "[]"))
+    )
     best = None
     for b in me["budgets"]:
         remaining = Decimal(b["remaining"])
@@ -257,6 +271,15 @@ class GPUExtension:
                 "minutes_billed": minutes,
                 "cost": format(cost.normalize(), "f") if cost else "0",  # never "2.4E+4"
                 **budget_summary(self.service_me, self.session),
+                # live right-sizing advice, as the service serves it with the session (docs/advice.md)
+                "advice": next(
+                    (
+                        s.get("advice")
+                        for s in (self.service_me or {}).get("active_sessions", [])
+                        if s.get("id") == self.session["id"]
+                    ),
+                    None,
+                ),
             }
         data = {
             "simulated": self.simulated,
@@ -362,6 +385,12 @@ def load(serverapp) -> GPUExtension:
         ],
     )
     extension.start()
+    startup.start(serverapp)  # the user's ~/work/.jupyterhub-gpu/startup.sh (docs/images.md)
+    from . import jobs, stopwhendone
+
+    stopwhendone.load(serverapp, extension)  # "stop when done" (docs/jobs.md)
+    jobs.load_handlers(serverapp)  # the Lab's "Run notebook as a GPU job" and job list
+    jobs.start(serverapp, extension)  # a notebook job's server runs its job
     serverapp.log.info(
         "jupyterhub-gpu server extension: %s",
         extension.reason or f"{len(extension.devices)} GPU(s){' (simulated)' if extension.simulated else ''}",

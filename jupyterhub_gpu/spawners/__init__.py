@@ -15,7 +15,9 @@ def _startup_check(app) -> None:
     spawner_class = app.spawner_class
     if not (isinstance(spawner_class, type) and issubclass(spawner_class, GPUSpawnerMixin)):
         return
-    problems = check_config(app.config, spawner_class)
+    # a spawner without a host inventory (Kubernetes) brings its own check
+    own_check = getattr(spawner_class, "gpu_check_config", None)
+    problems = own_check(app.config) if own_check else check_config(app.config, spawner_class)
     if problems:
         for problem in problems:
             app.log.critical("jupyterhub-gpu configuration error: %s", problem)

@@ -121,3 +121,17 @@ def test_stats_cost_is_never_in_exponent_form(monkeypatch):
     monkeypatch.setattr(extension, "utcnow", lambda: datetime(2026, 1, 17, 16, 0, tzinfo=timezone.utc))
     stats = ext.stats()
     assert stats["session"]["minutes_billed"] == 24000 and stats["session"]["cost"] == "24000"
+
+
+def test_kubernetes_pods_discover_their_gpus_and_count_gpu_hours_from_the_count(monkeypatch):
+    """On Kubernetes the device plugin picks the GPUs: the server lists what NVML shows it, and a GPU-hour
+    budget divides by JUPYTERHUB_GPU_COUNT (there is no device list in the environment)."""
+    from jupyterhub_gpu.serverext.extension import devices_from_env
+
+    # no NVIDIA driver on this machine: the pod sees no GPU (the panel then says why), never a made-up one
+    assert devices_from_env({"JUPYTERHUB_GPU_DEVICE_DISCOVERY": "nvml", "JUPYTERHUB_GPU_DEVICE_INFO": "[]"}) == []
+    monkeypatch.setenv("JUPYTERHUB_GPU_COUNT", "2")
+    monkeypatch.delenv("JUPYTERHUB_GPU_DEVICE_INFO", raising=False)
+    me = {"budgets": [{"unit": "gpu_hours", "remaining": "1"}]}
+    summary = budget_summary(me, {"started": "2026-11-29T10:00:00Z", "rate_per_minute": "0.5"})
+    assert summary["budget_minutes_left"] == 30  # 1 GPU-hour over 2 GPUs

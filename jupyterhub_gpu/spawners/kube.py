@@ -1,0 +1,457 @@
+"""GPUKubeSpawner: GPU profiles over KubeSpawner, one hardened pod per session (Zero to JupyterHub).
+
+A profile becomes a pod that asks the NVIDIA device plugin for ``gpu_count`` of
+``nvidia.com/gpu`` (or of a MIG slice such as ``nvidia.com/mig-1g.10gb``) on a
+node of the right GPU product, tolerates the GPU nodes' taint, mounts its
+owner's PVC at ``/home/jovyan/work`` and the shared datasets read-only, and runs
+as a non-root user with no privilege escalation and every capability dropped.
+The pieces come from the pure builders in :mod:`.kube_objects`; KubeSpawner's
+own ``get_pod_manifest()`` assembles them, and the result is checked again so
+that no admin extra can weaken it.
+
+The device plugin, not the hub, picks the GPUs. The form's free/total counts
+and the wait queue come from :mod:`.kube_inventory` (the nodes' allocatable
+GPUs and the running pods, read through the Kubernetes API and cached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+
+from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import maybe_future
+from kubespawner import KubeSpawner
+from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
+from traitlets.config import Configurable
+
+from ..money import Currency, MoneyError
+from .kube_inventory import ClusterAllocator, ClusterInventory, fetch_with_kubernetes_asyncio
+from .kube_objects import (
+    SchemaError,
+    enforce_pod_policy,
+    gpu_resource_for,
+    make_kube_env,
+    make_pod_labels,
+    make_resources,
+    make_scheduling,
+    make_security_contexts,
+    make_storage,
+    validate_object,
+)
+from .mixin import GPUSpawnerMixin, _templates
+from .profiles import Profile, ProfileError, choose_profile, parse_profiles
+
+# One allocator per inventory configuration per hub process, shared by every spawner.
+_ALLOCATORS: dict[tuple, ClusterAllocator] = {}
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def shared_cluster_allocator(fetch, ttl: float, products: dict) -> ClusterAllocator:
+    """The hub-wide :class:`ClusterAllocator` for this configuration, created on first use."""
+    key = (fetch, ttl, repr(sorted(products.items())))
+    if key not in _ALLOCATORS:
+        _ALLOCATORS[key] = ClusterAllocator(ClusterInventory(fetch, ttl), products)
+    return _ALLOCATORS[key]
+
+
+def describe_kube_profile(profile: Profile, counts: dict | None, currency: Currency) -> str:
+    """The form's one-line summary on Kubernetes, e.g. ``1× A100 40 GB — ¥0.25/min — 3 of 8 free``."""
+    price = "free" if profile.rate_per_minute == 0 else f"{currency.format_rate(profile.rate_per_minute)}/min"
+    if profile.gpu_count == 0 or counts is None:
+        return f"CPU only — {price}"
+    memory = f" {round(counts['memory_mib'] / 1024)} GB" if counts.get("memory_mib") else ""
+    head = f"{profile.gpu_count}× {profile.gpu_model}{memory} — {price}"
+    if not counts["known"]:
+        return f"{head} — free GPUs unknown right now"
+    if counts["total"] == 0:
+        return f"{head} — no such GPU in the cluster"
+    waiting = f" ({counts['waiting']} waiting)" if counts["waiting"] else ""
+    if counts["free"] == 0:
+        return f"{head} — none free{waiting}"
+    return f"{head} — {counts['free']} of {counts['total']} free{waiting}"
+
+
+class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
+    """One hardened pod per session asking the NVIDIA device plugin for its profile's GPUs."""
+
+    work_dir = Unicode(
+        "/home/jovyan/work",
+        help="""
+        Where the user's PVC is mounted in the pod.
+
+            c.GPUKubeSpawner.work_dir = "/home/jovyan/work"
+        """,
+    ).tag(config=True)
+
+    datasets_claim = Unicode(
+        "",
+        help="""
+        Name of a PersistentVolumeClaim (ReadOnlyMany) in the users' namespace
+        with shared datasets, mounted read-only at ``datasets_dir``; empty for none.
+
+            c.GPUKubeSpawner.datasets_claim = "lab-datasets"
+        """,
+    ).tag(config=True)
+
+    datasets_dir = Unicode(
+        "/home/jovyan/datasets",
+        help="""
+        Where the shared datasets are mounted (read-only).
+
+            c.GPUKubeSpawner.datasets_dir = "/home/jovyan/datasets"
+        """,
+    ).tag(config=True)
+
+    server_uid = Int(
+        1000,
+        help="""
+        The uid the server runs as (``runAsUser``); root (0) is refused.
+
+            c.GPUKubeSpawner.server_uid = 1000
+        """,
+    ).tag(config=True)
+
+    server_gid = Int(
+        100,
+        help="""
+        The gid the server runs as (``runAsGroup``) and owns its volumes with (``fsGroup``).
+
+            c.GPUKubeSpawner.server_gid = 100
+        """,
+    ).tag(config=True)
+
+    gpu_tolerations = List(
+        Dict(),
+        help="""
+        Tolerations added to GPU pods besides ``nvidia.com/gpu:NoSchedule``
+        (for example your cluster's own taint on GPU nodes). CPU-only pods get none.
+
+            c.GPUKubeSpawner.gpu_tolerations = [
+                {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+            ]
+        """,
+    ).tag(config=True)
+
+    gpu_node_products = Dict(
+        help="""
+        The ``nvidia.com/gpu.product`` label values each profile ``gpu_model``
+        may run on. By default they are found from the nodes' labels (set by GPU
+        Feature Discovery): "A100" matches ``NVIDIA-A100-SXM4-40GB`` and
+        ``NVIDIA-A100-SXM4-80GB``. Set it to pin a model to some products, or on
+        a cluster without GPU Feature Discovery.
+
+            c.GPUKubeSpawner.gpu_node_products = {"A100": ["NVIDIA-A100-SXM4-80GB"]}
+        """,
+    ).tag(config=True)
+
+    inventory_ttl = Float(
+        30,
+        help="""
+        Seconds the cluster's GPU counts (nodes and pods, two API list calls) are
+        cached: the form never costs an API call per request. While a spawn waits
+        for a GPU, the counts are refreshed this often.
+
+            c.GPUKubeSpawner.inventory_ttl = 30
+        """,
+    ).tag(config=True)
+
+    inventory_fetch = Any(
+        None,
+        allow_none=True,
+        help="""
+        ``async fetch() -> (nodes, pods)`` returning the API's Node and Pod JSON
+        (camelCase dicts). None: list them with kubernetes_asyncio (needs the
+        ClusterRole in config/kubernetes/hub-gpu-inventory-rbac.yaml).
+        """,
+    ).tag(config=True)
+
+    @default("cmd")
+    def _default_cmd(self):
+        # an explicit command, so that KubeSpawner passes our arguments (kernel culling)
+        return ["jupyterhub-singleuser"]
+
+    @default("storage_pvc_ensure")
+    def _default_pvc_ensure(self):
+        return True
+
+    @default("storage_capacity")
+    def _default_storage_capacity(self):
+        return "10Gi"
+
+    @validate("server_uid")
+    def _valid_uid(self, proposal):
+        if proposal.value <= 0:
+            raise TraitError(f"server_uid must be a non-root uid (> 0), got {proposal.value}")
+        return proposal.value
+
+    @validate("server_gid")
+    def _valid_gid(self, proposal):
+        if proposal.value < 0:
+            raise TraitError(f"server_gid must not be negative, got {proposal.value}")
+        return proposal.value
+
+    @validate("inventory_ttl")
+    def _valid_ttl(self, proposal):
+        if not 0 < proposal.value <= 3600:
+            raise TraitError(f"inventory_ttl must be between 0 and 3600 seconds, got {proposal.value}")
+        return proposal.value
+
+    @validate("datasets_claim")
+    def _valid_claim(self, proposal):
+        if proposal.value and (len(proposal.value) > 253 or not _K8S_NAME.fullmatch(proposal.value)):
+            raise TraitError(f"datasets_claim must be a Kubernetes object name, got {proposal.value!r}")
+        return proposal.value
+
+    @validate("inventory_fetch")
+    def _valid_fetch(self, proposal):
+        if proposal.value is not None and not callable(proposal.value):
+            raise TraitError(f"inventory_fetch must be an async function or None, got {proposal.value!r}")
+        return proposal.value
+
+    @validate("gpu_node_products")
+    def _valid_products(self, proposal):
+        for model, products in proposal.value.items():
+            if (
+                not isinstance(model, str)
+                or not isinstance(products, list)
+                or not products
+                or not all(isinstance(p, str) and p for p in products)
+            ):
+                raise TraitError(
+                    "gpu_node_products must map a gpu_model to a non-empty list of nvidia.com/gpu.product"
+                    f" values, got {model!r}: {products!r}"
+                )
+        return proposal.value
+
+    # -- the cluster's GPUs ------------------------------------------------
+    @property
+    def allocator(self) -> ClusterAllocator:
+        fetch = self.inventory_fetch or fetch_with_kubernetes_asyncio
+        return shared_cluster_allocator(fetch, self.inventory_ttl, self.gpu_node_products)
+
+    async def _render_gpu_options_form(self, spawner=None):
+        await self.allocator.inventory.get()  # cached for inventory_ttl
+        allowed, _ = await self.allowed_profiles()
+        chosen = choose_profile({}, allowed) if allowed else None
+        previous = (self.orm_spawner.user_options or {}).get("profile") if self.orm_spawner else None
+        if previous in {p.slug for p in allowed}:
+            chosen = next(p for p in allowed if p.slug == previous)
+        rows = [
+            {
+                "slug": p.slug,
+                "display_name": p.display_name,
+                "description": p.description,
+                "summary": describe_kube_profile(
+                    p, self.allocator.counts(p.gpu_model) if p.gpu_count else None, self.gpu_currency
+                ),
+                "checked": chosen is not None and p.slug == chosen.slug,
+            }
+            for p in allowed
+        ]
+        return _templates.get_template("options_form.html").render(profiles=rows, simulated=False)
+
+    async def load_user_options(self):
+        """Nothing to do: ``run_pre_spawn_hook`` validated and chose our profile (``profile_list`` is unused)."""
+
+    # -- building the pod --------------------------------------------------
+    def _gpu_base(self) -> dict:
+        """The admin's own KubeSpawner settings, kept once, that each session's pieces are added to."""
+        if not hasattr(self, "_gpu_base_config"):
+            self._gpu_base_config = {
+                name: getattr(self, name) if callable(getattr(self, name)) else copy.deepcopy(getattr(self, name))
+                for name in (
+                    "node_selector",
+                    "node_affinity_required",
+                    "tolerations",
+                    "volumes",
+                    "volume_mounts",
+                    "extra_labels",
+                    "pod_security_context",
+                    "container_security_context",
+                )
+            }
+        return self._gpu_base_config
+
+    def gpu_pod_pieces(self, profile: Profile, session_id: str) -> dict:
+        """Every piece our builders contribute to this session's pod, as plain dicts."""
+        resource, _ = gpu_resource_for(profile.gpu_model) if profile.gpu_count else ("", "")
+        products = self.allocator.kind(profile.gpu_model)[1] if profile.gpu_count else None
+        pod_sc, container_sc = make_security_contexts(uid=self.server_uid, gid=self.server_gid, fs_gid=self.server_gid)
+        volumes, mounts = make_storage(
+            pvc_name=self.pvc_name,
+            work_dir=self.work_dir,
+            datasets_claim=self.datasets_claim or None,
+            datasets_dir=self.datasets_dir,
+        )
+        return {
+            "resources": make_resources(
+                gpu_resource=resource,
+                gpu_count=profile.gpu_count,
+                cpu_limit=profile.cpu_limit,
+                mem_limit=profile.mem_limit,
+            ),
+            "scheduling": make_scheduling(
+                gpu_resource=resource,
+                gpu_count=profile.gpu_count,
+                products=list(products or []),
+                extra_tolerations=self.gpu_tolerations,
+            ),
+            "pod_security_context": pod_sc,
+            "container_security_context": container_sc,
+            "volumes": volumes,
+            "volume_mounts": mounts,
+            "labels": make_pod_labels(profile_slug=profile.slug, session_id=session_id),
+        }
+
+    async def gpu_prepare(self, profile, devices):
+        images = {p.image for p in await self.gpu_profiles()}
+        if profile.image not in images:  # only images named by profiles may run
+            raise SpawnException(f"Image {profile.image!r} is not allowed", reason="image")
+        session_id = self._gpu_session["session_id"]
+        self.allocator.attach(self._gpu_key, session_id)
+        base = self._gpu_base()
+        pieces = self.gpu_pod_pieces(profile, session_id)
+        self._gpu_pieces = pieces
+        self.image = profile.image
+        # every resource comes from the builder (strings, requests = limits)
+        self.cpu_limit = self.cpu_guarantee = None
+        self.mem_limit = self.mem_guarantee = None
+        self.extra_resource_limits = pieces["resources"]["limits"]
+        self.extra_resource_guarantees = pieces["resources"]["requests"]
+        scheduling = pieces["scheduling"]
+        self.node_selector = {**base["node_selector"], **scheduling["node_selector"]}
+        self.node_affinity_required = list(base["node_affinity_required"]) + scheduling["node_affinity_required"]
+        base_tolerations = base["tolerations"]
+        if isinstance(base_tolerations, dict):
+            base_tolerations = self._sorted_dict_values(base_tolerations)
+        self.tolerations = list(base_tolerations) + scheduling["tolerations"]
+        ours = {v["name"] for v in pieces["volumes"]}
+        self.volumes = pieces["volumes"] + [v for v in self._as_list(base["volumes"]) if v.get("name") not in ours]
+        mount_paths = {m["mountPath"] for m in pieces["volume_mounts"]}
+        self.volume_mounts = pieces["volume_mounts"] + [
+            m
+            for m in self._as_list(base["volume_mounts"])
+            if m.get("name") not in ours and m.get("mountPath") not in mount_paths
+        ]
+        self.uid = self.server_uid
+        self.gid = self.server_gid
+        self.fs_gid = self.server_gid
+        self.privileged = False
+        self.allow_privilege_escalation = False
+        base_psc, base_csc = base["pod_security_context"], base["container_security_context"]
+        if callable(base_psc):
+            base_psc = await maybe_future(base_psc(self))
+        if callable(base_csc):
+            base_csc = await maybe_future(base_csc(self))
+        self.pod_security_context = {**(base_psc or {}), **pieces["pod_security_context"]}
+        self.container_security_context = {**(base_csc or {}), **pieces["container_security_context"]}
+        self.extra_labels = {**base["extra_labels"], **pieces["labels"]}
+        if profile.gpu_count:
+            resource = next(iter(k for k in pieces["resources"]["limits"] if k.startswith("nvidia.com/")))
+            products = scheduling["node_selector"].get("nvidia.com/gpu.product") or ", ".join(
+                v
+                for term in scheduling["node_affinity_required"]
+                for e in term["matchExpressions"]
+                for v in e["values"]
+            )
+            where = f" on a node with {products}" if products else ""
+            message = f"Asking Kubernetes for {profile.gpu_count}× {resource}{where}"
+        else:
+            message = "Asking Kubernetes for a CPU-only pod"
+        self._gpu_pod_requested = True
+        self._gpu_emit({"progress": 45, "message": message})
+
+    def _as_list(self, value) -> list:
+        if isinstance(value, dict):
+            return list(self._sorted_dict_values(value))
+        return list(value or [])
+
+    def get_env(self):
+        env = super().get_env()
+        profile = self._gpu_profile
+        if profile is None or not self._gpu_session:
+            return env
+        resource, _ = gpu_resource_for(profile.gpu_model) if profile.gpu_count else ("", "")
+        env = make_kube_env(env, gpu_count=profile.gpu_count, gpu_resource=resource)
+        if profile.mem_limit:
+            env["MEM_LIMIT"] = str(profile.mem_limit)
+        if profile.cpu_limit:
+            env["CPU_LIMIT"] = str(profile.cpu_limit)
+        return env
+
+    async def get_pod_manifest(self):
+        """KubeSpawner's pod, with our hardening and GPU resources forced over any admin extras."""
+        pod = await super().get_pod_manifest()
+        pieces = getattr(self, "_gpu_pieces", None)
+        if not pieces:
+            return pod
+        from kubernetes_asyncio.client import ApiClient
+
+        data = ApiClient().sanitize_for_serialization(pod)
+        data = enforce_pod_policy(
+            data,
+            pod_security=pieces["pod_security_context"],
+            container_security=pieces["container_security_context"],
+            resources=pieces["resources"],
+        )
+        try:
+            return validate_object(data, "V1Pod")
+        except SchemaError as e:
+            raise SpawnException(
+                "The server's pod could not be built; please tell your administrator.",
+                reason="pod",
+                log_message=f"invalid pod manifest: {e}",
+                status_code=500,
+            ) from e
+
+    # -- spawn progress ----------------------------------------------------
+    async def progress(self):
+        """The queue position and the request first, then Kubernetes' own events (scheduling, image pull)."""
+        seen = 0
+        while True:
+            while seen < len(self._gpu_events):
+                yield self._gpu_events[seen]
+                seen += 1
+            if getattr(self, "_gpu_pod_requested", False):
+                break
+            if self._gpu_events_changed is None:
+                self._gpu_events_changed = asyncio.get_running_loop().create_future()
+            await self._gpu_events_changed
+        async for event in KubeSpawner.progress(self):
+            yield event
+
+    async def start(self):
+        self._gpu_pod_requested = False
+        return await super().start()
+
+    # -- startup check -----------------------------------------------------
+    @classmethod
+    def gpu_check_config(cls, config) -> list[str]:
+        """The startup check on Kubernetes: no host inventory (the cluster's is read at spawn time)."""
+        try:
+            probe = cls.__new__(cls)
+            Configurable.__init__(probe, config=config)  # validates every configured trait
+        except (TraitError, ValueError) as e:
+            return [f"{cls.__name__}: {e}"]
+        problems = []
+        try:
+            Currency.from_config(probe.currency, probe.currency_symbol)
+        except MoneyError as e:
+            problems.append(str(e))
+        if probe.profile_list:
+            problems.append(
+                f"{cls.__name__}: set the GPU profiles in 'profiles', not KubeSpawner's 'profile_list'"
+                " (it would bypass prices, budgets and the queue)"
+            )
+        if not callable(probe.profiles):
+            try:
+                profiles = parse_profiles(probe.profiles, require_image=True)
+            except ProfileError as e:
+                problems.append(str(e))
+            else:
+                models = {p.gpu_model for p in profiles if p.gpu_count}
+                for model in sorted(set(probe.gpu_node_products) - models):
+                    problems.append(f"gpu_node_products names {model!r}, which no GPU profile uses")
+        return problems
