@@ -1,0 +1,918 @@
+"""Right-sizing advice: when a cheaper profile would have done the same work.
+
+A session's per-minute usage (:class:`~.ledger.UsageMinute`) is summarised into
+peak and percentile GPU memory, utilization percentiles, the share of busy
+minutes and which GPUs did any work (:func:`summarize`). :func:`advise`, a pure
+function of that summary, the session and the profile catalogue, names the
+cheapest profile the user may use
+
+- whose GPU memory per GPU has ``headroom`` (default 20%) over the observed peak
+  of the GPUs that did work,
+- whose GPU count covers the GPUs that did work (so "1 GPU would have done" for a
+  2-GPU session with one idle GPU),
+- whose compute is likely enough (see :func:`compute_fit`),
+
+with what the session would have cost on it and how confident the advice is.
+Sessions shorter than ``min_minutes`` (default 15) get no advice, nor do
+sessions that nothing cheaper fits.
+
+The service computes advice at each session's close (final) and, for sessions
+running longer than ``live_after_minutes`` (default 30), every few minutes while
+they run (live); both are stored in ``gpu_session_advice``, one row per session
+(:func:`update_advice`). The REST API serves it with each session and sums it per
+group and per profile (:func:`summary`). Money is integer micro-units.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, time, timedelta
+from decimal import Decimal
+
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text, and_, func, or_, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ..money import Currency
+from .ledger import Base, Ledger, SessionRecord, _aware, _naive
+from .metering import billed_minutes, from_micros
+
+log = logging.getLogger("jupyterhub_gpu.advice")
+
+#: Defaults of the settings (see docs/advice.md for the reasoning).
+DEFAULT_HEADROOM_PERCENT = 20
+DEFAULT_MIN_MINUTES = 15
+DEFAULT_LIVE_AFTER_MINUTES = 30
+#: A running session's live advice is recomputed at most this often (and, before it could be judged, this often).
+LIVE_REFRESH = timedelta(minutes=5)
+UNJUDGED_REFRESH = timedelta(seconds=15)
+#: Only sessions that stopped this recently get a Lab notice with their advice (not a backlog after an upgrade).
+NOTICE_WITHIN = timedelta(days=1)
+#: A minute (or a GPU in a minute) is busy when its utilization reaches this (as culling's idle test).
+BUSY_UTIL_PERCENT = 5
+#: A GPU did work when it was busy in at least this share of the busiest GPU's busy minutes.
+GPU_USED_SHARE = 0.05
+#: Advice needs samples for at least this share of the billed minutes; under ``FULL_COVERAGE`` it is less sure.
+MIN_COVERAGE = 0.5
+FULL_COVERAGE = 0.8
+#: For another GPU model (whose speed is not known), how busy the session may have been.
+#: "very likely": busy at most 25% of the minutes and a 95th-percentile utilization of at most 50%;
+#: "likely": busy at most 50% of the minutes and a 95th percentile of at most 80%.
+OTHER_MODEL_LIMITS = {"high": (0.25, 50.0), "medium": (0.5, 80.0)}
+#: Closed sessions get their final advice this long after the stop (the last samples come late).
+CLOSE_DELAY = timedelta(seconds=10)
+#: How far back a tick looks for closed sessions without final advice, and how many it judges at once.
+CLOSED_LOOKBACK = timedelta(days=7)
+BATCH = 200
+
+CONFIDENCES = ("high", "medium")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+CONFIDENCE_WORDS = {"high": "very likely", "medium": "likely"}
+#: Why a session got no advice.
+REASONS = ("advised", "too_short", "no_samples", "few_samples", "no_gpu", "nothing_cheaper", "unknown_memory")
+
+#: Memory per GPU of models whose name does not say it (the smaller variant where there are two).
+KNOWN_GPU_MEMORY_GB = {
+    "t4": 16,
+    "p100": 16,
+    "v100": 16,
+    "a10": 24,
+    "a30": 24,
+    "l4": 24,
+    "a40": 48,
+    "l40": 48,
+    "l40s": 48,
+    "a6000": 48,
+    "a100": 40,
+    "a800": 40,
+    "h100": 80,
+    "h800": 80,
+    "h200": 141,
+    "k80": 12,
+    "3090": 24,
+    "4090": 24,
+}
+#: How many compute slices ("Ng" of a MIG profile "Ng.Mgb") a whole GPU of a model has.
+MIG_SLICES = {"a30": 4}
+MIG_SLICES_DEFAULT = 7
+MIG_CAPABLE = {"a100", "a800", "a30", "h100", "h800", "h200"}
+_SLICE_RE = re.compile(r"^(\d+)g\.(\d+)gb$")
+_GB_RE = re.compile(r"^(\d+)gb$")
+_TOKEN_SPLIT = re.compile(r"[^a-z0-9.]+")
+_NOISE = {"nvidia", "tesla", "geforce", "rtx", "simulated", "mig", "sxm", "sxm2", "sxm4", "sxm5", "pcie", "nvl"}
+
+
+class AdviceError(ValueError):
+    """A setting of the advice that cannot be used; the message names it."""
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdviceSettings:
+    """The thresholds of the advice (``GPUService.advice_*``)."""
+
+    headroom_percent: int = DEFAULT_HEADROOM_PERCENT
+    min_minutes: int = DEFAULT_MIN_MINUTES
+    live_after_minutes: int = DEFAULT_LIVE_AFTER_MINUTES
+    #: profile slug -> GPU memory per GPU in GB, for profiles whose model name does not say it
+    profile_memory_gb: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name, low, high in (
+            ("headroom_percent", 0, 400),
+            ("min_minutes", 1, 24 * 60),
+            ("live_after_minutes", 0, 7 * 24 * 60),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise AdviceError(f"advice_{name} must be a whole number from {low} to {high}, got {value!r}")
+        if not isinstance(self.profile_memory_gb, dict):
+            raise AdviceError(
+                f"advice_profile_memory_gb must be a dict of profile -> GB, got {self.profile_memory_gb!r}"
+            )
+        for slug, gb in self.profile_memory_gb.items():
+            if (
+                isinstance(gb, bool)
+                or not isinstance(gb, (int, float))
+                or not 0 < gb <= 4096
+                or not isinstance(slug, str)
+            ):
+                raise AdviceError(
+                    f"advice_profile_memory_gb[{slug!r}] must be a number of GB from 0 to 4096, got {gb!r}"
+                )
+
+
+# -- the profile catalogue ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileOption:
+    """A profile as the advice sees it: its price, GPUs, GPU memory per GPU (None: unknown) and who may use it."""
+
+    slug: str
+    display_name: str
+    gpu_model: str
+    gpu_count: int
+    rate_micros: int  # per minute
+    memory_mib: int | None = None
+    allowed_groups: tuple[str, ...] = ()
+
+    def allows(self, groups: Iterable[str]) -> bool:
+        return not self.allowed_groups or bool(set(self.allowed_groups) & set(groups))
+
+
+def _tokens(text: str) -> list[str]:
+    return [t for t in _TOKEN_SPLIT.split((text or "").casefold()) if t]
+
+
+def memory_from_name(*names: str) -> int | None:
+    """GPU memory (MiB) a model or profile name states: a MIG slice (``1g.5gb``), ``40GB``, or a known model."""
+    for name in names:
+        for token in _tokens(name):
+            if m := _SLICE_RE.fullmatch(token):
+                return int(m.group(2)) * 1024
+    for name in names:
+        tokens = _tokens(name)
+        for i, token in enumerate(tokens):
+            if m := _GB_RE.fullmatch(token):
+                return int(m.group(1)) * 1024
+            if token.isdigit() and i + 1 < len(tokens) and tokens[i + 1] == "gb":
+                return int(token) * 1024
+    for name in names:
+        for token in _tokens(name):
+            if token in KNOWN_GPU_MEMORY_GB:
+                return KNOWN_GPU_MEMORY_GB[token] * 1024
+    return None
+
+
+def gpu_family(gpu_model: str) -> tuple[str, int | None, int]:
+    """``(model, slice, slices of a whole GPU)``: ``("a100", 1, 7)`` for a 1g.5gb MIG slice, ``("t4", None, 1)``."""
+    tokens = [t for t in _tokens(gpu_model) if t not in _NOISE and not _GB_RE.fullmatch(t)]
+    slice_units = None
+    rest = []
+    for t in tokens:
+        if m := _SLICE_RE.fullmatch(t):
+            slice_units = int(m.group(1))
+        else:
+            rest.append(t)
+    model = " ".join(rest)
+    whole = MIG_SLICES.get(model, MIG_SLICES_DEFAULT) if model in MIG_CAPABLE else 1
+    return model, slice_units, whole
+
+
+def compute_ratio(current_model: str, candidate_model: str) -> float | None:
+    """The candidate's compute per GPU over the current one's, where it is known: same model, or MIG slices of it."""
+    cur, cur_slice, cur_whole = gpu_family(current_model)
+    cand, cand_slice, cand_whole = gpu_family(candidate_model)
+    if not cur or cur != cand:
+        return None
+    cur_units = cur_slice if cur_slice is not None else cur_whole
+    cand_units = cand_slice if cand_slice is not None else cand_whole
+    return cand_units / cur_units
+
+
+def catalogue(
+    pricing: Sequence[dict], settings: AdviceSettings, observed_mib: dict[str, int] | None = None
+) -> list[ProfileOption]:
+    """The profiles the hub published (``Ledger.pricing()``) with their GPU memory per GPU.
+
+    Memory comes from ``advice_profile_memory_gb`` first, then from what the
+    servers of that profile reported (``observed_mib``: the GPUs' total memory),
+    then from the model or profile name (a MIG slice ``1g.5gb``, ``A100-80GB``,
+    or a known model such as ``T4``). A profile whose memory stays unknown is
+    never advised.
+    """
+    from .metering import to_micros
+
+    observed_mib = observed_mib or {}
+    options = []
+    for p in pricing:
+        slug = p["slug"]
+        if slug in settings.profile_memory_gb:
+            memory = int(Decimal(str(settings.profile_memory_gb[slug])) * 1024)
+        elif observed_mib.get(slug):
+            memory = observed_mib[slug]
+        else:
+            memory = memory_from_name(p.get("gpu_model") or "", p.get("display_name") or "")
+        options.append(
+            ProfileOption(
+                slug=slug,
+                display_name=p.get("display_name") or slug,
+                gpu_model=p.get("gpu_model") or "",
+                gpu_count=int(p.get("gpu_count") or 0),
+                rate_micros=to_micros(Decimal(p["rate_per_minute"])),
+                memory_mib=memory,
+                allowed_groups=tuple(p.get("allowed_groups") or ()),
+            )
+        )
+    return options
+
+
+# -- a session's usage ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GPUUse:
+    """One GPU of a session: its peak memory and in how many minutes it was busy."""
+
+    uuid: str
+    peak_memory_mib: int
+    busy_minutes: int
+
+
+@dataclass(frozen=True)
+class SessionUsage:
+    """What a session's per-minute samples say (memory summed over its GPUs, utilization averaged)."""
+
+    sampled_minutes: int = 0
+    peak_memory_mib: int = 0
+    p95_memory_mib: int = 0
+    memory_total_mib: int = 0
+    util_p50: float = 0.0
+    util_p95: float = 0.0
+    busy_share: float = 0.0
+    gpus: tuple[GPUUse, ...] = ()
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile (0 for no values)."""
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def summarize(minutes: Iterable) -> SessionUsage:
+    """A :class:`SessionUsage` from a session's :class:`~.ledger.UsageMinute` rows (or rows with their fields)."""
+    memory, utils, total = [], [], 0
+    busy = 0
+    per_gpu: dict[str, list[int]] = {}
+    for m in minutes:
+        if not m.samples:
+            continue
+        util = m.utilization_tenths_sum / 10 / m.samples
+        utils.append(util)
+        memory.append(m.memory_used_max_mib)
+        total = max(total, m.memory_total_mib or 0)
+        busy += util >= BUSY_UTIL_PERCENT
+        for uuid, g in json.loads(m.gpus or "{}").items():
+            entry = per_gpu.setdefault(uuid, [0, 0])
+            entry[0] = max(entry[0], int(g.get("memory_used_max_mib", 0)))
+            entry[1] += g.get("utilization_max", 0) >= BUSY_UTIL_PERCENT
+    n = len(utils)
+    return SessionUsage(
+        sampled_minutes=n,
+        peak_memory_mib=max(memory, default=0),
+        p95_memory_mib=int(percentile(memory, 95)),
+        memory_total_mib=total,
+        util_p50=round(percentile(utils, 50), 1),
+        util_p95=round(percentile(utils, 95), 1),
+        busy_share=busy / n if n else 0.0,
+        gpus=tuple(GPUUse(uuid, mem, b) for uuid, (mem, b) in sorted(per_gpu.items())),
+    )
+
+
+def gpus_used(usage: SessionUsage, gpu_count: int) -> tuple[int, int]:
+    """``(GPUs that did work, the peak memory of the busiest of them in MiB)``.
+
+    Without per-GPU figures every GPU counts as used and the session's whole
+    peak as the need of one GPU (the safe side). With them, a GPU did work when
+    it was busy in at least ``GPU_USED_SHARE`` of the busiest GPU's busy minutes;
+    memory held on a GPU that never computed (TensorFlow reserves memory on every
+    visible GPU) is not needed. A session whose GPUs never worked needs one GPU.
+    """
+    if not usage.gpus or gpu_count <= 1:
+        return max(gpu_count, 1), usage.peak_memory_mib
+    most = max(g.busy_minutes for g in usage.gpus)
+    if most == 0:
+        return 1, max(g.peak_memory_mib for g in usage.gpus)
+    used = [g for g in usage.gpus if g.busy_minutes >= max(1, math.ceil(GPU_USED_SHARE * most))]
+    return len(used), max(g.peak_memory_mib for g in used)
+
+
+# -- the advice ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What the advice needs of a session."""
+
+    id: str
+    user: str
+    profile: str
+    gpu_count: int
+    rate_micros: int  # per minute
+    currency: str
+    minutes: int  # billed so far
+    groups: tuple[str, ...] = ()
+    gpu_model: str = ""
+    final: bool = True
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The judgement of one session: a cheaper profile with its counterfactual cost, or why none."""
+
+    reason: str
+    usage: SessionUsage
+    gpus_used: int = 0
+    memory_per_gpu_mib: int | None = None
+    suggested: ProfileOption | None = None
+    confidence: str | None = None
+    cost_micros: int = 0
+    counterfactual_micros: int = 0
+    message: str = ""
+
+    @property
+    def advised(self) -> bool:
+        return self.suggested is not None
+
+    @property
+    def saving_micros(self) -> int:
+        return self.cost_micros - self.counterfactual_micros if self.advised else 0
+
+
+def compute_fit(usage: SessionUsage, ratio: float | None, headroom: float, util_scale: float = 1.0) -> str | None:
+    """How sure it is that the candidate's compute serves: ``"high"``, ``"medium"`` or None.
+
+    ``ratio`` is the candidate's compute per GPU over the current one's (same
+    model: 1; a MIG slice: its share), None for another model. With a known
+    ratio the utilization must fit the smaller GPU with the same headroom as the
+    memory: the 95th percentile for "high", the median for "medium". For another
+    model only a mostly idle GPU is judged (:data:`OTHER_MODEL_LIMITS`): the
+    counterfactual cost assumes the session would have taken as long.
+    ``util_scale`` turns the session's mean utilization into that of its working GPUs.
+    """
+    p50 = min(100.0, usage.util_p50 * util_scale)
+    p95 = min(100.0, usage.util_p95 * util_scale)
+    if ratio is not None:
+        capacity = 100.0 * ratio
+        if p95 * (1 + headroom) <= capacity:
+            return "high"
+        if p50 * (1 + headroom) <= capacity:
+            return "medium"
+        return None
+    for level in CONFIDENCES:
+        busy, util = OTHER_MODEL_LIMITS[level]
+        if usage.busy_share <= busy and p95 <= util:
+            return level
+    return None
+
+
+def _gb(mib: int) -> str:
+    gb = Decimal(mib) / 1024
+    shown = gb.quantize(Decimal("0.1"))
+    return f"{shown:f}".removesuffix(".0")
+
+
+def _message(session: SessionFacts, advice: Advice, current_memory_mib: int | None, currency: Currency) -> str:
+    usage = advice.usage
+    s = advice.suggested
+    busy = f"busy {round(usage.busy_share * 100)}% of the time"
+    rates = (
+        f"{currency.format_rate(from_micros(s.rate_micros))}/min instead of"
+        f" {currency.format_rate(from_micros(session.rate_micros))}/min"
+    )
+    likely = CONFIDENCE_WORDS[advice.confidence]
+    would = "this session would have cost" if session.final else "so far this session would have cost"
+    money = currency.format
+    costs = f"{money(from_micros(advice.counterfactual_micros))} instead of {money(from_micros(advice.cost_micros))}"
+    if advice.gpus_used < session.gpu_count and s.gpu_count < session.gpu_count:
+        per_gpu = f" of {_gb(current_memory_mib)} GB" if current_memory_mib else ""
+        peak = _gb(advice.memory_per_gpu_mib or 0)
+        used = f"{advice.gpus_used} of {session.gpu_count} GPUs did work (peak {peak} GB{per_gpu} on one), {busy}"
+        count = "1 GPU" if s.gpu_count == 1 else f"{s.gpu_count} GPUs"
+        return (
+            f"{used}: {count} would have done. The {s.display_name} profile ({rates})"
+            f" would {likely} have served; {would} {costs}."
+        )
+    total = f" of {_gb(usage.memory_total_mib)} GB" if usage.memory_total_mib else ""
+    return (
+        f"Peak {_gb(usage.peak_memory_mib)} GB{total} GPU memory, {busy}: the {s.display_name} profile ({rates})"
+        f" would {likely} have served; {would} {costs}."
+    )
+
+
+def advise(
+    session: SessionFacts,
+    usage: SessionUsage,
+    options: Sequence[ProfileOption],
+    settings: AdviceSettings = AdviceSettings(),
+    currency: Currency | None = None,
+) -> Advice:
+    """The cheapest profile that would very likely (or likely) have served this session, or why there is none."""
+    currency = currency or Currency.from_config(session.currency)
+    cost = session.minutes * session.rate_micros
+    base = Advice(reason="advised", usage=usage, cost_micros=cost)
+    if session.gpu_count <= 0:
+        return replace(base, reason="no_gpu")
+    if session.minutes < settings.min_minutes:
+        return replace(base, reason="too_short")
+    if usage.sampled_minutes == 0:
+        return replace(base, reason="no_samples")
+    # a running session's current minute has not been pushed yet
+    coverage = usage.sampled_minutes / max(1, session.minutes - (0 if session.final else 1))
+    if coverage < MIN_COVERAGE:
+        return replace(base, reason="few_samples")
+    used, need_mib = gpus_used(usage, session.gpu_count)
+    base = replace(base, gpus_used=used, memory_per_gpu_mib=need_mib)
+    current = next((o for o in options if o.slug == session.profile), None)
+    if usage.memory_total_mib:
+        current_memory = usage.memory_total_mib // session.gpu_count
+    else:
+        current_memory = current.memory_mib if current else None
+    current_model = session.gpu_model or (current.gpu_model if current else "")
+    headroom = settings.headroom_percent / 100
+    util_scale = session.gpu_count / used if used else 1.0
+    best: tuple | None = None
+    unknown_memory = False
+    for position, option in enumerate(options):
+        if option.slug == session.profile or option.rate_micros >= session.rate_micros:
+            continue
+        if option.gpu_count < max(used, 1) or not option.allows(session.groups):
+            continue
+        if option.memory_mib is None:
+            unknown_memory = True
+            continue
+        # integers: memory >= need × (100 + headroom) / 100
+        if option.memory_mib * 100 < need_mib * (100 + settings.headroom_percent):
+            continue
+        ratio = compute_ratio(current_model, option.gpu_model) if current_model else None
+        confidence = compute_fit(usage, ratio, headroom, util_scale)
+        if confidence is None:
+            continue
+        if coverage < FULL_COVERAGE:
+            confidence = "medium" if confidence == "high" else None
+            if confidence is None:
+                continue
+        rank = (option.rate_micros, CONFIDENCES.index(confidence), -option.memory_mib, position)
+        if best is None or rank < best[0]:
+            best = (rank, option, confidence)
+    if best is None:
+        return replace(base, reason="unknown_memory" if unknown_memory else "nothing_cheaper")
+    _, option, confidence = best
+    advice = replace(
+        base, suggested=option, confidence=confidence, counterfactual_micros=session.minutes * option.rate_micros
+    )
+    return replace(advice, message=_message(session, advice, current_memory, currency))
+
+
+# -- storage ----------------------------------------------------------------------------------
+
+
+class SessionAdvice(Base):
+    """The advice of one session: live while it runs (past ``live_after_minutes``), final once it stopped."""
+
+    __tablename__ = "gpu_session_advice"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    profile: Mapped[str] = mapped_column(String(64), index=True)
+    computed: Mapped[datetime] = mapped_column(DateTime)
+    final: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str] = mapped_column(String(32))  # advised | too_short | no_samples | ...
+    minutes: Mapped[int] = mapped_column(Integer, default=0)
+    sampled_minutes: Mapped[int] = mapped_column(Integer, default=0)
+    peak_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    p95_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)  # per GPU, as the server reported it
+    util_p50_tenths: Mapped[int] = mapped_column(Integer, default=0)
+    util_p95_tenths: Mapped[int] = mapped_column(Integer, default=0)
+    busy_permille: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    gpus_used: Mapped[int] = mapped_column(Integer, default=0)
+    suggested_profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    suggested_display_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    suggested_gpu_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    suggested_rate_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    confidence: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    currency: Mapped[str] = mapped_column(String(3))
+    rate_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    counterfactual_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    saving_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) -> SessionAdvice:
+    """Write (or replace) a session's advice; a final one is never replaced by a live one."""
+    usage = advice.usage
+    s = advice.suggested
+    values = dict(
+        profile=session.profile,
+        computed=_naive(now),
+        final=session.final,
+        reason=advice.reason,
+        minutes=session.minutes,
+        sampled_minutes=usage.sampled_minutes,
+        peak_memory_mib=usage.peak_memory_mib,
+        p95_memory_mib=usage.p95_memory_mib,
+        memory_total_mib=usage.memory_total_mib,
+        gpu_memory_mib=usage.memory_total_mib // session.gpu_count if session.gpu_count else 0,
+        util_p50_tenths=round(usage.util_p50 * 10),
+        util_p95_tenths=round(usage.util_p95 * 10),
+        busy_permille=round(usage.busy_share * 1000),
+        gpu_count=session.gpu_count,
+        gpus_used=advice.gpus_used,
+        suggested_profile=s.slug if s else None,
+        suggested_display_name=s.display_name if s else None,
+        suggested_gpu_count=s.gpu_count if s else None,
+        suggested_rate_micros=s.rate_micros if s else None,
+        confidence=advice.confidence,
+        currency=session.currency,
+        rate_micros=session.rate_micros,
+        cost_micros=advice.cost_micros,
+        counterfactual_micros=advice.counterfactual_micros if s else advice.cost_micros,
+        saving_micros=advice.saving_micros,
+        message=advice.message,
+    )
+    with ledger.Session() as db:
+        row = db.get(SessionAdvice, session.id)
+        if row is None:
+            row = SessionAdvice(session_id=session.id, **values)
+            db.add(row)
+        elif not row.final or session.final:
+            for key, value in values.items():
+                setattr(row, key, value)
+        db.commit()
+        return row
+
+
+def observed_memory(ledger: Ledger) -> dict[str, int]:
+    """Per profile, the GPU memory per GPU its servers reported (from stored advice: one row per session)."""
+    query = (
+        select(SessionAdvice.profile, func.max(SessionAdvice.gpu_memory_mib))
+        .where(SessionAdvice.gpu_memory_mib > 0)
+        .group_by(SessionAdvice.profile)
+    )
+    with ledger.engine.connect() as db:
+        return {profile: int(mib) for profile, mib in db.execute(query)}
+
+
+def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOption]) -> SessionFacts:
+    final = record.stopped is not None
+    minutes = record.minutes if final else billed_minutes(_aware(record.started), max(now, _aware(record.started)))
+    option = next((o for o in options if o.slug == record.profile), None)
+    return SessionFacts(
+        id=record.id,
+        user=record.user,
+        profile=record.profile,
+        gpu_count=record.gpu_count,
+        rate_micros=record.rate_micros,
+        currency=record.currency,
+        minutes=minutes or 0,
+        groups=tuple(record.group_list),
+        gpu_model=option.gpu_model if option else "",
+        final=final,
+    )
+
+
+def judge(
+    ledger: Ledger, record: SessionRecord, now: datetime, settings: AdviceSettings, currency: Currency, options
+) -> Advice:
+    """Read a session's minutes, advise, and store the advice."""
+    from .usage import session_minutes
+
+    facts = facts_of(record, now, options)
+    advice = advise(facts, summarize(session_minutes(ledger, record.id)), options, settings, currency)
+    store(ledger, facts, advice, now)
+    return advice
+
+
+def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, currency: Currency) -> dict:
+    """One pass of the tick: final advice for newly closed sessions, live advice for long-running ones.
+
+    A closed session is judged once, ``CLOSE_DELAY`` after its stop (its last
+    samples arrive late), and its user gets a Lab notice when it was advised. A
+    running session is judged once it has run ``live_after_minutes`` and again
+    every ``LIVE_REFRESH``.
+    """
+    s, a = SessionRecord, SessionAdvice
+    closed_query = (
+        select(s)
+        .outerjoin(a, a.session_id == s.id)
+        .where(
+            s.stopped.is_not(None),
+            s.stopped <= _naive(now - CLOSE_DELAY),
+            s.stopped >= _naive(now - CLOSED_LOOKBACK),
+            s.gpu_count > 0,
+            or_(a.session_id.is_(None), a.final.is_(False)),
+        )
+        .order_by(s.stopped)
+        .limit(BATCH)
+    )
+    live_query = (
+        select(s)
+        .outerjoin(a, a.session_id == s.id)
+        .where(
+            s.stopped.is_(None),
+            s.gpu_count > 0,
+            s.started <= _naive(now - timedelta(minutes=settings.live_after_minutes)),
+            # judged every LIVE_REFRESH, and sooner while there were too few samples to judge
+            or_(
+                a.session_id.is_(None),
+                a.computed <= _naive(now - LIVE_REFRESH),
+                and_(a.reason.in_(UNJUDGED), a.computed <= _naive(now - UNJUDGED_REFRESH)),
+            ),
+        )
+        .limit(BATCH)
+    )
+    with ledger.Session() as db:
+        closed = list(db.scalars(closed_query))
+        live = list(db.scalars(live_query))
+    result = {"final": 0, "live": 0, "advised": 0}
+    if not closed and not live:
+        return result
+    options = catalogue(ledger.pricing(), settings, observed_memory(ledger))
+    for record in closed:
+        advice = judge(ledger, record, now, settings, currency, options)
+        result["final"] += 1
+        if advice.advised:
+            result["advised"] += 1
+            if _aware(record.stopped) >= now - NOTICE_WITHIN:
+                ledger.add_notice(record.user, "advice", advice.message, now, "info", session_id=record.id)
+    for record in live:
+        judge(ledger, record, now, settings, currency, options)
+        result["live"] += 1
+    return result
+
+
+# -- reading it back ----------------------------------------------------------------------------
+
+
+def advice_of(ledger: Ledger, session_ids: Sequence[str]) -> dict[str, SessionAdvice]:
+    """The stored advice of these sessions (only those that have one), in chunks of the primary key."""
+    found: dict[str, SessionAdvice] = {}
+    ids = list(session_ids)
+    with ledger.Session() as db:
+        for i in range(0, len(ids), 500):
+            for row in db.scalars(select(SessionAdvice).where(SessionAdvice.session_id.in_(ids[i : i + 500]))):
+                found[row.session_id] = row
+    return found
+
+
+def advice_json(row: SessionAdvice | None, currency: Currency) -> dict | None:
+    """A session's advice as the API shows it (None when it was not advised)."""
+    if row is None or row.reason != "advised":
+        return None
+    money = lambda micros: f"{from_micros(micros):f}"  # noqa: E731
+    return {
+        "final": row.final,
+        "computed": _aware(row.computed).isoformat().replace("+00:00", "Z"),
+        "profile": row.profile,
+        "suggested_profile": row.suggested_profile,
+        "suggested_display_name": row.suggested_display_name,
+        "suggested_gpu_count": row.suggested_gpu_count,
+        "suggested_rate_per_minute": money(row.suggested_rate_micros or 0),
+        "rate_per_minute": money(row.rate_micros),
+        "confidence": row.confidence,
+        "gpu_count": row.gpu_count,
+        "gpus_used": row.gpus_used,
+        "minutes": row.minutes,
+        "sampled_minutes": row.sampled_minutes,
+        "peak_memory_mib": row.peak_memory_mib,
+        "p95_memory_mib": row.p95_memory_mib,
+        "memory_total_mib": row.memory_total_mib,
+        "util_p50": row.util_p50_tenths / 10,
+        "util_p95": row.util_p95_tenths / 10,
+        "busy_percent": round(row.busy_permille / 10),
+        "currency": row.currency,
+        "cost": money(row.cost_micros),
+        "counterfactual_cost": money(row.counterfactual_micros),
+        "saving": money(row.saving_micros),
+        "saving_display": currency.format(from_micros(row.saving_micros)),
+        "message": row.message,
+    }
+
+
+@dataclass
+class Tally:
+    judged: int = 0
+    advised: int = 0
+    cost_micros: int = 0
+    advised_cost_micros: int = 0
+    counterfactual_micros: int = 0
+    saving_micros: int = 0
+    suggested: dict[str, int] = field(default_factory=dict)
+
+    def add(self, row: SessionAdvice) -> None:
+        self.judged += 1
+        self.cost_micros += row.cost_micros
+        if row.reason == "advised":
+            self.advised += 1
+            self.advised_cost_micros += row.cost_micros
+            self.counterfactual_micros += row.counterfactual_micros
+            self.saving_micros += row.saving_micros
+            self.suggested[row.suggested_profile] = self.suggested.get(row.suggested_profile, 0) + 1
+
+
+#: Reasons under which a running session is judged again at the next tick.
+UNJUDGED = ("too_short", "no_samples", "few_samples")
+#: Reasons under which a session was judged on its usage (too short or unsampled ones were not).
+JUDGED = ("advised", "nothing_cheaper", "unknown_memory")
+#: A profile is "chronically oversized" when at least this share of its judged sessions was advised ...
+OVERSIZED_SHARE = 0.5
+#: ... out of at least this many.
+OVERSIZED_MIN_SESSIONS = 3
+
+
+def summary(
+    ledger: Ledger, since: datetime | None, until: datetime | None, group: str | None, currency: Currency
+) -> dict:
+    """Final advice of the sessions that started in ``[since, until)``: totals, per group, per profile, per session.
+
+    ``potential_saving`` is the sum of the per-session savings (the
+    counterfactual cost subtracted from the billed cost) of the advised sessions.
+    """
+    s, a = SessionRecord, SessionAdvice
+    query = (
+        select(a, s.user, s.groups, s.started)
+        .join(s, s.id == a.session_id)
+        .where(a.final.is_(True), a.reason.in_(JUDGED))
+        .order_by(s.started, s.id)
+    )
+    if since is not None:
+        query = query.where(s.started >= _naive(since))
+    if until is not None:
+        query = query.where(s.started < _naive(until))
+    if group is not None:
+        query = query.where(s.groups.contains(json.dumps(group), autoescape=True))
+    total = Tally()
+    by_group: dict[str, Tally] = {}
+    by_profile: dict[str, Tally] = {}
+    sessions = []
+    with ledger.Session() as db:
+        rows = list(db.execute(query))
+    names = {p["slug"]: p["display_name"] for p in ledger.pricing()}
+    for row, user, groups, started in rows:
+        group_list = json.loads(groups or "[]")
+        if group is not None and group not in group_list:
+            continue
+        if row.currency != currency.code:
+            continue  # a currency changed mid-way is not summed with the current one
+        total.add(row)
+        by_profile.setdefault(row.profile, Tally()).add(row)
+        for g in group_list if group is None else [group]:
+            by_group.setdefault(g, Tally()).add(row)
+        if row.reason == "advised":
+            sessions.append(
+                {
+                    "session_id": row.session_id,
+                    "user": user,
+                    "groups": group_list,
+                    "started": _aware(started).isoformat().replace("+00:00", "Z"),
+                    **advice_json(row, currency),
+                }
+            )
+
+    def tally_json(t: Tally) -> dict:
+        money = lambda micros: f"{from_micros(micros):f}"  # noqa: E731
+        return {
+            "sessions_judged": t.judged,
+            "sessions_advised": t.advised,
+            "cost": money(t.cost_micros),
+            "advised_cost": money(t.advised_cost_micros),
+            "counterfactual_cost": money(t.counterfactual_micros),
+            "potential_saving": money(t.saving_micros),
+            "potential_saving_display": currency.format(from_micros(t.saving_micros)),
+        }
+
+    profiles = []
+    for slug, t in sorted(by_profile.items(), key=lambda kv: -kv[1].saving_micros):
+        share = t.advised / t.judged if t.judged else 0.0
+        profiles.append(
+            {
+                "profile": slug,
+                "display_name": names.get(slug, slug),
+                **tally_json(t),
+                "advised_share": round(share, 4),
+                "suggested": dict(sorted(t.suggested.items(), key=lambda kv: -kv[1])),
+                "oversized": t.judged >= OVERSIZED_MIN_SESSIONS and share >= OVERSIZED_SHARE,
+            }
+        )
+    return {
+        "currency": currency.code,
+        "group": group,
+        "total": tally_json(total),
+        "by_group": [{"group": g, **tally_json(t)} for g, t in sorted(by_group.items())],
+        "by_profile": profiles,
+        "sessions": sessions,
+    }
+
+
+# -- the weekly digest ------------------------------------------------------------------------
+
+
+def digest_text(group: str, report: dict, since: datetime, until: datetime, tz) -> tuple[str, str]:
+    """The subject and body of an instructor's weekly right-sizing digest for one group."""
+    t = report["total"]
+    first = _aware(since).astimezone(tz).date().isoformat()
+    last = (_aware(until).astimezone(tz) - timedelta(seconds=1)).date().isoformat()
+    subject = f"GPU right-sizing for {group}: {t['potential_saving_display']} could have been saved ({first} to {last})"
+    lines = [
+        f"GPU sessions of the {group} group from {first} to {last}:",
+        f"{t['sessions_judged']} sessions judged, {t['sessions_advised']} of them on a larger profile than their"
+        f" work needed; following the advice would have saved {t['potential_saving_display']}.",
+        "",
+    ]
+    for p in report["by_profile"]:
+        if p["sessions_advised"]:
+            flag = " (chronically larger than needed)" if p["oversized"] else ""
+            lines.append(
+                f"- {p['display_name']}: {p['sessions_advised']} of {p['sessions_judged']} sessions,"
+                f" {p['potential_saving_display']}{flag}"
+            )
+    lines += ["", "Per session:"]
+    for s in report["sessions"][:50]:
+        lines.append(f"- {s['user']}, {s['started'][:16].replace('T', ' ')} UTC: {s['message']}")
+    if len(report["sessions"]) > 50:
+        lines.append(f"... and {len(report['sessions']) - 50} more (GET /services/gpu/api/v1/advice).")
+    return subject, "\n".join(lines) + "\n"
+
+
+async def send_digests(
+    ledger: Ledger, settings, now: datetime, tz, currency: Currency, weekday: int, hour: int = 8
+) -> list[str]:
+    """Send each group's instructors the last week's digest, once per week, at or after ``weekday`` ``hour`` local.
+
+    ``settings`` are the service's :class:`~.alerts.AlertSettings` (SMTP and
+    ``instructor_emails``). A digest is claimed in the ledger before it is sent
+    (once per group and week, across restarts) and released when sending fails.
+    Groups with nothing advised get no mail.
+    """
+    from .alerts import send_email
+
+    if not settings.email_enabled:
+        return []
+    local = _aware(now).astimezone(tz)
+    day = local.date() - timedelta(days=(local.weekday() - weekday) % 7)
+    if datetime.combine(day, time(hour), tzinfo=tz) > local:
+        day -= timedelta(days=7)
+    # the seven whole local days before the digest's day
+    due = datetime.combine(day, time(0), tzinfo=tz)
+    since = datetime.combine(day - timedelta(days=7), time(0), tzinfo=tz)
+    sent = []
+    for group, to in sorted(settings.instructor_emails.items()):
+        if not to:
+            continue
+        report = summary(ledger, since, due, group, currency)
+        if not report["total"]["sessions_advised"]:
+            continue
+        key = f"advice-digest:{group}"
+        if not ledger.claim_alert(f"group:{group}", key, due, 0, "email", now):
+            continue
+        subject, body = digest_text(group, report, since, due, tz)
+        try:
+            await send_email(settings, list(to), subject, body)
+        except Exception as e:
+            log.warning("advice digest for %s not sent (retried next tick): %s", group, e)
+            ledger.release_alert(f"group:{group}", key, due, 0, "email")
+            continue
+        sent.append(group)
+    return sent
