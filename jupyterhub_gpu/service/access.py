@@ -1,0 +1,210 @@
+"""Admin edits of profile prices and access, kept in the ledger and applied over the configured profiles.
+
+The configuration stays the source of a profile (image, GPUs, limits); an admin
+may override, from the usage pages, its prices (per GPU-hour and per hour) and
+which JupyterHub groups may use it. One row per edited profile; a field left
+``NULL`` keeps the configured value. The spawner applies the overrides when it
+builds the spawn form and checks a spawn (:func:`apply_overrides`), and ``GET
+pricing`` shows the rates the spawner will charge (:func:`apply_to_pricing`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import DateTime, String, Text, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ..money import MoneyError, parse_amount, rate_per_minute
+from .ledger import Base, Ledger, _naive
+
+_GROUP_RE = re.compile(r"^[^/\x00-\x1f\x7f]{1,255}$")
+
+
+class AccessError(ValueError):
+    """An admin's edit that cannot be used; the message is shown on the form."""
+
+
+class ProfileOverride(Base):
+    """An admin's edit of one profile's prices and allowed groups (NULL: the configured value)."""
+
+    __tablename__ = "gpu_profile_overrides"
+
+    slug: Mapped[str] = mapped_column(String(64), primary_key=True)
+    price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
+    price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
+    allowed_groups: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON list; [] means everyone
+    updated: Mapped[datetime] = mapped_column(DateTime)
+    updated_by: Mapped[str] = mapped_column(String(255))
+
+
+@dataclass(frozen=True)
+class Override:
+    """A validated edit; ``None`` fields keep the configured value."""
+
+    slug: str
+    price_per_gpu_hour: Decimal | None = None
+    price_per_hour: Decimal | None = None
+    allowed_groups: tuple[str, ...] | None = None
+
+
+def _override(row: ProfileOverride) -> Override:
+    return Override(
+        slug=row.slug,
+        price_per_gpu_hour=Decimal(row.price_per_gpu_hour) if row.price_per_gpu_hour is not None else None,
+        price_per_hour=Decimal(row.price_per_hour) if row.price_per_hour is not None else None,
+        allowed_groups=tuple(json.loads(row.allowed_groups)) if row.allowed_groups is not None else None,
+    )
+
+
+def load_overrides(ledger: Ledger) -> dict[str, Override]:
+    """Every profile's override, by slug (one small query)."""
+    with ledger.Session() as db:
+        return {row.slug: _override(row) for row in db.scalars(select(ProfileOverride))}
+
+
+def _text(price: Decimal | None) -> str | None:
+    return None if price is None else f"{price:f}"
+
+
+def save_override(ledger: Ledger, override: Override, now: datetime, by: str) -> None:
+    """Create or replace one profile's override."""
+    with ledger.Session() as db:
+        row = db.get(ProfileOverride, override.slug)
+        if row is None:
+            row = ProfileOverride(slug=override.slug)
+            db.add(row)
+        row.price_per_gpu_hour = _text(override.price_per_gpu_hour)
+        row.price_per_hour = _text(override.price_per_hour)
+        groups = override.allowed_groups
+        row.allowed_groups = json.dumps(sorted(groups)) if groups is not None else None
+        row.updated = _naive(now)
+        row.updated_by = by
+        db.commit()
+
+
+def delete_override(ledger: Ledger, slug: str) -> bool:
+    """Back to the configured values; False if there was no override."""
+    with ledger.Session() as db:
+        row = db.get(ProfileOverride, slug)
+        if row is None:
+            return False
+        db.delete(row)
+        db.commit()
+        return True
+
+
+def effective_rate(gpu_count: int, price_per_gpu_hour: Decimal, price_per_hour: Decimal) -> Decimal:
+    """The exact rate per minute of a profile's prices; MoneyError when it is not exact to six places."""
+    return rate_per_minute(price_per_gpu_hour * gpu_count + price_per_hour)
+
+
+def apply_overrides(profiles: list, overrides: dict[str, Override]) -> list:
+    """The spawner's profiles with the admins' prices and allowed groups."""
+    result = []
+    for p in profiles:
+        o = overrides.get(p.slug)
+        if o is None:
+            result.append(p)
+            continue
+        gpu_price = p.price_per_gpu_hour if o.price_per_gpu_hour is None else o.price_per_gpu_hour
+        flat = p.price_per_hour if o.price_per_hour is None else o.price_per_hour
+        groups = p.allowed_groups if o.allowed_groups is None else o.allowed_groups
+        result.append(
+            replace(
+                p,
+                price_per_gpu_hour=gpu_price,
+                price_per_hour=flat,
+                rate_per_minute=effective_rate(p.gpu_count, gpu_price, flat),
+                allowed_groups=tuple(groups),
+            )
+        )
+    return result
+
+
+def apply_to_pricing(pricing: list[dict], overrides: dict[str, Override]) -> list[dict]:
+    """The published profiles (``Ledger.pricing()``) as the overrides change them.
+
+    The published rows hold only the total rate; an override names the prices,
+    so the changed rate is computed from the override's prices where both are
+    given, else from the published rate and the one price that changed.
+    """
+    result = []
+    for p in pricing:
+        o = overrides.get(p["slug"])
+        if o is None:
+            result.append(p)
+            continue
+        p = dict(p)
+        if o.price_per_gpu_hour is not None or o.price_per_hour is not None:
+            p["rate_per_minute"] = f"{override_rate(o, p):f}"
+        if o.allowed_groups is not None:
+            p["allowed_groups"] = sorted(o.allowed_groups)
+        result.append(p)
+    return result
+
+
+def override_rate(override: Override, published: dict) -> Decimal:
+    """The rate per minute a published profile gets from an override of its prices."""
+    gpu_price = override.price_per_gpu_hour
+    flat = override.price_per_hour
+    count = int(published.get("gpu_count") or 0)
+    if gpu_price is None or flat is None:
+        # only one price overridden: the other is the published rate's share (a GPU profile's rate
+        # is all GPU price unless the config had a flat part, which the published row cannot tell)
+        total_hour = Decimal(published["rate_per_minute"]) * 60
+        if gpu_price is None:
+            gpu_price = (total_hour / count) if count else Decimal(0)
+        if flat is None:
+            flat = Decimal(0) if count else total_hour
+    return effective_rate(count, gpu_price, flat)
+
+
+def parse_groups(text: str) -> tuple[str, ...]:
+    """Group names from a form field: separated by commas, spaces or new lines; empty means everyone."""
+    names = [n for n in re.split(r"[,\s]+", text or "") if n]
+    for n in names:
+        if not _GROUP_RE.fullmatch(n):
+            raise AccessError(f"{n!r} is not a group name (no '/' or control characters, at most 255 characters)")
+    if len(names) > 200:
+        raise AccessError("At most 200 groups per profile")
+    return tuple(sorted(set(names)))
+
+
+def parse_price(text: str, what: str) -> Decimal | None:
+    """A price from a form field; empty keeps the configured price."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        return parse_amount(text, what)
+    except MoneyError as e:
+        raise AccessError(str(e)) from None
+
+
+def parse_override(profile, values: dict[str, str]) -> Override:
+    """An admin's edit of ``profile`` from the form's fields; AccessError names the first problem."""
+    gpu_price = parse_price(values.get("price_per_gpu_hour", ""), "price per GPU-hour")
+    if gpu_price is not None and not profile["gpu_count"]:
+        raise AccessError(f"The profile {profile['slug']!r} has no GPU: set its price per hour instead")
+    flat = parse_price(values.get("price_per_hour", ""), "price per hour")
+    groups = None
+    if values.get("restrict", "") == "groups":
+        groups = parse_groups(values.get("allowed_groups", ""))
+        if not groups:
+            raise AccessError("Name at least one group, or choose 'everyone'")
+    elif values.get("restrict", "") == "everyone":
+        groups = ()
+    elif values.get("restrict", "") not in ("", "config"):
+        raise AccessError(f"Access must be 'config', 'everyone' or 'groups', got {values['restrict']!r}")
+    override = Override(profile["slug"], gpu_price, flat, groups)
+    if gpu_price is not None or flat is not None:
+        try:
+            override_rate(override, profile)
+        except MoneyError as e:
+            raise AccessError(str(e)) from None
+    return override

@@ -1,0 +1,670 @@
+"""The usage pages of the gpu service: students, instructors and admins, in English and Chinese.
+
+Server-rendered Jinja2 pages under ``/services/gpu/`` behind JupyterHub OAuth
+(the same :class:`~.api.BaseHandler` as the REST API, so the same scopes decide
+who sees what), with the same query helpers as the API: ``Ledger.sessions`` and
+``session_json`` for sessions, ``current_statuses`` for budgets,
+``parse_budget`` for budget forms, ``load_culling_inputs`` and
+``culling_report`` for utilization and culling.
+
+- ``/services/gpu/`` and ``users/NAME``: a user's balance, spend, sessions and
+  daily chart. Anyone sees their own; admins (``custom:gpu-usage:read``) anyone's;
+  an instructor only the sessions a student ran while in one of their groups.
+- ``groups/NAME``: a group's total against its budget, top users, idle time
+  culled, sessions (instructors of the group: ``custom:gpu-usage:read!group=NAME``).
+- ``admin``: everything, for any period; forms for budgets, prices and profile
+  access (``custom:gpu-budgets:write``).
+
+Every table has a CSV export (``?format=csv&table=NAME``); the sessions table's
+CSV is the API's ``GET usage?format=csv``. Forms are protected against
+cross-site requests by JupyterHub's XSRF token (the ``_xsrf`` field): a POST
+without it is not authenticated. Charts use Chart.js, served from ``static/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import jinja2
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.log import app_log
+
+from .access import AccessError, Override, delete_override, load_overrides, parse_override, save_override
+from .advice import summary as advice_summary
+from .api import (
+    SCOPE_BUDGETS_WRITE,
+    SCOPE_USAGE_READ,
+    BadRequest,
+    BaseHandler,
+    current_statuses,
+    load_culling_inputs,
+    parse_budget,
+    query_values,
+    query_window,
+    sessions_json,
+    status_json,
+    usage_csv,
+    usage_totals,
+    validate_subject,
+)
+from .i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, negotiate, translator
+from .metering import applies_to, from_micros, to_micros
+from .savings import CULL_REASONS, DEFAULT_HORIZON, IDLE_UTIL_PERCENT, culling_report
+
+TEMPLATES = Path(__file__).with_name("templates")
+STATIC = Path(__file__).with_name("static")
+#: For ``c.JupyterHub.template_paths``: the hub's home page with a link to the usage pages.
+HUB_TEMPLATES = str(TEMPLATES / "hub")
+PAGE_PARAMS = ("since", "until", "format", "table", "lang", "saved")
+BUDGET_FORM_FIELDS = ("scope", "subject", "limit", "unit", "period", "term_start", "term_end")
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    autoescape=jinja2.select_autoescape(["html"]),
+    undefined=jinja2.StrictUndefined,
+)
+
+
+# -- pure helpers: tables and series -----------------------------------------------------------
+
+
+def gpu_hours(gpu_minutes: int) -> str:
+    """GPU-minutes as GPU-hours with two decimals, for display and CSV."""
+    return f"{(Decimal(gpu_minutes) / 60).quantize(Decimal('0.01'))}"
+
+
+def sessions_gpu_minutes(session: dict) -> int:
+    return session["minutes_billed"] * session["gpu_count"]
+
+
+def daily_series(sessions: list[dict], tz, since: datetime | None, until: datetime | None, now: datetime) -> list[dict]:
+    """Spend and GPU-hours per local day on which sessions started, every day of the window included."""
+    spend: dict[date, int] = defaultdict(int)
+    minutes: dict[date, int] = defaultdict(int)
+    for s in sessions:
+        day = datetime.fromisoformat(s["started"].replace("Z", "+00:00")).astimezone(tz).date()
+        spend[day] += to_micros(Decimal(s["cost"]))
+        minutes[day] += sessions_gpu_minutes(s)
+    if not spend and since is None:
+        return []
+    first = since.astimezone(tz).date() if since is not None else min(spend)
+    end = (until if until is not None else now).astimezone(tz)
+    last = (end - timedelta(microseconds=1)).date() if until is not None else end.date()
+    if spend:
+        first, last = min(first, min(spend)), max(last, max(spend))
+    if (last - first).days > 1000:  # a chart of years would be unreadable; keep the days that have usage
+        days = sorted(spend)
+    else:
+        days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    return [
+        {"day": d.isoformat(), "spend": f"{from_micros(spend[d]):f}", "gpu_hours": gpu_hours(minutes[d])} for d in days
+    ]
+
+
+def totals_by(sessions: list[dict], key) -> list[dict]:
+    """Sessions, minutes, GPU-hours and spend per key (``key(session)`` gives a list of names), by spend."""
+    rows: dict[str, dict] = {}
+    for s in sessions:
+        for name in key(s):
+            row = rows.setdefault(name, {"name": name, "sessions": 0, "minutes": 0, "gpu_minutes": 0, "micros": 0})
+            row["sessions"] += 1
+            row["minutes"] += s["minutes_billed"]
+            row["gpu_minutes"] += sessions_gpu_minutes(s)
+            row["micros"] += to_micros(Decimal(s["cost"]))
+    ordered = sorted(rows.values(), key=lambda r: (-r["micros"], -r["gpu_minutes"], r["name"]))
+    return [
+        {
+            "name": r["name"],
+            "sessions": r["sessions"],
+            "minutes": r["minutes"],
+            "gpu_hours": gpu_hours(r["gpu_minutes"]),
+            "spend": f"{from_micros(r['micros']):f}",
+        }
+        for r in ordered
+    ]
+
+
+def table_csv(columns: list[str], rows: list[dict]) -> str:
+    """A table as CSV: a header row, then one row per dict (text a spreadsheet would run is quoted away)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(columns)
+    for row in rows:
+        cells = []
+        for c in columns:
+            text = "" if row.get(c) is None else str(row.get(c))
+            cells.append("'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") and c in ("name", "user") else text)
+        writer.writerow(cells)
+    return out.getvalue()
+
+
+def month_start(now: datetime, tz) -> datetime:
+    local = now.astimezone(tz)
+    return datetime.combine(local.date().replace(day=1), time(0), tzinfo=tz)
+
+
+# -- handlers ------------------------------------------------------------------------------------
+
+
+class PageHandler(BaseHandler):
+    """A page: HTML, errors as HTML pages in the reader's language."""
+
+    _lang: str | None = None
+
+    @property
+    def lang(self) -> str:
+        if self._lang is None:
+            chosen = self.get_query_argument("lang", None)
+            if chosen in LANGUAGES:
+                self.set_cookie(COOKIE, chosen, path=self.service.prefix, expires_days=365, samesite="Lax")
+            else:
+                chosen = negotiate(self.request.headers.get("Accept-Language"), self.get_cookie(COOKIE))
+            self._lang = chosen
+        return self._lang
+
+    @property
+    def _(self):
+        return translator(self.lang)
+
+    def page_url(self, path: str = "", **params) -> str:
+        url = url_path_join(self.service.prefix, path) if path else self.service.prefix
+        query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
+        return f"{url}?{query}" if query else url
+
+    def nav(self) -> dict:
+        user = self.current_user or {}
+        return {
+            "name": user.get("name", ""),
+            "is_admin": self.has_scope(SCOPE_USAGE_READ),
+            "can_edit": self.has_scope(SCOPE_BUDGETS_WRITE),
+            "groups": self.instructor_groups,
+        }
+
+    def render_page(self, template: str, http_status: int = 200, **context) -> None:
+        # a form's answer (POST admin/budgets) links back to its page, not to the form's URL
+        path = context.pop("path", self.request.path)
+        args = {k: v[0].decode("utf-8", "replace") for k, v in self.request.query_arguments.items() if k != "lang"}
+        switch = {code: f"{path}?{urlencode({**args, 'lang': code})}" for code in LANGUAGES}
+        window = {k: v for k, v in args.items() if k in ("since", "until")}
+
+        def csv_url(table: str) -> str:
+            return f"{path}?{urlencode({**window, 'format': 'csv', 'table': table})}"
+
+        self.set_status(http_status)
+        self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(
+            _env.get_template(template).render(
+                _=self._,
+                lang=self.lang,
+                languages=LANGUAGE_NAMES,
+                switch=switch,
+                prefix=self.service.prefix,
+                hub_prefix=self.hub_auth.hub_prefix,
+                static=lambda name: url_path_join(self.service.prefix, "static", name),
+                nav=self.nav() if self.current_user else None,
+                currency=self.service.currency_info,
+                money=lambda amount: self.service.currency_info.format(Decimal(amount)),
+                reason=lambda r: self._(r) if r else "",
+                local=self.local_time,
+                tz=str(self.service.tz),
+                page_url=self.page_url,
+                csv_url=csv_url,
+                path=path,
+                xsrf=self.xsrf_token.decode() if self.current_user else "",
+                **context,
+            )
+        )
+
+    def local_time(self, iso: str | None) -> str:
+        """An API time (ISO, UTC) as ``YYYY-MM-DD HH:MM`` in the lab's time zone."""
+        if not iso:
+            return ""
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(self.service.tz)
+        return moment.strftime("%Y-%m-%d %H:%M")
+
+    def write_error(self, status_code, **kwargs):
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = self._reason
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        elif status_code == 403 and self.current_user is None:
+            if self.request.method == "POST" and self.get_cookie(self.hub_auth.cookie_name):
+                message = self._("The form has expired or did not come from this page; reload the page and try again.")
+            else:
+                message = self._unauthenticated_message()
+        try:
+            title = self._("Bad request") if status_code == 400 else self._("Error")
+            self.render_page("error.html", status_code, title=title, status=status_code, message=message)
+        except Exception:  # never fail to report a failure
+            app_log.exception("could not render the error page")
+            self.set_header("Content-Type", "text/plain; charset=UTF-8")
+            self.finish(f"{status_code}: {message}")
+
+    # -- query ---------------------------------------------------------------
+    def page_query(self) -> tuple[datetime | None, datetime | None, dict]:
+        """``since``/``until`` as ``GET usage`` reads them; without ``since``, the current month."""
+        try:
+            values = query_values(self.request.query_arguments, PAGE_PARAMS)
+            since, until = query_window(values, self.service.tz)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+        if "since" not in values:
+            since = month_start(self.now(), self.service.tz)
+            if until is not None and until <= since:
+                since = None
+        return since, until, values
+
+    def window_text(self, since, until) -> dict:
+        tz = self.service.tz
+        return {
+            "since": since.astimezone(tz).date().isoformat() if since else "",
+            "until": (until.astimezone(tz) - timedelta(microseconds=1)).date().isoformat() if until else "",
+        }
+
+    def sessions(self, since, until, user=None, group=None) -> list[dict]:
+        """Sessions as ``GET usage`` shows them; their groups at start are kept for :meth:`session_groups`."""
+        records = self.ledger.sessions(user=user, since=since, until=until, group=group)
+        self._groups_by_id = {r.id: r.group_list for r in records}
+        now = self.now()
+        return sessions_json(self.ledger, records, now, self.service.currency_info)  # with their advice
+
+    def session_groups(self, session: dict) -> list[str]:
+        return self._groups_by_id.get(session["id"], [])
+
+    def send_csv(self, name: str, text: str) -> None:
+        self.set_header("Content-Type", "text/csv; charset=UTF-8")
+        self.set_header("Content-Disposition", f'attachment; filename="gpu-{name}.csv"')
+        self.set_header("Cache-Control", "no-store")
+        self.finish(text)
+
+    def export(self, values: dict, tables: dict) -> bool:
+        """Answer ``?format=csv&table=NAME`` from ``tables`` (name -> (columns, rows) or CSV text)."""
+        fmt = values.get("format", "html")
+        if fmt == "html":
+            return False
+        if fmt != "csv":
+            raise web.HTTPError(400, f"format must be html or csv, got {fmt!r}")
+        name = values.get("table", "")
+        if name not in tables:
+            raise web.HTTPError(400, f"table must be one of {', '.join(tables)}, got {name!r}")
+        table = tables[name]
+        self.send_csv(name, table if isinstance(table, str) else table_csv(*table))
+        return True
+
+    def budget_rows(self, rules) -> list[dict]:
+        rows = []
+        for status in current_statuses(self.ledger, rules, self.now(), self.service.tz):
+            row = status_json(status)
+            row["limit_display"] = self.quantity(row["limit"], row["unit"])
+            row["spent_display"] = self.quantity(row["spent"], row["unit"])
+            row["remaining_display"] = self.quantity(row["remaining"], row["unit"])
+            row["resets"] = status.period_end.astimezone(self.service.tz).date().isoformat()
+            rows.append(row)
+        return rows
+
+    def quantity(self, value: str, unit: str) -> str:
+        if unit == "money":
+            return self.service.currency_info.format(Decimal(value))
+        return f"{Decimal(value).quantize(Decimal('0.01'))} {self._('GPU-hours')}"
+
+    def culling(self, since, until, group=None) -> dict:
+        """Culling's savings and the billed idle share in the window (the numbers of ``GET culling``)."""
+        now = self.now()
+        end = now if until is None else min(until, now)
+        facts, counts = load_culling_inputs(self.ledger, since, end, group)
+        report = culling_report(facts, counts, since, until, now, DEFAULT_HORIZON, group)
+        currency = self.service.currency_info.code
+        rows = [
+            {
+                "name": reason,
+                "sessions": report.by_reason[reason].sessions,
+                "gpu_hours_saved": gpu_hours(report.by_reason[reason].gpu_minutes),
+                "money_saved": f"{from_micros(report.by_reason[reason].money_micros.get(currency, 0)):f}",
+            }
+            for reason in CULL_REASONS
+        ]
+        budget = report.budget
+        billed = report.billed_gpu_minutes
+        busy = billed - report.billed_idle_gpu_minutes - report.billed_unsampled_gpu_minutes
+        return {
+            "rows": rows,
+            "total": {
+                "sessions": report.total.sessions,
+                "gpu_hours_saved": gpu_hours(report.total.gpu_minutes),
+                "money_saved": f"{from_micros(report.total.money_micros.get(currency, 0)):f}",
+            },
+            "budget": {
+                "sessions": budget.sessions,
+                "gpu_hours_saved": gpu_hours(budget.gpu_minutes),
+                "money_saved": f"{from_micros(budget.money_micros.get(currency, 0)):f}",
+            },
+            "utilization": {
+                "billed": gpu_hours(billed),
+                "busy": gpu_hours(busy),
+                "idle": gpu_hours(report.billed_idle_gpu_minutes),
+                "unsampled": gpu_hours(report.billed_unsampled_gpu_minutes),
+                "busy_share": f"{busy * 100 / billed:.1f}%" if billed else "–",
+            },
+            "horizon_hours": int(DEFAULT_HORIZON / timedelta(hours=1)),
+            "idle_pct": IDLE_UTIL_PERCENT,
+        }
+
+    def chart(self, series: list[dict]) -> dict:
+        return {
+            "labels": [d["day"] for d in series],
+            "spend": [d["spend"] for d in series],
+            "gpu_hours": [d["gpu_hours"] for d in series],
+            "spend_label": f"{self._('Spend')} ({self.service.currency_info.symbol.strip()})",
+            "hours_label": self._("GPU-hours"),
+        }
+
+
+SESSION_COLUMNS = ["id", "user", "profile", "gpu_count", "started", "stopped", "minutes_billed", "cost", "stop_reason"]
+TOTAL_COLUMNS = ["name", "sessions", "minutes", "gpu_hours", "spend"]
+DAILY_COLUMNS = ["day", "spend", "gpu_hours"]
+BUDGET_COLUMNS = ["scope", "subject", "period", "unit", "limit", "spent", "remaining", "period_start", "period_end"]
+
+
+class UserPage(PageHandler):
+    """A user's balance, spend in the window, sessions and daily chart."""
+
+    @web.authenticated
+    async def get(self, name: str | None = None):
+        me = self.current_user["name"] if self.is_user else None
+        name = me if name is None else name
+        if name is None:
+            raise web.HTTPError(403, self.own_name_message())
+        try:
+            validate_subject("user", name)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+        since, until, values = self.page_query()
+        sessions = self.sessions(since, until, user=name)
+        if name == me:
+            groups = self.groups
+        else:
+            groups = await self.groups_of(name, sessions)
+            if not self.has_scope(SCOPE_USAGE_READ):
+                mine = set(self.instructor_groups)
+                # an instructor sees a student of their groups, and only the sessions run in those groups
+                if not mine & set(groups):
+                    raise web.HTTPError(403, self._("You may not see this page."))
+                sessions = [s for s in sessions if mine & set(self.session_groups(s))]
+        rules = [r for r in self.ledger.budget_rules() if applies_to(r, name, groups)]
+        budgets = sorted(self.budget_rows(rules), key=lambda b: -b["percent_used"])
+        if name != me and not self.has_scope(SCOPE_USAGE_READ):
+            budgets = [b for b in budgets if b["scope"] == "group" and b["subject"] in self.instructor_groups]
+        series = daily_series(sessions, self.service.tz, since, until, self.now())
+        if self.export(
+            values,
+            {
+                "sessions": usage_csv(sessions),
+                "daily": (DAILY_COLUMNS, series),
+                "budgets": (BUDGET_COLUMNS, budgets),
+            },
+        ):
+            return
+        totals = usage_totals(sessions, self.service.currency_info.code)
+        spend = totals["cost"].get(self.service.currency_info.code, "0")
+        self.render_page(
+            "user.html",
+            title=self._("My usage") if name == me else name,
+            subject=name,
+            own=name == me,
+            budgets=budgets,
+            sessions=list(reversed(sessions)),
+            spend=spend,
+            gpu_hours=gpu_hours(totals["gpu_minutes"]),
+            chart=self.chart(series),
+            window=self.window_text(since, until),
+            simulated=any(s["simulated"] for s in sessions),
+        )
+
+    def own_name_message(self) -> str:
+        return f"Service {self.current_user['name']} is not a user; open users/NAME instead."
+
+    async def groups_of(self, name: str, sessions: list[dict]) -> tuple[str, ...]:
+        """A user's groups now (from the hub), with those of their sessions in the window."""
+        from .hubapi import HubAPIError
+
+        groups = set()
+        for s in sessions:
+            groups.update(self.session_groups(s))
+        try:
+            model = await self.service.hub.request("GET", f"/users/{quote(name, safe='')}")
+        except HubAPIError as e:
+            app_log.warning("could not read the groups of %s from the hub: %s", name, e)
+            model = None
+        if model:
+            groups.update(model.get("groups") or ())
+        return tuple(sorted(groups))
+
+
+class GroupPage(PageHandler):
+    """A group: its total against its budget, top users, idle time culled, sessions, daily chart."""
+
+    @web.authenticated
+    def get(self, group: str):
+        try:
+            validate_subject("group", group)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+        self.require_group(group)
+        since, until, values = self.page_query()
+        sessions = self.sessions(since, until, group=group)
+        budget = self.ledger.get_budget("group", group)
+        budgets = self.budget_rows([budget.rule()]) if budget else []
+        users = totals_by(sessions, lambda s: [s["user"]])
+        series = daily_series(sessions, self.service.tz, since, until, self.now())
+        culled = self.culling(since, until, group)
+        if self.export(
+            values,
+            {
+                "sessions": usage_csv(sessions),
+                "users": (TOTAL_COLUMNS, users),
+                "daily": (DAILY_COLUMNS, series),
+                "budgets": (BUDGET_COLUMNS, budgets),
+                "culling": (CULLING_COLUMNS, culled["rows"]),
+            },
+        ):
+            return
+        totals = usage_totals(sessions, self.service.currency_info.code)
+        self.render_page(
+            "group.html",
+            title=self._("Group {group}", group=group),
+            group=group,
+            budgets=budgets,
+            users=users,
+            sessions=list(reversed(sessions)),
+            spend=totals["cost"].get(self.service.currency_info.code, "0"),
+            gpu_hours=gpu_hours(totals["gpu_minutes"]),
+            chart=self.chart(series),
+            culled=culled,
+            window=self.window_text(since, until),
+            simulated=any(s["simulated"] for s in sessions),
+        )
+
+
+CULLING_COLUMNS = ["name", "sessions", "gpu_hours_saved", "money_saved"]
+UTILIZATION_COLUMNS = ["billed", "busy", "idle", "unsampled", "busy_share"]
+PROFILE_COLUMNS = ["slug", "display_name", "gpu_count", "rate_per_minute", "allowed_groups", "edited"]
+
+
+class AdminView(PageHandler):
+    """Everything: spend by group, user and profile, charts, utilization, culling, and the forms."""
+
+    def show(self, status: int = 200, error: str = "", form: dict | None = None, profile_error: dict | None = None):
+        since, until, values = self.page_query()
+        sessions = self.sessions(since, until)
+        by_group = totals_by(sessions, lambda s: self.session_groups(s) or [self._("(no group)")])
+        by_user = totals_by(sessions, lambda s: [s["user"]])
+        by_profile = totals_by(sessions, lambda s: [s["profile"]])
+        series = daily_series(sessions, self.service.tz, since, until, self.now())
+        culled = self.culling(since, until)
+        budgets = self.budget_rows(self.ledger.budget_rules())
+        profiles = self.profiles()
+        if self.export(
+            values,
+            {
+                "sessions": usage_csv(sessions),
+                "groups": (TOTAL_COLUMNS, by_group),
+                "users": (TOTAL_COLUMNS, by_user),
+                "profiles": (TOTAL_COLUMNS, by_profile),
+                "daily": (DAILY_COLUMNS, series),
+                "utilization": (UTILIZATION_COLUMNS, [culled["utilization"]]),
+                "culling": (CULLING_COLUMNS, culled["rows"]),
+                "budgets": (BUDGET_COLUMNS, budgets),
+                "pricing": (PROFILE_COLUMNS, profiles),
+            },
+        ):
+            return
+        totals = usage_totals(sessions, self.service.currency_info.code)
+        self.render_page(
+            "admin.html",
+            status,
+            path=self.page_url("admin"),
+            title=self._("Administration"),
+            by_group=by_group,
+            by_user=by_user,
+            by_profile=by_profile,
+            sessions=list(reversed(sessions)),
+            spend=totals["cost"].get(self.service.currency_info.code, "0"),
+            gpu_hours=gpu_hours(totals["gpu_minutes"]),
+            chart=self.chart(series),
+            culled=culled,
+            budgets=budgets,
+            profiles=profiles,
+            error=error,
+            form={**dict.fromkeys(BUDGET_FORM_FIELDS, ""), **(form or {})},
+            profile_error=profile_error or {"slug": "", "message": ""},
+            saved=self.get_query_argument("saved", ""),
+            window=self.window_text(since, until),
+            right_sizing=advice_summary(self.ledger, since, until, None, self.service.currency_info),  # docs/advice.md
+            simulated=any(s["simulated"] for s in sessions),
+        )
+
+    def profiles(self) -> list[dict]:
+        """The published profiles with the admins' edits (``GET pricing``'s view) and the edit's fields."""
+        from .access import apply_to_pricing
+
+        overrides = load_overrides(self.ledger)
+        published = self.ledger.pricing()
+        rows = []
+        for p in apply_to_pricing(published, overrides):
+            o = overrides.get(p["slug"])
+            rows.append(
+                {
+                    **p,
+                    "rate_display": self.service.currency_info.format_rate(Decimal(p["rate_per_minute"])),
+                    "allowed_groups": " ".join(p["allowed_groups"]),
+                    "edited": o is not None,
+                    "override": o,
+                    "restrict": "config"
+                    if o is None or o.allowed_groups is None
+                    else ("groups" if o.allowed_groups else "everyone"),
+                }
+            )
+        return rows
+
+    def back(self, saved: str, anchor: str) -> None:
+        """After a form: back to the admin page, in the window it was sent from."""
+        window = {k: self.get_query_argument(k, "") for k in ("since", "until")}
+        self.redirect(self.page_url("admin", **window, saved=saved) + "#" + anchor, status=303)
+
+
+class AdminPage(AdminView):
+    """``GET admin``: the admin page (``custom:gpu-usage:read``)."""
+
+    @web.authenticated
+    def get(self):
+        self.require_scope(SCOPE_USAGE_READ)
+        self.show()
+
+
+class BudgetFormHandler(AdminView):
+    """``POST admin/budgets``: set or delete a budget from the admin page (XSRF-checked by JupyterHub)."""
+
+    @web.authenticated
+    async def post(self):
+        self.require_scope(SCOPE_BUDGETS_WRITE)
+        form = {k: self.get_body_argument(k, "").strip() for k in BUDGET_FORM_FIELDS}
+        action = self.get_body_argument("action", "set")
+        try:
+            if action == "delete":
+                validate_subject(form["scope"], form["subject"])
+                if not self.ledger.delete_budget(form["scope"], form["subject"]):
+                    raise BadRequest(f"The {form['scope']} {form['subject']} has no budget")
+                self.back("deleted", "budgets")
+                return
+            if action != "set":
+                raise BadRequest(f"action must be set or delete, got {action!r}")
+            data = {"limit": form["limit"], "unit": form["unit"] or "money", "period": form["period"]}
+            if form["period"] == "term" or form["term_start"] or form["term_end"]:
+                data["term_start"] = form["term_start"] or None
+                data["term_end"] = form["term_end"] or None
+            if not form["limit"]:
+                del data["limit"]
+            if not form["period"]:
+                del data["period"]
+            rule = parse_budget(form["scope"], form["subject"], data)
+        except BadRequest as e:
+            self.show(400, error=str(e), form=form)
+            return
+        self.ledger.set_budget(rule, self.now())
+        self.back("budget", "budgets")
+
+
+class ProfileFormHandler(AdminView):
+    """``POST admin/profiles/SLUG``: change a profile's prices and who may use it, or reset it."""
+
+    @web.authenticated
+    def post(self, slug: str):
+        self.require_scope(SCOPE_BUDGETS_WRITE)
+        published = {p["slug"]: p for p in self.ledger.pricing()}
+        if slug not in published:
+            raise web.HTTPError(404, self._("No such profile: {slug}", slug=slug))
+        if self.get_body_argument("action", "save") == "reset":
+            delete_override(self.ledger, slug)
+            self.back("profile", "profiles")
+            return
+        values = {
+            k: self.get_body_argument(k, "")
+            for k in ("price_per_gpu_hour", "price_per_hour", "restrict", "allowed_groups")
+        }
+        try:
+            override = parse_override(published[slug], values)
+        except AccessError as e:
+            self.show(400, profile_error={"slug": slug, "message": str(e)})
+            return
+        if override == Override(slug):  # nothing changed from the configuration: no edit to keep
+            delete_override(self.ledger, slug)
+        else:
+            save_override(self.ledger, override, self.now(), self.current_user["name"])
+        self.back("profile", "profiles")
+
+
+class StaticHandler(web.StaticFileHandler):
+    """The vendored chart library and the pages' stylesheet (public, cached)."""
+
+    def set_extra_headers(self, path):
+        self.set_header("Cache-Control", "public, max-age=86400")
+
+
+def page_handlers(prefix: str) -> list:
+    return [
+        (url_path_join(prefix, r"static/(.*)"), StaticHandler, {"path": str(STATIC)}),
+        (prefix.rstrip("/") + "/?", UserPage),
+        (url_path_join(prefix, r"users/([^/]+)"), UserPage),
+        (url_path_join(prefix, r"groups/([^/]+)"), GroupPage),
+        (url_path_join(prefix, "admin"), AdminPage),
+        (url_path_join(prefix, "admin/budgets"), BudgetFormHandler),
+        (url_path_join(prefix, r"admin/profiles/([^/]+)"), ProfileFormHandler),
+    ]
