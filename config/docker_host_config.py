@@ -126,11 +126,13 @@ c.JupyterHub.services = [
         "display": True,
     }
 ]
+c.JupyterHub.allow_named_servers = True  # notebook jobs run in named servers job-<id>
 c.JupyterHub.load_roles = [
     {
         "name": "gpu-service",
         "services": ["gpu"],
-        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
+        # start:servers: notebook jobs run in named servers the service starts (docs/jobs.md)
+        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
     },
     {"name": "user", "scopes": ["self", "access:services!service=gpu"]},
     {"name": "gpu-admins", "users": ["labadmin"], "scopes": sorted(CUSTOM_SCOPES)},

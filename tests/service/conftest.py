@@ -118,7 +118,7 @@ c.JupyterHub.services.append({
 c.JupyterHub.load_roles.append({
     "name": "gpu-service",
     "services": ["gpu"],
-    "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
+    "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
 })
 c.JupyterHub.load_roles.append({"name": "user", "scopes": ["self", "access:services!service=gpu"]})
 c.JupyterHub.load_roles.append({

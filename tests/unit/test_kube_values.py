@@ -101,7 +101,7 @@ def test_the_gpu_service_is_a_managed_service_with_least_privilege(values, hub_c
     assert roles["gpu-service"] == {
         "name": "gpu-service",
         "services": ["gpu"],
-        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
+        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
     }
     assert roles["user"] == {"name": "user", "scopes": ["self", "access:services!service=gpu"]}
     assert sorted(roles["gpu-admins"]["scopes"]) == sorted(CUSTOM_SCOPES)

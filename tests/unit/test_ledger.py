@@ -78,6 +78,9 @@ def row_count(ledger: Ledger, table: str = "gpu_sessions") -> int:
 
 
 def test_migrations_build_the_schema_from_an_empty_database(db_url):
+    # the modules that add their own tables to the ledger (advice, profile access, jobs)
+    from jupyterhub_gpu.service import access, advice, jobs  # noqa: F401
+
     ledger = Ledger(db_url)
     try:
         assert TABLES <= set(inspect(ledger.engine).get_table_names())
