@@ -11,13 +11,14 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-lab test-docker lint format venv docker-setup postgres-setup browser-setup test-image clean
+.PHONY: help demo test test-quick test-lab test-docker lint format venv docker-setup postgres-setup browser-setup test-image tf-test-image image clean
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
 	@echo "make test        set everything up (Docker engine and test image included) and run every test"
 	@echo "make test-quick  unit and hub tests only (no Docker, no browser)"
 	@echo "make lint        ruff check and format check"
+	@echo "make image       build the GPU single-user image jupyterhub-gpu/tensorflow:2.15 (docs/images.md)"
 
 venv: $(VENV)/.installed
 
@@ -45,16 +46,25 @@ postgres-setup:
 test-image: venv docker-setup
 	bash scripts/build-test-image.sh
 
+# the CPU variant of the TensorFlow image, from images/tensorflow/Dockerfile (cached: skipped when up to date)
+tf-test-image: test-image
+	bash scripts/build-tf-image.sh cpu
+
+# the GPU single-user image for a lab server (BASE_IMAGE=tensorflow/tensorflow:2.15.0-gpu; docs/images.md);
+# not run by the tests. `bash scripts/build-tf-image.sh gpu-2.12` builds the 2.12 LTS variant.
+image: venv docker-setup
+	bash scripts/build-tf-image.sh gpu
+
 browser-setup:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk)
 
-test: venv postgres-setup test-image browser-setup test-lab
+test: venv postgres-setup test-image tf-test-image browser-setup test-lab
 	$(BIN)/pytest -q -m "" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-quick: venv test-lab
 	$(BIN)/pytest -q -m "not docker and not browser and not chaos" $(PYTEST_ARGS)
 
-test-docker: venv test-image
+test-docker: venv test-image tf-test-image
 	$(BIN)/pytest -q -m docker $(PYTEST_ARGS)
 
 lint: venv

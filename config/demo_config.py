@@ -11,6 +11,7 @@ import os
 import sys
 
 from jupyterhub_gpu.service.api import CUSTOM_SCOPES
+from jupyterhub_gpu.service.pages import HUB_TEMPLATES
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
@@ -35,6 +36,7 @@ c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = "demo"
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"admin"}
+c.JupyterHub.template_paths = [HUB_TEMPLATES]  # a "GPU usage" link on the hub's home page
 c.JupyterHub.load_groups = {
     "thesis": {"users": ["alice"]},
 }
@@ -106,13 +108,17 @@ c.JupyterHub.services = [
         "display": True,
     }
 ]
+c.JupyterHub.allow_named_servers = True  # notebook jobs run in named servers job-<id>
 c.JupyterHub.load_roles = [
     {
         "name": "gpu-service",
         "services": ["gpu"],
-        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers"],
+        # start:servers: notebook jobs run in named servers the service starts (docs/jobs.md)
+        "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
     },
     {"name": "gpu-admins", "users": ["admin"], "scopes": sorted(c.JupyterHub.custom_scopes)},
+    # the thesis group's instructor: its usage pages and usage, nothing else (docs/pages.md)
+    {"name": "instructors-thesis", "users": ["prof"], "scopes": ["custom:gpu-usage:read!group=thesis"]},
     # every user may open the gpu service's pages and API (their own data only)
     {"name": "user", "scopes": ["self", "access:services!service=gpu"]},
 ]

@@ -6,6 +6,10 @@
     jupyterhub-gpu budget list
     jupyterhub-gpu budget delete --group cs231n
     jupyterhub-gpu usage --group cs231n --since 2026-11-01 --csv > november.csv
+    jupyterhub-gpu job run work/train.ipynb --profile t4 --param epochs=5 --time-limit 120
+    jupyterhub-gpu job list
+    jupyterhub-gpu job show a1b2c3d4e5f6
+    jupyterhub-gpu job cancel a1b2c3d4e5f6
 
 The service's URL comes from ``--url`` or ``$JUPYTERHUB_GPU_URL``, the token from
 ``--token`` or ``$JUPYTERHUB_API_TOKEN``. Arguments are checked before anything is
@@ -75,6 +79,34 @@ def name_type(value: str) -> str:
     return value
 
 
+def notebook_type(value: str) -> str:
+    if not value.endswith(".ipynb") or value.startswith(("/", "~")) or ".." in value.split("/"):
+        raise argparse.ArgumentTypeError(f"must be a .ipynb path relative to your home folder, got {value!r}")
+    return value
+
+
+def param_type(value: str) -> tuple[str, object]:
+    name, sep, raw = value.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"must be NAME=VALUE with a Python name, got {value!r}")
+    try:
+        return name, json.loads(raw)
+    except ValueError:
+        return name, raw  # a plain string
+
+
+def minutes_type(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of minutes (1 or more), got {value!r}")
+    return int(value)
+
+
+def job_id_type(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{12}", value):
+        raise argparse.ArgumentTypeError(f"is not a job id (12 hex digits): {value!r}")
+    return value
+
+
 # -- the parser ---------------------------------------------------------------------------------
 
 
@@ -139,6 +171,26 @@ def make_parser() -> argparse.ArgumentParser:
     output.add_argument("--csv", action="store_true", help="print CSV (a header row, one row per session)")
     output.add_argument("--json", action="store_true", help="print the API's JSON")
     _connection_options(usage, top=False)
+
+    job = commands.add_parser("job", help="run notebooks as GPU jobs; list, show and cancel them (docs/jobs.md)")
+    job_commands = job.add_subparsers(dest="action", required=True, metavar="ACTION")
+    run_ = job_commands.add_parser("run", help="run a notebook top to bottom in a server of its own")
+    run_.add_argument("notebook", type=notebook_type, help="the notebook's path in your home folder")
+    run_.add_argument("--profile", help="the profile (default: the first one you may use)")
+    run_.add_argument(
+        "--param", action="append", default=[], type=param_type, metavar="NAME=VALUE", help="a parameter (JSON value)"
+    )
+    run_.add_argument("--time-limit", type=minutes_type, metavar="MINUTES", help="stop the job after this long")
+    _connection_options(run_, top=False)
+    jlist = job_commands.add_parser("list", help="your jobs, newest first")
+    jlist.add_argument("--json", action="store_true", help="print the API's JSON")
+    _connection_options(jlist, top=False)
+    for action, text in (("show", "one job"), ("cancel", "cancel a starting or running job")):
+        one = job_commands.add_parser(action, help=text)
+        one.add_argument("id", type=job_id_type)
+        if action == "show":
+            one.add_argument("--json", action="store_true", help="print the API's JSON")
+        _connection_options(one, top=False)
     return parser
 
 
@@ -323,6 +375,42 @@ def cmd_usage(client: Client, args, out) -> None:
     )
 
 
+def _job_line(job: dict) -> list[str]:
+    duration = "" if job.get("duration_seconds") is None else f"{job['duration_seconds']} s"
+    cost, output = job["cost_display"], job["output_notebook"]
+    return [job["id"], job["notebook"], job["profile"], job["state"], duration, cost, output]
+
+
+def cmd_job(client: Client, args, out) -> None:
+    if args.action == "run":
+        body = {"notebook": args.notebook}
+        if args.profile:
+            body["profile"] = args.profile
+        if args.param:
+            body["parameters"] = dict(args.param)
+        if args.time_limit:
+            body["time_limit_minutes"] = args.time_limit
+        job = client.json("POST", "jobs", body)
+        print(f"Job {job['id']} started on {job['profile']}: output in ~/{job['output_notebook']}", file=out)
+        return
+    if args.action == "list":
+        data = client.json("GET", "jobs")
+        if args.json:
+            print(json.dumps(data, indent=2), file=out)
+            return
+        header = ["ID", "NOTEBOOK", "PROFILE", "STATE", "DURATION", "COST", "OUTPUT"]
+        print(_table([header] + [_job_line(j) for j in data["jobs"]]), file=out)
+        return
+    path = f"jobs/{args.id}" + ("/cancel" if args.action == "cancel" else "")
+    job = client.json("POST" if args.action == "cancel" else "GET", path)
+    if getattr(args, "json", False):
+        print(json.dumps(job, indent=2), file=out)
+        return
+    print(_table([["ID", "NOTEBOOK", "PROFILE", "STATE", "DURATION", "COST", "OUTPUT"], _job_line(job)]), file=out)
+    if job.get("error"):
+        print(f"error: {job['error']}", file=out)
+
+
 def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     parser = make_parser()
@@ -335,6 +423,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
     try:
         if args.command == "budget":
             cmd_budget(client, args, out)
+        elif args.command == "job":
+            cmd_job(client, args, out)
         else:
             cmd_usage(client, args, out)
     except APIError as e:

@@ -97,6 +97,12 @@ class BadRequest(ValueError):
     """A malformed body or parameter; the message is shown to the caller with a 400."""
 
 
+def instructor_groups(scopes) -> tuple[str, ...]:
+    """The groups named by ``custom:gpu-usage:read!group=NAME`` among a token's scopes (instructors' roles)."""
+    prefix = SCOPE_USAGE_READ + "!group="
+    return tuple(sorted({s[len(prefix) :] for s in scopes if s.startswith(prefix) and len(s) > len(prefix)}))
+
+
 # -- pure helpers: formatting ---------------------------------------------------------------
 
 
@@ -113,8 +119,11 @@ def decimal_str(value: Decimal, unit: str = "money") -> str:
     return f"{value:f}"
 
 
-def session_json(record, now: datetime, currency) -> dict:
-    """A session as the API shows it: cost so far for running ones, the final charge for stopped ones."""
+def session_json(record, now: datetime, currency, advice: dict | None = None) -> dict:
+    """A session as the API shows it: cost so far for running ones, the final charge for stopped ones.
+
+    ``advice`` is its right-sizing advice (:func:`.advice.advice_json`), None when it has none.
+    """
     row = Ledger.usage_rows([record], now)[0]
     if record.stopped is None:
         minutes = billed_minutes(_aware(record.started), max(now, _aware(record.started)))
@@ -137,7 +146,16 @@ def session_json(record, now: datetime, currency) -> dict:
         "cost": money_str(row.cost_micros),
         "cost_display": currency.format(from_micros(row.cost_micros)),
         "running": record.stopped is None,
+        "advice": advice,
     }
+
+
+def sessions_json(ledger: Ledger, records, now: datetime, currency) -> list[dict]:
+    """Sessions as the API shows them, each with its right-sizing advice (one query for all of them)."""
+    from .advice import advice_json, advice_of
+
+    advice = advice_of(ledger, [r.id for r in records])
+    return [session_json(r, now, currency, advice_json(advice.get(r.id), currency)) for r in records]
 
 
 def status_json(status: BudgetStatus) -> dict:
@@ -325,6 +343,8 @@ def parse_budget(scope: str, subject: str, data) -> BudgetRule:
         term_end = parse_iso_date(data["term_end"], "term_end")
         if term_start > term_end:
             raise BadRequest(f"term_start {term_start} is after term_end {term_end}")
+        if term_start.year < 1900 or term_end.year > 9000:  # the period's UTC bounds must exist
+            raise BadRequest(f"A term must lie between the years 1900 and 9000, got {term_start} to {term_end}")
     elif data.get("term_start") is not None or data.get("term_end") is not None:
         raise BadRequest(f"term_start and term_end are only for period 'term', not {period!r}")
     return BudgetRule(scope, subject, period, unit, limit, term_start, term_end)
@@ -337,9 +357,12 @@ def parse_moment(value: str, what: str, tz: ZoneInfo, end_of_day: bool = False) 
     """
     if _DATE_RE.fullmatch(value):
         day = parse_iso_date(value, what)
-        if end_of_day:
-            day += timedelta(days=1)
-        return datetime.combine(day, time(0), tzinfo=tz).astimezone(timezone.utc)
+        try:
+            if end_of_day:
+                day += timedelta(days=1)
+            return datetime.combine(day, time(0), tzinfo=tz).astimezone(timezone.utc)
+        except OverflowError:  # 9999-12-31 as until, 0001-01-01 east of UTC
+            raise BadRequest(f"{what} {value!r} is out of range") from None
     try:
         moment = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
     except ValueError:
@@ -348,7 +371,10 @@ def parse_moment(value: str, what: str, tz: ZoneInfo, end_of_day: bool = False) 
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=tz)
-    return moment.astimezone(timezone.utc)
+    try:
+        return moment.astimezone(timezone.utc)
+    except OverflowError:
+        raise BadRequest(f"{what} {value!r} is out of range") from None
 
 
 @dataclass(frozen=True)
@@ -628,6 +654,19 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403, f"This needs the {' or '.join(scopes)} scope.")
 
     @property
+    def instructor_groups(self) -> tuple[str, ...]:
+        """The groups whose usage the caller may read: a role with ``custom:gpu-usage:read!group=NAME`` per group."""
+        return instructor_groups((self.current_user or {}).get("scopes", []))
+
+    def can_read_group(self, group: str) -> bool:
+        return self.has_scope(SCOPE_USAGE_READ) or group in self.instructor_groups
+
+    def require_group(self, group: str) -> None:
+        """403 unless the caller reads everyone's usage or is an instructor of ``group``."""
+        if not self.can_read_group(group):
+            raise web.HTTPError(403, f"This needs the {SCOPE_USAGE_READ} or {SCOPE_USAGE_READ}!group={group} scope.")
+
+    @property
     def is_user(self) -> bool:
         return (self.current_user or {}).get("kind", "user") == "user"
 
@@ -693,7 +732,7 @@ class MeHandler(BaseHandler):
         currency = self.service.currency_info
         rules = [r for r in self.ledger.budget_rules() if applies_to(r, name, groups)]
         statuses = sorted(self.statuses(rules, now), key=lambda s: s.fraction, reverse=True)
-        active = [session_json(r, now, currency) for r in self.ledger.open_sessions_of(name)]
+        active = sessions_json(self.ledger, self.ledger.open_sessions_of(name), now, currency)
         self.write_json(
             {
                 "user": name,
@@ -747,7 +786,9 @@ class UsageHandler(BaseHandler):
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
         user = query.user
-        if query.everyone or query.group is not None or (user is not None and user != self.current_user["name"]):
+        if query.group is not None and user is None:
+            self.require_group(query.group)  # instructors read their own groups
+        elif query.everyone or query.group is not None or (user is not None and user != self.current_user["name"]):
             self.require_scope(SCOPE_USAGE_READ)
         elif user is None:
             user = self.own_name("give user=, group= or all=true")
@@ -756,7 +797,7 @@ class UsageHandler(BaseHandler):
         now = self.now()
         currency = self.service.currency_info
         records = self.ledger.sessions(user=user, since=query.since, until=query.until, group=query.group)
-        sessions = [session_json(r, now, currency) for r in records]
+        sessions = sessions_json(self.ledger, records, now, currency)
         if query.format == "csv":
             self.set_header("Content-Type", "text/csv; charset=UTF-8")
             self.set_header("Content-Disposition", 'attachment; filename="gpu-usage.csv"')
@@ -861,7 +902,9 @@ class PricingHandler(BaseHandler):
 
     @web.authenticated
     def get(self):
-        profiles = self.ledger.pricing()
+        from .access import apply_to_pricing, load_overrides
+
+        profiles = apply_to_pricing(self.ledger.pricing(), load_overrides(self.ledger))  # admins' edits
         if not self.has_scope(SCOPE_USAGE_READ):
             groups = set(self.groups)
             profiles = [p for p in profiles if not p["allowed_groups"] or groups & set(p["allowed_groups"])]
@@ -953,11 +996,16 @@ class CullingHandler(BaseHandler):
 
     @web.authenticated
     def get(self):
-        self.require_scope(SCOPE_USAGE_READ)
+        if not self.instructor_groups:
+            self.require_scope(SCOPE_USAGE_READ)
         try:
             query = parse_culling_query(self.request.query_arguments, self.service.tz)
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
+        if query.group is None:
+            self.require_scope(SCOPE_USAGE_READ)
+        else:
+            self.require_group(query.group)  # instructors: their own groups
         now = self.now()
         end = now if query.until is None else min(query.until, now)
         facts, counts = load_culling_inputs(self.ledger, query.since, end, query.group)
@@ -969,6 +1017,43 @@ class CullingHandler(BaseHandler):
             self.finish(culling_csv(report))
             return
         self.write_json(culling_json(report, self.service.currency_info.code))
+
+
+ADVICE_PARAMS = ("since", "until", "group")
+
+
+class AdviceHandler(BaseHandler):
+    """``GET advice``: right-sizing advice summed per group and per profile (admins; instructors for their groups)."""
+
+    @web.authenticated
+    def get(self):
+        from .advice import summary
+
+        if not self.instructor_groups:
+            self.require_scope(SCOPE_USAGE_READ)
+        try:
+            values = query_values(self.request.query_arguments, ADVICE_PARAMS)
+            if "group" in values:
+                validate_subject("group", values["group"])
+            since, until = query_window(values, self.service.tz)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+        group = values.get("group")
+        if group is None:
+            self.require_scope(SCOPE_USAGE_READ)
+        else:
+            self.require_group(group)  # instructors: their own groups
+        settings = self.service.advice_settings
+        report = summary(self.ledger, since, until, group, self.service.currency_info)
+        self.write_json(
+            {
+                "since": isoformat(since) if since else None,
+                "until": isoformat(until) if until else None,
+                "headroom_percent": settings.headroom_percent,
+                "min_minutes": settings.min_minutes,
+                **report,
+            }
+        )
 
 
 class OpenAPIHandler(BaseHandler):
@@ -993,7 +1078,9 @@ class NotFoundHandler(BaseHandler):
 
 
 def make_handlers(prefix: str, service) -> list:
+    from .jobs import make_job_handlers
     from .metrics import MetricsHandler, make_registry
+    from .pages import page_handlers
     from .usage import samples_handler
 
     api = url_path_join(prefix, "api/v1")
@@ -1008,6 +1095,9 @@ def make_handlers(prefix: str, service) -> list:
         (url_path_join(api, r"budgets/([^/]+)/([^/]+)"), BudgetHandler),
         (url_path_join(api, "pricing"), PricingHandler),
         (url_path_join(api, "culling"), CullingHandler),
+        (url_path_join(api, "advice"), AdviceHandler),
         (url_path_join(api, "samples"), samples_handler()),
+        *make_job_handlers(api),
+        *page_handlers(prefix),  # the usage pages (pages.py), outside api/v1/
         (url_path_join(api, r".*"), NotFoundHandler),
     ]

@@ -25,8 +25,9 @@ from ..clock import isoformat, utcnow
 from ..money import Currency, MoneyError
 from .alerts import AlertSettings, BudgetAlert, deliver, post_webhook, send_email
 from .hubapi import HubAPIError, HubClient
+from .jobs import announce_finished_runs, enforce_jobs
 from .ledger import Ledger
-from .metering import BudgetStatus
+from .metering import BudgetStatus, from_micros
 from .tick import Reconciler, enforce_budgets, enforce_culling
 
 
@@ -129,6 +130,78 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
+    max_concurrent_jobs = Int(
+        2,
+        help="""
+        How many notebook jobs (docs/jobs.md) one user may have starting or running at once;
+        a further ``POST jobs`` is answered 429. The hub needs ``allow_named_servers``.
+
+            c.GPUService.max_concurrent_jobs = 2
+        """,
+    ).tag(config=True)
+    job_time_limit_minutes = Int(
+        24 * 60, help="The time limit of a notebook job that does not give one (minutes)."
+    ).tag(config=True)
+    job_time_limit_max_minutes = Int(
+        7 * 24 * 60, help="The longest time limit a notebook job may ask for (minutes)."
+    ).tag(config=True)
+
+    @validate("max_concurrent_jobs", "job_time_limit_minutes", "job_time_limit_max_minutes")
+    def _valid_job_limits(self, proposal):
+        if proposal.value < 1:
+            raise ValueError(f"{proposal.trait.name} must be at least 1, got {proposal.value}")
+        return proposal.value
+
+    advice_headroom_percent = Int(
+        20,
+        help="""
+        Right-sizing advice (docs/advice.md): the GPU memory a cheaper profile must have
+        over a session's observed peak, in percent (memory use varies between runs of
+        the same notebook; 20% leaves room for that).
+
+            c.GPUService.advice_headroom_percent = 20
+        """,
+    ).tag(config=True)
+    advice_min_minutes = Int(
+        15, help="Sessions shorter than this many billed minutes get no right-sizing advice (too short to judge)."
+    ).tag(config=True)
+    advice_live_after_minutes = Int(
+        30, help="A running session gets live right-sizing advice (in JupyterLab) once it has run this many minutes."
+    ).tag(config=True)
+    advice_profile_memory_gb = Dict(
+        help="""
+        GPU memory per GPU (GB) of profiles whose model name does not say it and whose
+        servers have not reported it yet (known models and MIG slices are recognised).
+
+            c.GPUService.advice_profile_memory_gb = {"v100": 32}
+        """,
+    ).tag(config=True)
+    advice_digest_weekday = Unicode(
+        "",
+        help="""
+        Send each group's ``instructor_emails`` a weekly right-sizing digest on this day
+        ("monday" ... "sunday", at ``advice_digest_hour`` in the lab's time zone); empty: no digest.
+
+            c.GPUService.advice_digest_weekday = "monday"
+        """,
+    ).tag(config=True)
+    advice_digest_hour = Int(8, help="The local hour at which the weekly right-sizing digest is sent.").tag(config=True)
+
+    @validate("advice_digest_weekday")
+    def _valid_weekday(self, proposal):
+        from .advice import WEEKDAYS
+
+        value = proposal.value.strip().lower()
+        if value and value not in WEEKDAYS:
+            raise ValueError(f"advice_digest_weekday must be empty or one of {', '.join(WEEKDAYS)}, got {value!r}")
+        return value
+
+    @validate("advice_digest_hour")
+    def _valid_hour(self, proposal):
+        if not 0 <= proposal.value <= 23:
+            raise ValueError(f"advice_digest_hour must be an hour from 0 to 23, got {proposal.value}")
+        return proposal.value
+
     @validate("cull_rules")
     def _valid_cull_rules(self, proposal):
         from .culling import parse_config
@@ -196,6 +269,18 @@ class GPUService(Application):
         from .culling import parse_config
 
         self.cull_config = parse_config(self.cull_rules, "GPUService.cull_rules")
+        from .advice import AdviceError, AdviceSettings
+
+        try:
+            self.advice_settings = AdviceSettings(
+                headroom_percent=self.advice_headroom_percent,
+                min_minutes=self.advice_min_minutes,
+                live_after_minutes=self.advice_live_after_minutes,
+                profile_memory_gb=dict(self.advice_profile_memory_gb),
+            )
+        except AdviceError as e:
+            self.log.critical("jupyterhub-gpu service configuration error: GPUService.%s", e)
+            self.exit(1)
         self.ledger = Ledger(self.db_url)
         self.hub = HubClient(
             os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
@@ -258,6 +343,32 @@ class GPUService(Application):
         except Exception as e:  # the Lab notice is there; mail and webhook are best effort here
             self.log.warning("idle notice for %s not delivered by mail/webhook: %s", session.user, e)
 
+    async def announce_run(self, session, job, channel: str) -> None:
+        """A finished job or stop-when-done run, with its cost, on one channel (raises if not delivered)."""
+        from .jobs import run_message
+
+        subject, text = run_message(session, job, self.currency_info)
+        settings = self.alert_settings
+        if channel == "lab":
+            level = "error" if job is not None and job.state != "succeeded" else "info"
+            self.ledger.add_notice(session.user, "run", text, utcnow(), level, session_id=session.id)
+        elif channel == "email" and settings.user_email_template:
+            await send_email(settings, [settings.user_email_template.format(username=session.user)], subject, text)
+        elif channel == "webhook":
+            payload = {
+                "event": "job_finished" if job is not None else "stop_when_done",
+                "user": session.user,
+                "server_name": session.server_name,
+                "session_id": session.id,
+                "job_id": job.id if job is not None else None,
+                "state": job.state if job is not None else None,
+                "minutes_billed": session.minutes,
+                "cost": f"{from_micros(session.cost_micros or 0):f}",
+                "currency": session.currency,
+                "text": text,
+            }
+            await post_webhook(settings, {"text": text} if settings.webhook_format == "slack" else payload)
+
     async def tick(self) -> None:
         """One metering tick; failures are logged and the next tick tries again."""
         now = utcnow()
@@ -279,10 +390,27 @@ class GPUService(Application):
                 channels=self.alert_channels,
             )
             await enforce_culling(self.ledger, self.hub, now, self.cull_config, self.notify_cull, self.tz)
+            await enforce_jobs(self.ledger, self.hub, now)
+            await announce_finished_runs(self.ledger, now, self.announce_run, self.alert_channels)
         except HubAPIError as e:
             self.log.warning("hub unreachable during the tick: %s", e)
         except Exception:
             self.log.exception("metering tick failed")
+        await self.advice_tick(now)
+
+    async def advice_tick(self, now) -> None:
+        """Right-sizing advice for closed and long-running sessions, and the weekly digest (docs/advice.md)."""
+        from .advice import WEEKDAYS, send_digests, update_advice
+
+        try:
+            update_advice(self.ledger, now, self.advice_settings, self.currency_info)
+            if self.advice_digest_weekday:
+                weekday = WEEKDAYS.index(self.advice_digest_weekday)
+                await send_digests(
+                    self.ledger, self.alert_settings, now, self.tz, self.currency_info, weekday, self.advice_digest_hour
+                )
+        except Exception:
+            self.log.exception("right-sizing advice failed in this tick")
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))

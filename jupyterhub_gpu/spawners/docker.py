@@ -190,6 +190,17 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         head, _, frac = finished.rstrip("Z").partition(".")
         return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
 
+    async def poll(self):
+        status = await super().poll()  # records the stop at State.FinishedAt first
+        if status is not None and self.remove and self.object_id and not self._gpu_stopping:
+            # a server that ended on its own is only polled, never stopped: without this its exited
+            # container (and its labels) would stay on the host until the user's next start
+            try:
+                await self.remove_object()
+            except Exception as e:
+                self.log.warning("Could not remove the exited container of %s: %s", self._log_name, e)
+        return status
+
     async def stop(self, now=False):
         # a container that is already gone (removed by hand, host restart) is stopped
         try:

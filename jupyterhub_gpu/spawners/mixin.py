@@ -369,7 +369,7 @@ class GPUSpawnerMixin(Configurable):
         if callable(raw):
             raw = await maybe_future(raw(self))
         try:
-            return parse_profiles(raw, require_image=self._require_image)
+            profiles = parse_profiles(raw, require_image=self._require_image)
         except ProfileError as e:
             raise SpawnException(
                 "The GPU profiles are misconfigured; please tell your administrator.",
@@ -377,6 +377,13 @@ class GPUSpawnerMixin(Configurable):
                 log_message=f"Invalid profiles: {e}",
                 status_code=500,
             ) from e
+        ledger = self.ledger
+        if ledger is None:
+            return profiles
+        # prices and allowed groups edited by admins on the usage pages (service/access.py)
+        from ..service.access import apply_overrides, load_overrides
+
+        return apply_overrides(profiles, await asyncio.to_thread(load_overrides, ledger))
 
     async def allowed_profiles(self) -> tuple[list[Profile], list[Profile]]:
         """(profiles this user may use, all profiles)."""
@@ -445,8 +452,10 @@ class GPUSpawnerMixin(Configurable):
     async def run_pre_spawn_hook(self):
         """Validate the chosen profile before anything starts (form and REST API alike)."""
         allowed, everything = await self.allowed_profiles()
+        options = dict(self.user_options or {}) if isinstance(self.user_options, dict) else self.user_options
         try:
-            profile = choose_profile(self.user_options or {}, allowed, everything)
+            self._gpu_job_id = self._gpu_job_option(options)
+            profile = choose_profile(options, allowed, everything)
         except OptionsError as e:
             raise SpawnException(str(e), reason="options") from None
         refusal = await self.gpu_budget_refusal(profile)
@@ -458,6 +467,17 @@ class GPUSpawnerMixin(Configurable):
             self._gpu_base_start_timeout = self.start_timeout
         self.start_timeout = self._gpu_base_start_timeout + (self.queue_timeout if profile.gpu_count else 0)
         return await maybe_future(super().run_pre_spawn_hook())
+
+    _gpu_job_id: str | None = None
+
+    def _gpu_job_option(self, options) -> str | None:
+        """Take ``job_id`` out of the options: only a job's own server ``job-<id>`` may run that job (docs/jobs.md)."""
+        if not isinstance(options, dict) or "job_id" not in options:
+            return None
+        job_id = options.pop("job_id")
+        if not isinstance(job_id, str) or self.name != f"job-{job_id}":
+            raise OptionsError(f"'job_id' is only for the job's own server job-<id>, not {self.name or 'the default'}.")
+        return job_id
 
     async def start(self):
         profile = self._gpu_profile
@@ -583,6 +603,8 @@ class GPUSpawnerMixin(Configurable):
     def get_env(self):
         env = super().get_env()
         env.update(self._gpu_env)
+        if self._gpu_job_id:
+            env["JUPYTERHUB_GPU_JOB_ID"] = self._gpu_job_id  # the server runs this job (serverext/jobs.py)
         return env
 
     async def stop(self, now=False):

@@ -155,6 +155,10 @@ def make_container_spec(
     )
     host.pop("cap_add", None)
     host.pop("privileged", None)
+    # the host's (or another container's) namespaces, host devices and extra mounts (a Docker socket, another
+    # user's volume) would undo the isolation and the exclusive GPU assignment; storage comes only from binds
+    for key in ("pid_mode", "ipc_mode", "uts_mode", "userns_mode", "devices", "volumes_from", "mounts"):
+        host.pop(key, None)
     # GPUs come only from the assignment: a common DockerSpawner recipe puts an
     # all-GPU device request in extra_host_config, which would void exclusivity.
     host.pop("device_requests", None)

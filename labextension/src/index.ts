@@ -15,17 +15,22 @@ import { Signal } from '@lumino/signaling';
 
 import { type ILocalizer, makeLocalizer } from './i18n';
 import { gpuIcon } from './icons';
+import { JobsWidget, notebookPathFromItem, runJobDialog } from './jobs';
 import { StatsModel } from './model';
 import { NoticeCenter } from './notices';
 import { GpuPanel, openTensorBoard, stopServer } from './panel';
 import { DEFAULT_SETTINGS, type ISettings, readSettings } from './settings';
 import { GpuStatusItem } from './statusbar';
+import { StopWhenDoneModel, StopWhenDoneToggle } from './stopwhendone';
 
 /** The extension's command ids. */
 export namespace CommandIDs {
   export const showPanel = 'jupyterhub-gpu:show-panel';
   export const stopServer = 'jupyterhub-gpu:stop-server';
   export const openTensorBoard = 'jupyterhub-gpu:open-tensorboard';
+  export const stopWhenDone = 'jupyterhub-gpu:stop-when-done';
+  export const runJob = 'jupyterhub-gpu:run-job';
+  export const showJobs = 'jupyterhub-gpu:show-jobs';
 }
 
 const PLUGIN_ID = 'jupyterhub-gpu:plugin';
@@ -90,6 +95,72 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
       }
     });
+
+    // "stop when done" and notebook jobs (docs/jobs.md)
+    const stopWhenDone = new StopWhenDoneModel({
+      save: () => app.commands.execute('docmanager:save-all')
+    });
+    stopWhenDone.changed.connect(() =>
+      app.commands.notifyCommandChanged(CommandIDs.stopWhenDone)
+    );
+    app.commands.addCommand(CommandIDs.stopWhenDone, {
+      label: () => tr.__('GPU: Stop this server when the running cells finish'),
+      isToggled: () => stopWhenDone.enabled,
+      execute: () => stopWhenDone.toggle()
+    });
+    panel.addAction(
+      new StopWhenDoneToggle({ model: stopWhenDone, localizer }).node
+    );
+    void stopWhenDone.refresh().catch(() => undefined);
+    let jobsWidget: JobsWidget | null = null;
+    app.commands.addCommand(CommandIDs.showJobs, {
+      label: () => tr.__('GPU: Show notebook jobs'),
+      execute: () => {
+        if (!jobsWidget || jobsWidget.isDisposed) {
+          jobsWidget = new JobsWidget({ localizer });
+          jobsWidget.title.icon = gpuIcon;
+        }
+        if (!jobsWidget.isAttached) {
+          app.shell.add(jobsWidget, 'main');
+        }
+        app.shell.activateById(jobsWidget.id);
+      }
+    });
+    app.commands.addCommand(CommandIDs.runJob, {
+      label: () => tr.__('Run notebook as a GPU job'),
+      execute: async args => {
+        let path = typeof args.path === 'string' ? args.path : null;
+        if (!path) {
+          const item = app.contextMenuHitTest(node =>
+            node.classList.contains('jp-DirListing-item')
+          );
+          path = notebookPathFromItem(item ?? null);
+        }
+        if (!path) {
+          const current = app.shell.currentWidget as any;
+          const candidate = current?.context?.path;
+          path =
+            typeof candidate === 'string' && candidate.endsWith('.ipynb')
+              ? candidate
+              : '';
+        }
+        const job = await runJobDialog(path, tr);
+        if (job) {
+          void app.commands.execute(CommandIDs.showJobs);
+        }
+      }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.runJob,
+      selector: '.jp-DirListing-item[data-file-type="notebook"]',
+      rank: 20
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.runJob,
+      selector: '.jp-Notebook',
+      rank: 90
+    });
+
     if (palette) {
       const category = 'GPU';
       for (const command of Object.values(CommandIDs)) {
@@ -111,6 +182,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 100,
         isActive: () => settings.showStatusBar,
         activeStateChanged: settingsChanged
+      });
+      statusBar.registerStatusItem('jupyterhub-gpu:stop-when-done', {
+        item: new StopWhenDoneToggle({
+          model: stopWhenDone,
+          localizer,
+          compact: true
+        }),
+        align: 'left',
+        rank: 101
       });
     }
 

@@ -18,6 +18,7 @@ import {
   formatSeconds,
   parseTime
 } from './format';
+import { AdviceView } from './advice';
 import { requestAPI } from './handler';
 import { type ILocalizer, serverText } from './i18n';
 import type { StatsModel } from './model';
@@ -151,6 +152,21 @@ export async function stopServer(tr: ILocalizer): Promise<boolean> {
   return true;
 }
 
+/**
+ * The gpu service's usage pages (sessions, spend, budgets) at the hub's
+ * `/services/gpu/`, or null outside JupyterHub.
+ */
+export function usagePageUrl(): string | null {
+  const hubPrefix = PageConfig.getOption('hubPrefix');
+  if (!hubPrefix) {
+    return null;
+  }
+  const base = hubPrefix.replace(/hub\/?$/, '');
+  return (
+    PageConfig.getOption('hubHost') + URLExt.join(base, 'services/gpu/')
+  );
+}
+
 /** The side panel widget. */
 export class GpuPanel extends Widget {
   constructor(options: GpuPanel.IOptions) {
@@ -182,6 +198,7 @@ export class GpuPanel extends Widget {
     this._gpuSection.hidden = !stats || stats.gpus.length === 0;
     if (stats) {
       this._renderSummary(stats, tr);
+      this._advice.update(stats, tr);
       if (stats.gpus.length > 0) {
         this._renderCharts(stats, tr);
         this._renderGpus(stats, tr);
@@ -201,6 +218,11 @@ export class GpuPanel extends Widget {
             'Updated %1 ago',
             formatSeconds((Date.now() - model.receivedAt) / 1000, tr)
           );
+  }
+
+  /** Add a control (e.g. the "stop when done" toggle) below the panel's buttons. */
+  addAction(node: HTMLElement): void {
+    this._footer.before(node);
   }
 
   dispose(): void {
@@ -229,6 +251,7 @@ export class GpuPanel extends Widget {
 
     this._banner = el('div', 'jp-gpu-Banner');
     this._summary = el('dl', 'jp-gpu-Summary');
+    this._advice = new AdviceView();
     this._reason = el('div', 'jp-gpu-Reason');
     this._reasonTitle = el('strong');
     this._reasonText = el('p');
@@ -254,13 +277,22 @@ export class GpuPanel extends Widget {
     });
     this._stop = el('button', 'jp-Button jp-mod-styled jp-mod-warn');
     this._stop.addEventListener('click', () => this._options.onStop());
-    actions.append(this._tensorboard, this._stop);
+    this._usage = el('a', 'jp-gpu-UsageLink');
+    this._usage.target = '_blank';
+    this._usage.rel = 'noopener';
+    const usage = usagePageUrl();
+    this._usage.hidden = !usage;
+    if (usage) {
+      this._usage.href = usage;
+    }
+    actions.append(this._tensorboard, this._stop, this._usage);
 
     this._footer = el('div', 'jp-gpu-Footer');
     root.append(
       header,
       this._banner,
       this._summary,
+      this._advice.node,
       this._reason,
       this._charts,
       this._gpuSection,
@@ -276,6 +308,7 @@ export class GpuPanel extends Widget {
     this._gpuHeading.textContent = tr.__('GPUs');
     this._tensorboard.textContent = tr.__('Open TensorBoard');
     this._stop.textContent = tr.__('Stop my server (stop billing)');
+    this._usage.textContent = tr.__('My usage and budgets (all sessions)');
     this.title.caption = tr.__('GPU usage and cost');
   }
 
@@ -451,6 +484,7 @@ export class GpuPanel extends Widget {
   private _badge!: HTMLElement;
   private _banner!: HTMLElement;
   private _summary!: HTMLElement;
+  private _advice!: AdviceView;
   private _reason!: HTMLElement;
   private _reasonTitle!: HTMLElement;
   private _reasonText!: HTMLElement;
@@ -462,6 +496,7 @@ export class GpuPanel extends Widget {
   private _gpuList!: HTMLElement;
   private _tensorboard!: HTMLButtonElement;
   private _stop!: HTMLButtonElement;
+  private _usage!: HTMLAnchorElement;
   private _footer!: HTMLElement;
 }
 

@@ -37,6 +37,7 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
   GPUs: 'GPU 列表',
   'Open TensorBoard': '打开 TensorBoard',
   'Stop my server (stop billing)': '停止我的服务器（停止计费）',
+  'My usage and budgets (all sessions)': '我的用量与预算（全部会话）',
   'No GPU figures': '没有 GPU 数据',
   'No GPU is assigned to this server.': '此服务器未分配 GPU。',
   'No GPU is assigned to this server (CPU-only profile).':
@@ -83,5 +84,64 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
   'GPU …': 'GPU …',
   'GPU %1': 'GPU %1',
   stale: '已过时',
-  'Click to show GPU usage and cost.': '点击查看 GPU 用量和费用。'
+  'Click to show GPU usage and cost.': '点击查看 GPU 用量和费用。',
+
+  // right-sizing advice (advice.ts)
+  'A cheaper profile would do': '更便宜的配置就够用',
+  '%1 of %2 GPUs did work (peak %3 GB), busy %4%% of the time.':
+    '%2 块 GPU 中只有 %1 块在工作（峰值 %3 GB），%4%% 的时间处于忙碌状态。',
+  '1 GPU would have done.': '1 块 GPU 就够了。',
+  '%1 GPUs would have done.': '%1 块 GPU 就够了。',
+  'Peak %1 GB of %2 GB GPU memory, busy %3%% of the time.':
+    'GPU 显存峰值 %1 GB（共 %2 GB），%3%% 的时间处于忙碌状态。',
+  'The %1 profile (%2/min instead of %3/min) would very likely have served.':
+    '%1 配置（每分钟 %2，而不是 %3）很可能就能满足需要。',
+  'The %1 profile (%2/min instead of %3/min) would likely have served.':
+    '%1 配置（每分钟 %2，而不是 %3）可能就能满足需要。',
+  'This session would have cost %1 instead of %2.':
+    '本次会话本可只花 %1，而不是 %2。',
+  'So far this session would have cost %1 instead of %2.':
+    '到目前为止，本次会话本可只花 %1，而不是 %2。',
+  'Choose it when you next start a server: the advice is measured on this session.':
+    '下次启动服务器时可以选择它：此建议基于本次会话的实测用量。',
+
+  // stop when done (stopwhendone.ts, index.ts)
+  'GPU: Stop this server when the running cells finish':
+    'GPU：正在运行的单元格结束后停止此服务器',
+  'Stop this server when the running cells finish':
+    '正在运行的单元格结束后停止此服务器',
+  'Stops when the running cells finish': '单元格运行结束后将停止',
+  'Stops after the next run finishes': '下一次运行结束后将停止',
+  'Run finished: saving notebooks, then stopping':
+    '运行已结束：正在保存笔记本，随后停止',
+  'Server stopping (billing stops)': '服务器正在停止（停止计费）',
+
+  // notebook jobs (jobs.ts, index.ts)
+  'GPU: Show notebook jobs': 'GPU：查看笔记本作业',
+  'Run notebook as a GPU job': '作为 GPU 作业运行笔记本',
+  'Parameters must be JSON, e.g. {"epochs": 5}':
+    '参数必须是 JSON，例如 {"epochs": 5}',
+  starting: '启动中',
+  running: '运行中',
+  succeeded: '成功',
+  failed: '失败',
+  'time limit reached': '已达时间上限',
+  cancelled: '已取消',
+  '%1 (%2 min)': '%1（%2 分钟）',
+  Notebook: '笔记本',
+  'Time limit (minutes)': '时间上限（分钟）',
+  'Parameters (JSON, optional)': '参数（JSON，可选）',
+  'Run job': '运行作业',
+  'Job %1 started: its server stops when the notebook ends. Output: ~/%2':
+    '作业 %1 已开始：笔记本运行结束后其服务器会停止。输出：~/%2',
+  'Could not start the job: %1': '无法启动作业：%1',
+  'GPU jobs': 'GPU 作业',
+  'No jobs yet: right-click a notebook, "Run notebook as a GPU job".':
+    '还没有作业：右键点击笔记本，选择“作为 GPU 作业运行笔记本”。',
+  Job: '作业',
+  State: '状态',
+  Duration: '时长',
+  Cost: '费用',
+  Output: '输出',
+  'Cancel job': '取消作业'
 });

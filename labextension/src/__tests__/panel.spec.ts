@@ -1,12 +1,18 @@
 // panel.ts imports JupyterLab ES modules for its dialogs and page config, which these tests do not use.
 jest.mock('@jupyterlab/apputils', () => ({}));
-jest.mock('@jupyterlab/coreutils', () => ({}));
+const pageOptions: Record<string, string> = {};
+jest.mock('@jupyterlab/coreutils', () => ({
+  PageConfig: { getOption: (name: string) => pageOptions[name] ?? '' },
+  URLExt: {
+    join: (...parts: string[]) => parts.join('/').replace(/\/{2,}/g, '/')
+  }
+}));
 jest.mock('../handler', () => ({ requestAPI: jest.fn() }));
 
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { chartPaths, GpuPanel } from '../panel';
+import { chartPaths, GpuPanel, usagePageUrl } from '../panel';
 import type { IStats } from '../types';
 import { en, makeStats } from './helpers';
 
@@ -128,5 +134,25 @@ describe('GpuPanel', () => {
       '/user/alice/proxy/6006/'
     );
     withUrl.panel.dispose();
+  });
+});
+
+describe('usagePageUrl', () => {
+  afterEach(() => {
+    delete pageOptions.hubPrefix;
+    delete pageOptions.hubHost;
+  });
+
+  it("links the gpu service's pages next to the hub", () => {
+    pageOptions.hubPrefix = '/jh/hub/';
+    pageOptions.hubHost = 'https://gpu.example.edu';
+    expect(usagePageUrl()).toBe('https://gpu.example.edu/jh/services/gpu/');
+    pageOptions.hubPrefix = '/hub/';
+    pageOptions.hubHost = '';
+    expect(usagePageUrl()).toBe('/services/gpu/');
+  });
+
+  it('is absent outside JupyterHub', () => {
+    expect(usagePageUrl()).toBeNull();
   });
 });
