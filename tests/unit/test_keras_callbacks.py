@@ -17,6 +17,15 @@ from jupyterhub_gpu.keras.budget import BudgetView, budget_view, read_stats, sto
 from jupyterhub_gpu.keras.plateau import PlateauTracker
 
 tf = pytest.importorskip("tensorflow")
+# TensorFlow's absl makes a log handler bound to the stderr of the moment (pytest's capture file). Any later
+# logging.config.dictConfig (every traitlets Application's initialize does one) closes every live handler,
+# and absl's close() closes its stream unless it is the real stderr: so give it the real stderr.
+try:
+    import absl.logging
+
+    absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+except ImportError:  # pragma: no cover - TensorFlow always brings absl
+    pass
 
 from jupyterhub_gpu.keras import BudgetGuard, CheckpointAndResume, PlateauStop  # noqa: E402
 from jupyterhub_gpu.keras.callbacks import weights_sha256  # noqa: E402
