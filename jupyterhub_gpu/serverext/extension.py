@@ -12,7 +12,6 @@ import json
 import os
 from datetime import datetime, timezone
 from decimal import Decimal
-from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
@@ -27,6 +26,7 @@ from ..money import Currency
 from ..tensorboard import tensorboard_url
 from . import startup
 from .sampler import DeviceInfo, KernelActivity, NVMLReader, Sampler, SimulatedReader
+from .stopwhendone import hub_stop_request
 
 
 class GPUStats(Configurable):
@@ -341,20 +341,9 @@ class StopHandler(BaseGPUHandler):
 
     @web.authenticated
     def post(self):
-        api_url = os.environ.get("JUPYTERHUB_API_URL")
-        user = os.environ.get("JUPYTERHUB_USER")
-        if not api_url or not user:
+        request = hub_stop_request()
+        if request is None:
             raise web.HTTPError(400, "This server was not started by JupyterHub.")
-        name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
-        path = f"users/{quote(user, safe='')}/server"
-        if name:
-            path = f"users/{quote(user, safe='')}/servers/{quote(name, safe='')}"
-        request = HTTPRequest(
-            url_path_join(api_url, path),
-            method="DELETE",
-            headers={"Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}"},
-            request_timeout=30,
-        )
         log = self.log
 
         async def ask_hub():

@@ -53,18 +53,20 @@ class GPUStopWhenDone(Configurable):
     check_interval = Float(1, help="Seconds between looks at the kernels.").tag(config=True)
 
 
-async def stop_own_server(log, remove: bool = False) -> bool:
-    """Ask the hub to stop this server with the server's own token; True when the hub took the request."""
+def hub_stop_request(remove: bool = False) -> HTTPRequest | None:
+    """The hub API request that stops this server with its own token; None when JupyterHub did not start it.
+
+    ``remove`` also deletes a named server (a finished job's).
+    """
     api_url = os.environ.get("JUPYTERHUB_API_URL")
     user = os.environ.get("JUPYTERHUB_USER")
     if not api_url or not user:
-        log.error("jupyterhub-gpu: not started by JupyterHub; cannot stop this server through the hub")
-        return False
+        return None
     name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
     path = f"users/{quote(user, safe='')}/server"
     if name:
         path = f"users/{quote(user, safe='')}/servers/{quote(name, safe='')}"
-    request = HTTPRequest(
+    return HTTPRequest(
         url_path_join(api_url, path),
         method="DELETE",
         headers={"Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}"},
@@ -72,6 +74,14 @@ async def stop_own_server(log, remove: bool = False) -> bool:
         allow_nonstandard_methods=True,
         request_timeout=30,
     )
+
+
+async def stop_own_server(log, remove: bool = False) -> bool:
+    """Ask the hub to stop this server with the server's own token; True when the hub took the request."""
+    request = hub_stop_request(remove)
+    if request is None:
+        log.error("jupyterhub-gpu: not started by JupyterHub; cannot stop this server through the hub")
+        return False
     for _attempt in range(30):
         try:
             await AsyncHTTPClient().fetch(request)

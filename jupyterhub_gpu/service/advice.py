@@ -38,7 +38,7 @@ from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text, and
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ..money import Currency
-from .ledger import Base, Ledger, SessionRecord, _aware, _naive
+from .ledger import Base, Ledger, SessionRecord, _aware, _naive, sessions_started
 from .metering import billed_minutes, from_micros
 
 log = logging.getLogger("jupyterhub_gpu.advice")
@@ -777,12 +777,7 @@ def summary(
         .where(a.final.is_(True), a.reason.in_(JUDGED))
         .order_by(s.started, s.id)
     )
-    if since is not None:
-        query = query.where(s.started >= _naive(since))
-    if until is not None:
-        query = query.where(s.started < _naive(until))
-    if group is not None:
-        query = query.where(s.groups.contains(json.dumps(group), autoescape=True))
+    query = sessions_started(query, since, until, group)
     total = Tally()
     by_group: dict[str, Tally] = {}
     by_profile: dict[str, Tally] = {}

@@ -191,6 +191,25 @@ class SessionStart:
     simulated: bool = False
 
 
+def sessions_started(
+    query,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    group: str | None = None,
+    user: str | None = None,
+):
+    """``query`` narrowed to sessions that started in ``[since, until)``, of one group and user (None: any)."""
+    if user is not None:
+        query = query.where(SessionRecord.user == user)
+    if since is not None:
+        query = query.where(SessionRecord.started >= _naive(since))
+    if until is not None:
+        query = query.where(SessionRecord.started < _naive(until))
+    if group is not None:
+        query = query.where(SessionRecord.groups.contains(json.dumps(group), autoescape=True))
+    return query
+
+
 def make_engine(db_url: str) -> Engine:
     """An engine for the ledger; sqlite gets WAL and a busy timeout for two writing processes."""
     kwargs = {"pool_pre_ping": True, "future": True}
@@ -368,14 +387,7 @@ class Ledger:
     ) -> list[SessionRecord]:
         """Sessions that started in ``[since, until)``, optionally of one user or group."""
         query = select(SessionRecord).order_by(SessionRecord.started, SessionRecord.id)
-        if user is not None:
-            query = query.where(SessionRecord.user == user)
-        if since is not None:
-            query = query.where(SessionRecord.started >= _naive(since))
-        if until is not None:
-            query = query.where(SessionRecord.started < _naive(until))
-        if group is not None:
-            query = query.where(SessionRecord.groups.contains(json.dumps(group), autoescape=True))
+        query = sessions_started(query, since, until, group, user)
         with self.Session() as db:
             records = list(db.scalars(query))
         if group is not None:  # the LIKE above is a pre-filter; check exactly

@@ -7,6 +7,10 @@ first-served queue per GPU model. A waiting request blocks later requests of the
 same model even when those would fit (strict FIFO), so a two-GPU request is not
 starved by a stream of one-GPU requests.
 
+The queueing itself (order, positions, timeout, cancel) is :class:`FairQueue`,
+which the Kubernetes :class:`.kube_inventory.ClusterAllocator` shares; each
+allocator says only what a request waits in, when it fits and how it is granted.
+
 All methods run on the hub's event loop and none of them awaits between reading
 and changing the assignment, so concurrent spawns cannot receive the same GPU.
 """
@@ -16,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 from .inventory import GPUDevice, model_matches
 
@@ -37,28 +41,145 @@ class AssignmentConflict(RuntimeError):
 
 
 @dataclass(eq=False)
-class _Waiter:
+class Waiter:
+    """One request in a :class:`FairQueue`."""
+
     key: str
+    queue: Hashable  # the queue it stands in
     model: str
     count: int
     seq: int
     future: asyncio.Future
     on_position: Callable[[int, int], None] | None = None
-    last_reported: tuple[int, int] | None = field(default=None)
+    claim: object = None  # what a subclass needs to grant it (the cluster's Claim)
+    last_reported: tuple[int, int] | None = None
 
 
-class GPUAllocator:
+class FairQueue:
+    """Strict first-come, first-served wait queues, one per kind of request.
+
+    A subclass says whether a request fits now (:meth:`_fits`) and how it is
+    granted (:meth:`_grant`: record it and return its devices); this class keeps
+    the order, reports positions, times out and cancels. A waiting request blocks
+    later ones in its queue even when those would fit.
+    """
+
+    log = log
+
+    def __init__(self):
+        self._queues: dict[Hashable, list[Waiter]] = {}
+        self._seq = itertools.count()
+
+    def _fits(self, waiter: Waiter) -> bool:
+        raise NotImplementedError
+
+    def _grant(self, waiter: Waiter) -> list[GPUDevice]:
+        raise NotImplementedError
+
+    def release(self, key: str) -> list[str]:
+        raise NotImplementedError
+
+    def _on_wait(self) -> None:
+        """Called when a request starts waiting."""
+
+    def position(self, key: str) -> tuple[int, int] | None:
+        """(1-based position, queue length) of a waiting key, else None."""
+        for queue in self._queues.values():
+            for i, w in enumerate(queue):
+                if w.key == key:
+                    return i + 1, len(queue)
+        return None
+
+    async def _take_turn(
+        self,
+        key: str,
+        queue: Hashable,
+        model: str,
+        count: int,
+        *,
+        claim: object = None,
+        timeout: float | None,
+        on_position: Callable[[int, int], None] | None,
+        timeout_message: str,
+    ) -> list[GPUDevice]:
+        """Grant at once if ``queue`` is empty and the request fits, else wait in it for a turn.
+
+        Raises QueueTimeout with ``timeout_message`` after ``timeout`` seconds.
+        """
+        if self.position(key) is not None:
+            raise AllocationError(f"{key} is already waiting for a GPU")
+        waiters = self._queues.setdefault(queue, [])
+        future = asyncio.get_running_loop().create_future()
+        waiter = Waiter(key, queue, model, count, next(self._seq), future, on_position, claim)
+        if not waiters and self._fits(waiter):
+            return self._grant(waiter)
+        waiters.append(waiter)
+        self.log.info("%s waits for %d× %s (position %d)", key, count, model, len(waiters))
+        self._report_positions()
+        self._on_wait()
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as e:
+            if waiter.future.done() and not waiter.future.cancelled():
+                # granted in the same instant the wait ended: give the GPUs back
+                self.release(key)
+            else:
+                waiter.future.cancel()
+                self._remove_waiter(waiter)
+            if isinstance(e, asyncio.TimeoutError):
+                raise QueueTimeout(timeout_message) from None
+            raise
+
+    def cancel(self, key: str) -> bool:
+        """Take a waiting key out of the queue (its acquire raises CancelledError)."""
+        for queue in self._queues.values():
+            for w in queue:
+                if w.key == key:
+                    w.future.cancel()
+                    self._remove_waiter(w)
+                    return True
+        return False
+
+    def _remove_waiter(self, waiter: Waiter) -> None:
+        queue = self._queues.get(waiter.queue, [])
+        if waiter in queue:
+            queue.remove(waiter)
+            self._drain()
+
+    def _drain(self) -> None:
+        """Grant queue heads that now fit, earliest arrival first."""
+        while True:
+            heads = sorted((q[0] for q in self._queues.values() if q), key=lambda w: w.seq)
+            head = next((w for w in heads if self._fits(w)), None)
+            if head is None:
+                break
+            self._queues[head.queue].pop(0)
+            devices = self._grant(head)
+            head.future.set_result(devices)
+            self.log.info("%s leaves the queue with %s", head.key, ", ".join(d.uuid for d in devices))
+        self._report_positions()
+
+    def _report_positions(self) -> None:
+        for queue in self._queues.values():
+            for i, w in enumerate(queue):
+                place = (i + 1, len(queue))
+                if w.on_position and w.last_reported != place:
+                    w.last_reported = place
+                    try:
+                        w.on_position(*place)
+                    except Exception:  # a reporting bug must not break the queue
+                        self.log.exception("position callback for %s failed", w.key)
+
+
+class GPUAllocator(FairQueue):
     """Assigns whole GPUs exclusively to server keys, with a FIFO queue per model."""
 
     def __init__(self, devices: list[GPUDevice]):
+        super().__init__()
         self.devices = list(devices)
         self._by_uuid = {d.uuid: d for d in self.devices}
         self._holder: dict[str, str] = {}  # device uuid -> key
         self._held: dict[str, list[str]] = {}  # key -> device uuids, in assignment order
-        # One queue per set of matching devices, so that two spellings of one
-        # model ("T4", "Tesla T4") share a queue and strict FIFO holds across them.
-        self._queues: dict[tuple[str, ...], list[_Waiter]] = {}
-        self._seq = itertools.count()
 
     # -- reading -----------------------------------------------------------
     def matching(self, model: str) -> list[GPUDevice]:
@@ -71,6 +192,8 @@ class GPUAllocator:
         return len(self._queues.get(self._queue_key(model), []))
 
     def _queue_key(self, model: str) -> tuple[str, ...]:
+        # One queue per set of matching devices, so that two spellings of one
+        # model ("T4", "Tesla T4") share a queue and strict FIFO holds across them.
         return tuple(sorted(d.uuid for d in self.matching(model)))
 
     def counts(self, model: str) -> dict:
@@ -89,14 +212,6 @@ class GPUAllocator:
 
     def assignments(self) -> dict[str, list[str]]:
         return {k: list(v) for k, v in self._held.items()}
-
-    def position(self, key: str) -> tuple[int, int] | None:
-        """(1-based position, queue length) of a waiting key, else None."""
-        for queue in self._queues.values():
-            for i, w in enumerate(queue):
-                if w.key == key:
-                    return i + 1, len(queue)
-        return None
 
     # -- changing ----------------------------------------------------------
     def _assign(self, key: str, devices: list[GPUDevice]) -> None:
@@ -131,43 +246,16 @@ class GPUAllocator:
                 f"This profile needs {count}× {model} but this host has {total}."
                 " Ask your administrator to fix the profile."
             )
-        if self.position(key) is not None:
-            raise AllocationError(f"{key} is already waiting for a GPU")
-        queue = self._queues.setdefault(self._queue_key(model), [])
-        if not queue:
-            free = self.free(model)
-            if len(free) >= count:
-                self._assign(key, free[:count])
-                return free[:count]
-        waiter = _Waiter(key, model, count, next(self._seq), asyncio.get_running_loop().create_future(), on_position)
-        queue.append(waiter)
-        log.info("%s waits for %d× %s (position %d)", key, count, model, len(queue))
-        self._report_positions()
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as e:
-            if waiter.future.done() and not waiter.future.cancelled():
-                # granted in the same instant the wait ended: give the GPUs back
-                self.release(key)
-            else:
-                waiter.future.cancel()
-                self._remove_waiter(waiter)
-            if isinstance(e, asyncio.TimeoutError):
-                raise QueueTimeout(
-                    f"No {model} became free within {_seconds(timeout)}; nothing was started."
-                    " Try again later or choose another profile."
-                ) from None
-            raise
-
-    def cancel(self, key: str) -> bool:
-        """Take a waiting key out of the queue (its acquire raises CancelledError)."""
-        for queue in self._queues.values():
-            for w in queue:
-                if w.key == key:
-                    w.future.cancel()
-                    self._remove_waiter(w)
-                    return True
-        return False
+        return await self._take_turn(
+            key,
+            self._queue_key(model),
+            model,
+            count,
+            timeout=timeout,
+            on_position=on_position,
+            timeout_message=f"No {model} became free within {_seconds(timeout)}; nothing was started."
+            " Try again later or choose another profile.",
+        )
 
     def release(self, key: str) -> list[str]:
         """Free every GPU the key holds and start waiters that now fit; returns the UUIDs freed."""
@@ -208,41 +296,13 @@ class GPUAllocator:
         return known
 
     # -- queue -------------------------------------------------------------
-    def _remove_waiter(self, waiter: _Waiter) -> None:
-        queue = self._queues.get(self._queue_key(waiter.model), [])
-        if waiter in queue:
-            queue.remove(waiter)
-            self._drain()
-            self._report_positions()
+    def _fits(self, waiter: Waiter) -> bool:
+        return len(self.free(waiter.model)) >= waiter.count
 
-    def _drain(self) -> None:
-        """Grant queue heads that now fit, earliest arrival first."""
-        while True:
-            heads = [q[0] for q in self._queues.values() if q]
-            granted = False
-            for w in sorted(heads, key=lambda w: w.seq):
-                free = self.free(w.model)
-                if len(free) >= w.count:
-                    self._queues[self._queue_key(w.model)].pop(0)
-                    self._assign(w.key, free[: w.count])
-                    w.future.set_result(free[: w.count])
-                    log.info("%s leaves the queue with %s", w.key, ", ".join(d.uuid for d in free[: w.count]))
-                    granted = True
-                    break
-            if not granted:
-                break
-        self._report_positions()
-
-    def _report_positions(self) -> None:
-        for queue in self._queues.values():
-            for i, w in enumerate(queue):
-                place = (i + 1, len(queue))
-                if w.on_position and w.last_reported != place:
-                    w.last_reported = place
-                    try:
-                        w.on_position(*place)
-                    except Exception:  # a reporting bug must not break the queue
-                        log.exception("position callback for %s failed", w.key)
+    def _grant(self, waiter: Waiter) -> list[GPUDevice]:
+        devices = self.free(waiter.model)[: waiter.count]
+        self._assign(waiter.key, devices)
+        return devices
 
 
 def _seconds(timeout: float | None) -> str:

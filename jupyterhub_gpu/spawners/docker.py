@@ -13,7 +13,6 @@ import inspect
 from datetime import datetime
 
 from dockerspawner import DockerSpawner
-from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import random_port
 from traitlets import Bool, Int, Unicode, default, validate
 
@@ -117,9 +116,7 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         return self.work_volume_template.format(username=self.escaped_name)
 
     async def gpu_prepare(self, profile, devices):
-        images = {p.image for p in await self.gpu_profiles()}
-        if profile.image not in images:  # only images named by profiles may run
-            raise SpawnException(f"Image {profile.image!r} is not allowed", reason="image")
+        await self.gpu_check_image(profile)
         self.image = profile.image
         if self.network_name == "host":
             # every host-network server needs its own port on the host

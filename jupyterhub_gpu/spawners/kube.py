@@ -16,7 +16,6 @@ GPUs and the running pods, read through the Kubernetes API and cached).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
 
@@ -24,9 +23,8 @@ from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
-from traitlets.config import Configurable
 
-from ..money import Currency, MoneyError
+from ..money import Currency
 from .kube_inventory import ClusterAllocator, ClusterInventory, fetch_with_kubernetes_asyncio
 from .kube_objects import (
     SchemaError,
@@ -40,8 +38,8 @@ from .kube_objects import (
     make_storage,
     validate_object,
 )
-from .mixin import GPUSpawnerMixin, _templates
-from .profiles import Profile, ProfileError, choose_profile, parse_profiles
+from .mixin import GPUSpawnerMixin, probe_and_check
+from .profiles import Profile, ProfileError, parse_profiles
 
 # One allocator per inventory configuration per hub process, shared by every spawner.
 _ALLOCATORS: dict[tuple, ClusterAllocator] = {}
@@ -233,24 +231,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
 
     async def _render_gpu_options_form(self, spawner=None):
         await self.allocator.inventory.get()  # cached for inventory_ttl
-        allowed, _ = await self.allowed_profiles()
-        chosen = choose_profile({}, allowed) if allowed else None
-        previous = (self.orm_spawner.user_options or {}).get("profile") if self.orm_spawner else None
-        if previous in {p.slug for p in allowed}:
-            chosen = next(p for p in allowed if p.slug == previous)
-        rows = [
-            {
-                "slug": p.slug,
-                "display_name": p.display_name,
-                "description": p.description,
-                "summary": describe_kube_profile(
-                    p, self.allocator.counts(p.gpu_model) if p.gpu_count else None, self.gpu_currency
-                ),
-                "checked": chosen is not None and p.slug == chosen.slug,
-            }
-            for p in allowed
-        ]
-        return _templates.get_template("options_form.html").render(profiles=rows, simulated=False)
+        return await super()._render_gpu_options_form(spawner)
+
+    def gpu_profile_summary(self, profile: Profile, currency: Currency) -> str:
+        return describe_kube_profile(
+            profile, self.allocator.counts(profile.gpu_model) if profile.gpu_count else None, currency
+        )
 
     async def load_user_options(self):
         """Nothing to do: ``run_pre_spawn_hook`` validated and chose our profile (``profile_list`` is unused)."""
@@ -306,9 +292,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         }
 
     async def gpu_prepare(self, profile, devices):
-        images = {p.image for p in await self.gpu_profiles()}
-        if profile.image not in images:  # only images named by profiles may run
-            raise SpawnException(f"Image {profile.image!r} is not allowed", reason="image")
+        await self.gpu_check_image(profile)
         session_id = self._gpu_session["session_id"]
         self.allocator.attach(self._gpu_key, session_id)
         base = self._gpu_base()
@@ -409,16 +393,8 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     # -- spawn progress ----------------------------------------------------
     async def progress(self):
         """The queue position and the request first, then Kubernetes' own events (scheduling, image pull)."""
-        seen = 0
-        while True:
-            while seen < len(self._gpu_events):
-                yield self._gpu_events[seen]
-                seen += 1
-            if getattr(self, "_gpu_pod_requested", False):
-                break
-            if self._gpu_events_changed is None:
-                self._gpu_events_changed = asyncio.get_running_loop().create_future()
-            await self._gpu_events_changed
+        async for event in self._gpu_progress(lambda: getattr(self, "_gpu_pod_requested", False)):
+            yield event
         async for event in KubeSpawner.progress(self):
             yield event
 
@@ -430,16 +406,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     @classmethod
     def gpu_check_config(cls, config) -> list[str]:
         """The startup check on Kubernetes: no host inventory (the cluster's is read at spawn time)."""
-        try:
-            probe = cls.__new__(cls)
-            Configurable.__init__(probe, config=config)  # validates every configured trait
-        except (TraitError, ValueError) as e:
-            return [f"{cls.__name__}: {e}"]
-        problems = []
-        try:
-            Currency.from_config(probe.currency, probe.currency_symbol)
-        except MoneyError as e:
-            problems.append(str(e))
+        probe, problems = probe_and_check(config, cls)
+        if probe is None:
+            return problems
         if probe.profile_list:
             problems.append(
                 f"{cls.__name__}: set the GPU profiles in 'profiles', not KubeSpawner's 'profile_list'"

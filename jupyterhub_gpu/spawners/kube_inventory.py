@@ -12,7 +12,8 @@ allocatable GPUs (``status.allocatable``) and GPU product (the
   caches the snapshot for ``ttl`` seconds: the form never costs an API call per
   request, and one fetch serves every concurrent caller.
 - :class:`ClusterAllocator` keeps the hub's own claims (spawns whose pod is not
-  scheduled yet) and a first-come, first-served queue per GPU kind. It has the
+  scheduled yet) and a first-come, first-served queue per GPU kind (the
+  :class:`.allocator.FairQueue` the host allocator uses too). It has the
   interface of :class:`.allocator.GPUAllocator` that the mixin uses; the
   "devices" it hands out are placeholders that only count GPUs
   (``nvidia.com/gpu:0``), never device UUIDs.
@@ -21,13 +22,12 @@ allocatable GPUs (``status.allocatable``) and GPU product (the
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .allocator import AllocationError, QueueTimeout
+from .allocator import AllocationError, FairQueue, Waiter, _seconds
 from .inventory import GPUDevice, model_matches
 from .kube_objects import MEMORY_LABEL, PRODUCT_LABEL, SESSION_LABEL, gpu_resource_for
 
@@ -256,17 +256,6 @@ class ClusterInventory:
                 log.exception("inventory listener failed")
 
 
-@dataclass(eq=False)
-class _Waiter:
-    key: str
-    claim: Claim
-    seq: int
-    future: asyncio.Future
-    on_position: Callable[[int, int], None] | None = None
-    model: str = ""
-    last_reported: tuple[int, int] | None = field(default=None)
-
-
 def placeholder_devices(resource: str, count: int, name: str, memory_mib: int) -> list[GPUDevice]:
     """What the mixin records as a session's "devices" on Kubernetes: one placeholder per GPU.
 
@@ -276,7 +265,7 @@ def placeholder_devices(resource: str, count: int, name: str, memory_mib: int) -
     return [GPUDevice(index=str(i), uuid=f"{resource}:{i}", name=name, memory_mib=memory_mib) for i in range(count)]
 
 
-class ClusterAllocator:
+class ClusterAllocator(FairQueue):
     """The hub's claims on the cluster's GPUs and a FIFO wait queue per GPU kind.
 
     A spawn for ``count`` GPUs goes ahead (its pod is created) when the cached
@@ -291,13 +280,14 @@ class ClusterAllocator:
     page shows Kubernetes' reason) until a GPU frees or the start times out.
     """
 
+    log = log
+
     def __init__(self, inventory: ClusterInventory, products_override: dict[str, list[str]] | None = None):
+        super().__init__()
         self.inventory = inventory
         self.products_override = {k: tuple(sorted(v)) for k, v in (products_override or {}).items()}
         self.devices: list[GPUDevice] = []  # none is ever simulated; the mixin reads this
         self._claims: dict[str, Claim] = {}
-        self._queues: dict[tuple, list[_Waiter]] = {}
-        self._seq = itertools.count()
         self._poller: asyncio.Task | None = None
         inventory.listeners.append(self._drain)
 
@@ -344,27 +334,7 @@ class ClusterAllocator:
     def held_by(self, key: str) -> Claim | None:
         return self._claims.get(key)
 
-    def position(self, key: str) -> tuple[int, int] | None:
-        for queue in self._queues.values():
-            for i, w in enumerate(queue):
-                if w.key == key:
-                    return i + 1, len(queue)
-        return None
-
     # -- changing ----------------------------------------------------------
-    def _fits(self, claim: Claim) -> bool:
-        snapshot = self.inventory.snapshot
-        if snapshot is None:
-            return False
-        counts = cluster_counts(snapshot, claim.resource, claim.products, self.pending(claim.resource, claim.products))
-        return counts["largest_free"] >= claim.count
-
-    def _grant(self, key: str, claim: Claim, gpu_model: str) -> list[GPUDevice]:
-        self._claims[key] = claim
-        snapshot = self.inventory.snapshot
-        memory = node_memory_mib(snapshot, claim.resource, claim.products) if snapshot else 0
-        return placeholder_devices(claim.resource, claim.count, gpu_model, memory)
-
     async def acquire(
         self,
         key: str,
@@ -393,48 +363,23 @@ class ClusterAllocator:
                 f"This profile needs {count}× {gpu_model} on one node, but {where}."
                 " Ask your administrator to fix the profile."
             )
-        if self.position(key) is not None:
-            raise AllocationError(f"{key} is already waiting for a GPU")
-        claim = Claim(resource, products, count)
-        queue = self._queues.setdefault((resource, products), [])
-        if not queue and self._fits(claim):
-            return self._grant(key, claim, gpu_model)
-        waiter = _Waiter(
-            key, claim, next(self._seq), asyncio.get_running_loop().create_future(), on_position, gpu_model
+        return await self._take_turn(
+            key,
+            (resource, products),
+            gpu_model,
+            count,
+            claim=Claim(resource, products, count),
+            timeout=timeout,
+            on_position=on_position,
+            timeout_message=f"No {gpu_model} became free in the cluster within {_seconds(timeout)};"
+            " nothing was started. Try again later or choose another profile.",
         )
-        queue.append(waiter)
-        log.info("%s waits for %d× %s (position %d)", key, count, gpu_model, len(queue))
-        self._report_positions()
-        self._ensure_poller()
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as e:
-            if waiter.future.done() and not waiter.future.cancelled():
-                self.release(key)
-            else:
-                waiter.future.cancel()
-                self._remove_waiter(waiter)
-            if isinstance(e, asyncio.TimeoutError):
-                raise QueueTimeout(
-                    f"No {gpu_model} became free in the cluster within {_seconds(timeout)}; nothing was started."
-                    " Try again later or choose another profile."
-                ) from None
-            raise
 
     def attach(self, key: str, session_id: str) -> None:
         """Note the session id of a claim's pod: once the snapshot shows it scheduled, it stops being pending."""
         claim = self._claims.get(key)
         if claim is not None:
             self._claims[key] = Claim(claim.resource, claim.products, claim.count, session_id)
-
-    def cancel(self, key: str) -> bool:
-        for queue in self._queues.values():
-            for w in queue:
-                if w.key == key:
-                    w.future.cancel()
-                    self._remove_waiter(w)
-                    return True
-        return False
 
     def release(self, key: str) -> list[str]:
         claim = self._claims.pop(key, None)
@@ -449,38 +394,22 @@ class ClusterAllocator:
         return list(uuids)
 
     # -- queue -------------------------------------------------------------
-    def _remove_waiter(self, waiter: _Waiter) -> None:
-        queue = self._queues.get((waiter.claim.resource, waiter.claim.products), [])
-        if waiter in queue:
-            queue.remove(waiter)
-            self._drain()
+    def _fits(self, waiter: Waiter) -> bool:
+        claim = waiter.claim
+        snapshot = self.inventory.snapshot
+        if snapshot is None:
+            return False
+        counts = cluster_counts(snapshot, claim.resource, claim.products, self.pending(claim.resource, claim.products))
+        return counts["largest_free"] >= claim.count
 
-    def _drain(self) -> None:
-        """Grant queue heads that now fit, earliest arrival first."""
-        while True:
-            heads = sorted((q[0] for q in self._queues.values() if q), key=lambda w: w.seq)
-            for w in heads:
-                if self._fits(w.claim):
-                    self._queues[(w.claim.resource, w.claim.products)].pop(0)
-                    w.future.set_result(self._grant(w.key, w.claim, w.model))
-                    log.info("%s leaves the queue", w.key)
-                    break
-            else:
-                break
-        self._report_positions()
+    def _grant(self, waiter: Waiter) -> list[GPUDevice]:
+        claim = waiter.claim
+        self._claims[waiter.key] = claim
+        snapshot = self.inventory.snapshot
+        memory = node_memory_mib(snapshot, claim.resource, claim.products) if snapshot else 0
+        return placeholder_devices(claim.resource, claim.count, waiter.model, memory)
 
-    def _report_positions(self) -> None:
-        for queue in self._queues.values():
-            for i, w in enumerate(queue):
-                place = (i + 1, len(queue))
-                if w.on_position and w.last_reported != place:
-                    w.last_reported = place
-                    try:
-                        w.on_position(*place)
-                    except Exception:
-                        log.exception("position callback for %s failed", w.key)
-
-    def _ensure_poller(self) -> None:
+    def _on_wait(self) -> None:
         """While anyone waits, refresh the snapshot every ``ttl`` (GPUs freed by others show up)."""
         if self._poller is None or self._poller.done():
             self._poller = asyncio.ensure_future(self._poll_while_waiting())
@@ -489,14 +418,6 @@ class ClusterAllocator:
         while any(self._queues.values()):
             await asyncio.sleep(max(self.inventory.ttl, 0.05))
             await self.inventory.get(force=True)
-
-
-def _seconds(timeout: float | None) -> str:
-    if timeout is None:
-        return "the time limit"
-    if timeout >= 120:
-        return f"{timeout / 60:g} minutes"
-    return f"{timeout:g} seconds"
 
 
 async def fetch_with_kubernetes_asyncio(api=None, request_timeout: float = 10) -> tuple[list[dict], list[dict]]:

@@ -396,6 +396,10 @@ class GPUSpawnerMixin(Configurable):
     def _gpu_options_form_default(self):
         return self._render_gpu_options_form
 
+    def gpu_profile_summary(self, profile: Profile, currency: Currency) -> str:
+        """The form's line for a profile: price, free GPUs, waiting servers."""
+        return describe_profile(profile, self.allocator, currency)
+
     async def _render_gpu_options_form(self, spawner=None):
         allowed, _ = await self.allowed_profiles()
         currency = self.gpu_currency
@@ -409,7 +413,7 @@ class GPUSpawnerMixin(Configurable):
                 "slug": p.slug,
                 "display_name": p.display_name,
                 "description": p.description,
-                "summary": describe_profile(p, self.allocator, currency),
+                "summary": self.gpu_profile_summary(p, currency),
                 "checked": chosen is not None and p.slug == chosen.slug,
             }
             for p in allowed
@@ -576,16 +580,29 @@ class GPUSpawnerMixin(Configurable):
     async def gpu_prepare(self, profile: Profile, devices: list[GPUDevice]) -> None:
         """Hook for the concrete spawner: apply the profile (image, limits) before start."""
 
-    async def progress(self):
-        """Spawn progress: queue position while waiting, then the assignment."""
+    async def gpu_check_image(self, profile: Profile) -> None:
+        """Refuse an image that no profile names: only images named by profiles may run."""
+        images = {p.image for p in await self.gpu_profiles()}
+        if profile.image not in images:
+            raise SpawnException(f"Image {profile.image!r} is not allowed", reason="image")
+
+    async def _gpu_progress(self, done=lambda: False):
+        """Our spawn events as they come (queue position, assignment), until ``done()`` after the last one."""
         seen = 0
         while True:
             while seen < len(self._gpu_events):
                 yield self._gpu_events[seen]
                 seen += 1
+            if done():
+                return
             if self._gpu_events_changed is None:
                 self._gpu_events_changed = asyncio.get_running_loop().create_future()
             await self._gpu_events_changed
+
+    async def progress(self):
+        """Spawn progress: queue position while waiting, then the assignment."""
+        async for event in self._gpu_progress():
+            yield event
 
     async def poll(self):
         """The server's status; a server found stopped has its stop recorded in the ledger here.
@@ -670,20 +687,31 @@ def config_probe(config, spawner_class):
     return probe
 
 
-def check_config(config, spawner_class) -> list[str]:
-    """Validate a hub's GPU configuration at startup; returns the problems found.
+def probe_and_check(config, spawner_class) -> tuple[object | None, list[str]]:
+    """A :func:`config_probe` and the problems every backend checks first: option values, currency.
 
-    Profiles given as a callable can only be checked at spawn time.
+    The probe is None when an option's value is invalid.
     """
     try:
         probe = config_probe(config, spawner_class)
     except (TraitError, ValueError) as e:
-        return [f"{spawner_class.__name__}: {e}"]
+        return None, [f"{spawner_class.__name__}: {e}"]
     problems = []
     try:
         Currency.from_config(probe.currency, probe.currency_symbol)
     except MoneyError as e:
         problems.append(str(e))
+    return probe, problems
+
+
+def check_config(config, spawner_class) -> list[str]:
+    """Validate a hub's GPU configuration at startup; returns the problems found.
+
+    Profiles given as a callable can only be checked at spawn time.
+    """
+    probe, problems = probe_and_check(config, spawner_class)
+    if probe is None:
+        return problems
     profiles = []
     if not callable(probe.profiles):
         try:
