@@ -162,9 +162,7 @@ export function usagePageUrl(): string | null {
     return null;
   }
   const base = hubPrefix.replace(/hub\/?$/, '');
-  return (
-    PageConfig.getOption('hubHost') + URLExt.join(base, 'services/gpu/')
-  );
+  return PageConfig.getOption('hubHost') + URLExt.join(base, 'services/gpu/');
 }
 
 /** The side panel widget. */
