@@ -45,6 +45,61 @@ def publish_pricing(app, spawner_class) -> None:
     app.log.info("jupyterhub-gpu: published %d profiles and their prices to the ledger", count)
 
 
+def known_sessions(app) -> set[str]:
+    """The GPU sessions the hub knows: in its spawners' saved states and in the spawners it has loaded."""
+    from jupyterhub import orm
+
+    known = set()
+    for orm_spawner in app.db.query(orm.Spawner):
+        session = ((orm_spawner.state or {}).get("gpu") or {}).get("session_id")
+        if session:
+            known.add(session)
+    for user in list(app.users.values()):
+        for spawner in list(user.spawners.values()):
+            session = (getattr(spawner, "_gpu_session", None) or {}).get("session_id")
+            if session:
+                known.add(session)
+    return known
+
+
+async def reap_orphans(app) -> list[str]:
+    """Stop the servers this hub launched but does not know, once, when it has loaded its spawners.
+
+    A hub killed in the middle of a spawn (after the server was launched, before the hub saved the
+    spawner's state) leaves a server behind that neither the hub nor the ledger knows, holding GPUs that
+    no saved assignment names and that the restarted hub would give out again. The backend lists its
+    servers of this hub (by the hub's API URL in their environment); those whose session no spawner
+    names are stopped. The list is read before the known sessions, so a spawn that starts meanwhile is
+    known by then (a spawner names its session before it launches anything).
+    """
+    import asyncio
+
+    spawner_class = app.spawner_class
+    if not (isinstance(spawner_class, type) and issubclass(spawner_class, GPUSpawnerMixin)):
+        return []
+    try:
+        probe = config_probe(app.config, spawner_class)
+        api_url = app.hub.api_url
+        running = await asyncio.to_thread(spawner_class.gpu_orphans, probe, api_url)
+        known = known_sessions(app)
+        reaped = []
+        for session, what, handle in running:
+            if session in known:
+                continue
+            app.log.warning(
+                "jupyterhub-gpu: stopping %s of session %s: it runs, but no server of this hub names it"
+                " (the hub was stopped in the middle of its spawn)",
+                what,
+                session,
+            )
+            await asyncio.to_thread(spawner_class.gpu_reap, probe, handle)
+            reaped.append(what)
+        return reaped
+    except Exception:  # never keep the hub from starting for this
+        app.log.exception("jupyterhub-gpu: could not look for servers left by an interrupted spawn")
+        return []
+
+
 def _install_startup_check() -> None:
     """Run :func:`_startup_check` when the hub initialises its spawners.
 
@@ -62,7 +117,9 @@ def _install_startup_check() -> None:
 
     async def init_spawners(self):
         _startup_check(self)
-        return await original(self)
+        result = await original(self)
+        await reap_orphans(self)
+        return result
 
     init_spawners._jupyterhub_gpu_check = True
     JupyterHub.init_spawners = init_spawners

@@ -17,7 +17,7 @@ from jupyterhub.utils import random_port
 from traitlets import Bool, Int, Unicode, default, validate
 
 from .mixin import GPUSpawnerMixin
-from .objects import make_container_spec, make_labels, make_volume_binds
+from .objects import LABEL_PREFIX, make_container_spec, make_labels, make_volume_binds
 
 
 class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
@@ -186,6 +186,25 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         # Docker gives nanoseconds: keep microseconds
         head, _, frac = finished.rstrip("Z").partition(".")
         return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
+
+    @classmethod
+    def gpu_orphans(cls, probe, api_url):
+        """Running containers of this hub: labelled by jupyterhub-gpu, with its API URL in their environment."""
+        client = probe.client
+        found = []
+        for c in client.containers(filters={"label": f"{LABEL_PREFIX}.managed=true"}):
+            try:
+                env = client.inspect_container(c["Id"])["Config"].get("Env") or []
+            except Exception:
+                continue  # gone since the listing
+            if f"JUPYTERHUB_API_URL={api_url}" in env:
+                session = (c.get("Labels") or {}).get(f"{LABEL_PREFIX}.session-id", "")
+                found.append((session, f"container {c['Id'][:12]} {c.get('Names')}", c["Id"]))
+        return found
+
+    @classmethod
+    def gpu_reap(cls, probe, container_id):
+        probe.client.remove_container(container_id, force=True)
 
     async def poll(self):
         status = await super().poll()  # records the stop at State.FinishedAt first

@@ -7,6 +7,8 @@ this spawner is for demos and tests, never for a shared machine.
 
 import asyncio
 import os
+import signal
+import time
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import default
@@ -62,6 +64,36 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
                 self._gpu_watch_exit(self.pid)
             except RuntimeError:  # no event loop yet
                 pass
+
+    @classmethod
+    def gpu_orphans(cls, probe, api_url):
+        """Server processes of this hub: those whose environment names its API URL and a session."""
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+            except OSError:
+                continue  # gone, or not ours to read
+            session = env.get(b"JUPYTERHUB_GPU_SESSION_ID", b"").decode()
+            if session and env.get(b"JUPYTERHUB_API_URL", b"").decode() == api_url:
+                found.append((session, f"process {entry.name}", int(entry.name)))
+        return found
+
+    @classmethod
+    def gpu_reap(cls, probe, pid):
+        """SIGTERM, then SIGKILL after 5 s."""
+        try:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                os.kill(pid, 0)
+                time.sleep(0.1)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     async def gpu_stopped_at(self):
         return self._gpu_exited_at

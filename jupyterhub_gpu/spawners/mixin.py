@@ -577,6 +577,19 @@ class GPUSpawnerMixin(Configurable):
         """When the server really stopped, if the spawner knows (Docker does); None means now."""
         return None
 
+    @classmethod
+    def gpu_orphans(cls, probe, api_url: str) -> list[tuple[str, str, object]]:
+        """The servers of this hub (``api_url``) running now, as ``(session id, description, handle)``.
+
+        Backends that launch processes or containers list them here (from their environment or
+        labels), for :meth:`gpu_reap`; the default knows none.
+        """
+        return []
+
+    @classmethod
+    def gpu_reap(cls, probe, handle) -> None:
+        """Stop one server found by :meth:`gpu_orphans` (blocking; run in a thread)."""
+
     async def gpu_prepare(self, profile: Profile, devices: list[GPUDevice]) -> None:
         """Hook for the concrete spawner: apply the profile (image, limits) before start."""
 

@@ -485,6 +485,8 @@ def containers_of(prefix: str) -> dict[str, dict]:
 
 
 def check_container_kills(hub, prefix: str, db_url: str) -> None:
+    from tests.docker.test_docker_spawner import IMAGE
+
     users = ["ctr0", "ctr1", "ctr2"]
     hub.create_users(*users)
     for user in users:
@@ -510,8 +512,19 @@ def check_container_kills(hub, prefix: str, db_url: str) -> None:
         before1 = utcnow()
         docker("kill", state["ctr1"]["object_id"])
         after1 = utcnow()
+        # and a container of this hub that no server names: what a hub killed in the middle of a spawn
+        # leaves behind (launched, state never saved)
+        ctr2_env = json.loads(docker("inspect", state["ctr2"]["object_id"]))[0]["Config"]["Env"]
+        api_url = next(e for e in ctr2_env if e.startswith("JUPYTERHUB_API_URL="))
+        orphan = docker(
+            "run", "-d", "--network", "host", "--name", f"{prefix}-orphan",
+            "--label", "jupyterhub-gpu.managed=true", "--label", "jupyterhub-gpu.session-id=orphan-session",
+            "-e", api_url, "-e", "JUPYTERHUB_GPU_SESSION_ID=orphan-session", IMAGE, "sleep", "600",
+        ).strip()  # fmt: skip
         time.sleep(2)
         hub.start()
+        if not _when(lambda: orphan not in containers_of(prefix), 30):
+            problems.append(f"the restarted hub left the orphan container {orphan[:12]} of an interrupted spawn")
         wait_for(lambda: hub.server("ctr1") is None, 30, what="the restarted hub to see ctr1's container dead")
         if not hub.server("ctr2") or not hub.server("ctr2").get("ready"):
             problems.append("the restarted hub lost ctr2's running container")

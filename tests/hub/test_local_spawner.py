@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -212,11 +213,38 @@ def test_hub_restart_keeps_servers_and_assignments(make_hub, tmp_path):
     assert hub.gpu_state("cat")["devices"] != before["ann"]
     hub.wait_ready("cat")
 
-    # after a kill -9 of the hub too
-    assert hub.stop(signal.SIGKILL) == -signal.SIGKILL
-    hub.start()
-    held = [hub.wait_ready(n)["state"]["gpu"]["devices"][0] for n in ("ann", "bob", "cat")]
-    assert len(set(held)) == 3
+    # a server launched by a spawn the hub was killed in the middle of (before it saved the spawner's
+    # state): it runs with this hub's API URL and a session no server names
+    ann_env = dict(
+        item.split("=", 1)
+        for item in open(f"/proc/{hub.wait_ready('ann')['state']['pid']}/environ").read().split("\0")
+        if "=" in item
+    )
+    orphan = subprocess.Popen(
+        ["sleep", "600"],
+        env={"JUPYTERHUB_API_URL": ann_env["JUPYTERHUB_API_URL"], "JUPYTERHUB_GPU_SESSION_ID": "orphan-session"},
+        start_new_session=True,
+    )
+    # another hub's server (another API URL) is none of this hub's business
+    stranger = subprocess.Popen(
+        ["sleep", "600"],
+        env={"JUPYTERHUB_API_URL": "http://127.0.0.1:1/hub/api", "JUPYTERHUB_GPU_SESSION_ID": "other-hub"},
+        start_new_session=True,
+    )
+    try:
+        # after a kill -9 of the hub too
+        assert hub.stop(signal.SIGKILL) == -signal.SIGKILL
+        hub.start()
+        held = [hub.wait_ready(n)["state"]["gpu"]["devices"][0] for n in ("ann", "bob", "cat")]
+        assert len(set(held)) == 3
+        # the restarted hub stopped the orphan, and only it
+        assert orphan.wait(timeout=30) == -signal.SIGTERM
+        assert stranger.poll() is None
+        assert f"stopping process {orphan.pid} of session orphan-session" in hub.log_text()
+    finally:
+        for p in (orphan, stranger):
+            p.kill()
+            p.wait()
 
 
 def test_bad_profile_in_config_stops_hub_startup(make_hub, tmp_path):
