@@ -7,7 +7,9 @@ this spawner is for demos and tests, never for a shared machine.
 
 import asyncio
 import os
+import select
 import signal
+import threading
 import time
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
@@ -30,7 +32,11 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     _gpu_watched_pid = None
 
     def _gpu_watch_exit(self, pid) -> None:
-        """Note the moment the server process ends (a pidfd on the event loop), for exact billing."""
+        """Note the moment the server process ends, for exact billing.
+
+        A thread waits on a pidfd and stamps the time as the process ends: the hub's event loop can be
+        busy for a second on a loaded machine, and the stop must not be billed late by that much.
+        """
         if not pid or pid == self._gpu_watched_pid or not hasattr(os, "pidfd_open"):
             return
         try:
@@ -41,16 +47,27 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         self._gpu_exited_at = None
         loop = asyncio.get_event_loop()
 
-        def ended():
-            self._gpu_exited_at = utcnow()
-            loop.remove_reader(fd)
-            os.close(fd)
+        def ended(at):
+            if self._gpu_watched_pid != pid:
+                return  # a later server of this spawner is watched now
+            self._gpu_exited_at = at
             session = dict(self._gpu_session)
             if session and not self._gpu_stopping:
                 # record the exact end now: a hub killed before its next poll would lose it
-                self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, self._gpu_exited_at, "exited"))
+                self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, at, "exited"))
 
-        loop.add_reader(fd, ended)
+        def wait():
+            try:
+                select.select([fd], [], [])
+                at = utcnow()
+            finally:
+                os.close(fd)
+            try:
+                loop.call_soon_threadsafe(ended, at)
+            except RuntimeError:
+                pass  # the hub is shutting down
+
+        threading.Thread(target=wait, name=f"jupyterhub-gpu-exit-{pid}", daemon=True).start()
 
     async def start(self):
         result = await super().start()
