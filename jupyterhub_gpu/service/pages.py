@@ -657,6 +657,21 @@ class StaticHandler(web.StaticFileHandler):
     def set_extra_headers(self, path):
         self.set_header("Cache-Control", "public, max-age=86400")
 
+    # A path out of the folder (or to a folder) is "not found", as any other missing file, where tornado
+    # says 403: the same answer whether or not the proxy in front normalised the ".." away.
+    @classmethod
+    def get_absolute_path(cls, root, path):
+        try:
+            return super().get_absolute_path(root, path)
+        except web.HTTPError as e:
+            raise web.HTTPError(404) if e.status_code == 403 else e from None
+
+    def validate_absolute_path(self, root, absolute_path):
+        try:
+            return super().validate_absolute_path(root, absolute_path)
+        except web.HTTPError as e:
+            raise web.HTTPError(404) if e.status_code == 403 else e from None
+
 
 def page_handlers(prefix: str) -> list:
     return [
