@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -22,10 +23,35 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+_PORTS_GIVEN: set[int] = set()
+_PORT_BLOCK = 3000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port for a test's hub, proxy, service or database.
+
+    Port 0 would draw from the kernel's ephemeral range (32768-60999 here), the range client sockets and
+    every other pytest-xdist worker draw from too: a port seen free can be taken before the server binds it.
+    So each worker takes its ports from a block of its own below that range (20000 + 3000 × worker number),
+    and never hands out the same one twice.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    low = 20000 + (index % 4) * _PORT_BLOCK
+    if len(_PORTS_GIVEN) > _PORT_BLOCK * 3 // 4:
+        _PORTS_GIVEN.clear()  # long runs: ports of finished tests are free again
+    for _ in range(10 * _PORT_BLOCK):
+        port = random.randrange(low, low + _PORT_BLOCK)
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free port in {low}-{low + _PORT_BLOCK}")
 
 
 def wait_for(predicate, timeout=60.0, interval=0.2, what="condition"):

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import smtplib
-import socket
 from dataclasses import replace
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -39,12 +38,6 @@ DEC = datetime(2026, 11, 30, 16, 0, tzinfo=timezone.utc)
 JAN = datetime(2026, 12, 31, 16, 0, tzinfo=timezone.utc)
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 SHANGHAI = ZoneInfo("Asia/Shanghai")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_alert(**changes) -> BudgetAlert:
