@@ -391,17 +391,8 @@ def run_chaos(make_hub, tmp_path: Path, db_url: str, seed: int) -> None:
                     request_start(hub, p, log)
                     p.phase = "starting"
                 elif p.phase == "starting":
-                    if server and server.get("ready"):
-                        p.phase, p.ready_at = "running", now
-                        p.pid = (server.get("state") or {}).get("pid")
-                        p.session_id = ((server.get("state") or {}).get("gpu") or {}).get("session_id")
-                        log(f"{p.user} ready ({p.profile}, pid {p.pid}), stops in {p.duration:.0f}s")
-                    elif server is None and time.monotonic() - p.last_start > 5:
-                        # the spawn was lost (the hub was killed during it): ask again
-                        if p.start_requests >= 5:
-                            raise AssertionError(f"{p.user} did not start after {p.start_requests} requests")
-                        p.notes.append(f"start requested again at {now:.1f}s")
-                        request_start(hub, p, log)
+                    if step_starting(hub, p, server, now, log):
+                        log(f"{p.user} stops in {p.duration:.0f}s")
                 elif p.phase == "running" and now >= p.ready_at + p.duration:
                     p.delete_sent = utcnow()
                     p.last_delete = now
@@ -472,6 +463,24 @@ def request_start(hub, plan: Plan, log) -> None:
     log(f"{plan.user} start {plan.profile} -> {r.status_code}")
     if r.status_code not in (201, 202, 400):
         raise AssertionError(f"start of {plan.user} refused: {r.status_code} {r.text}")
+
+
+def step_starting(hub, plan: Plan, server: dict | None, now: float, log) -> bool:
+    """A plan whose start was asked for: running once the hub says its server is ready (True then), or
+    asked again when the spawn was lost (the hub was killed during it)."""
+    if server and server.get("ready"):
+        state = server.get("state") or {}
+        plan.phase, plan.ready_at = "running", now
+        plan.pid = state.get("pid")
+        plan.session_id = (state.get("gpu") or {}).get("session_id")
+        log(f"{plan.user} ready ({plan.profile}, pid {plan.pid})")
+        return True
+    if server is None and time.monotonic() - plan.last_start > 5:
+        if plan.start_requests >= 5:
+            raise AssertionError(f"{plan.user} did not start after {plan.start_requests} requests")
+        plan.notes.append(f"start requested again at {now:.1f}s")
+        request_start(hub, plan, log)
+    return False
 
 
 def check_state_assignments(servers: dict[str, dict], conflicts: list[str]) -> None:

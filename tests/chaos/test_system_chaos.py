@@ -58,8 +58,11 @@ from tests.chaos.test_ledger_chaos import (
     check_state_assignments,
     report_and_check,
     request_start,
+    step_starting,
 )
 from tests.conftest import wait_for
+from tests.docker.test_docker_spawner import IMAGE, docker, remove_by_prefix
+from tests.docker.test_docker_spawner import config as docker_hub_config
 from tests.service.conftest import gpu_hub_config
 
 pytestmark = [pytest.mark.chaos, pytest.mark.hub]
@@ -280,16 +283,7 @@ def run_system_chaos(make_hub, tmp_path: Path, db_url: str, seed: int, sessions:
                     request_start(hub, p, log)
                     p.phase = "starting"
                 elif p.phase == "starting":
-                    if server and server.get("ready"):
-                        p.phase, p.ready_at = "running", now
-                        p.pid = (server.get("state") or {}).get("pid")
-                        p.session_id = ((server.get("state") or {}).get("gpu") or {}).get("session_id")
-                        log(f"{p.user} ready ({p.profile}, pid {p.pid})")
-                    elif server is None and time.monotonic() - p.last_start > 5:
-                        if p.start_requests >= 5:
-                            raise AssertionError(f"{p.user} did not start after {p.start_requests} requests")
-                        p.notes.append(f"start requested again at {now:.1f}s")
-                        request_start(hub, p, log)
+                    step_starting(hub, p, server, now, log)
                 elif p.phase == "running" and p.user in schedule.cullable:
                     if server is None:  # stopped by the service's culler
                         p.gone, p.phase = utcnow(), "done"
@@ -442,18 +436,9 @@ def test_kill_9_of_hub_service_and_servers_during_20_sessions(make_hub, tmp_path
 # -- containers -------------------------------------------------------------------------------------------
 
 
-def docker(*args: str, check: bool = True) -> str:
-    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
-    if check and r.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} failed: {r.stderr}")
-    return r.stdout.strip()
-
-
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_container_kills_are_charged_to_their_end_and_leave_no_container(make_hub, tmp_path):
-    from tests.docker.test_docker_spawner import IMAGE, config
-
     if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode:
         pytest.fail(f"test image {IMAGE} missing: run `make test-image`")
     prefix = f"jhgpu-chaos-{uuid.uuid4().hex[:6]}"
@@ -465,15 +450,12 @@ c.JupyterHub.cleanup_servers = False
 c.Spawner.poll_interval = 2
 c.GPUDockerSpawner.ledger_db_url = {db_url!r}
 """
-    hub = make_hub(config(datasets, prefix) + extra)
+    hub = make_hub(docker_hub_config(datasets, prefix) + extra)
     try:
         check_container_kills(hub, prefix, db_url)
     finally:
         hub.cleanup()
-        for cid in docker("ps", "-aq", "--filter", f"name={prefix}").split():
-            docker("rm", "-f", cid, check=False)
-        for vol in docker("volume", "ls", "-q", "--filter", f"name={prefix}").split():
-            docker("volume", "rm", "-f", vol, check=False)
+        remove_by_prefix(prefix)
 
 
 def containers_of(prefix: str) -> dict[str, dict]:
@@ -485,8 +467,6 @@ def containers_of(prefix: str) -> dict[str, dict]:
 
 
 def check_container_kills(hub, prefix: str, db_url: str) -> None:
-    from tests.docker.test_docker_spawner import IMAGE
-
     users = ["ctr0", "ctr1", "ctr2"]
     hub.create_users(*users)
     for user in users:

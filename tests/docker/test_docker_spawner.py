@@ -23,11 +23,28 @@ IMAGE = "jupyterhub-gpu/test-singleuser:latest"
 GPUS = [f"GPU-{uuid.UUID(int=i)}" for i in range(1, 4)]
 
 
-def docker(*args: str, check=True) -> str:
-    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+def docker(*args: str, check=True, timeout=120) -> str:
+    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} failed: {r.stderr}")
+        raise AssertionError(f"docker {' '.join(args)} failed ({r.returncode}): {r.stderr[-3000:]}")
     return r.stdout.strip()
+
+
+def seed_datasets(name: str) -> None:
+    """Create the shared datasets volume ``name`` with one file in it (written as root, read-only later)."""
+    docker("volume", "create", name)
+    docker(
+        "run", "--rm", "--network", "none", "--user", "0", "-v", f"{name}:/d", "--entrypoint", "sh", IMAGE,
+        "-c", "echo shared > /d/readme.txt",
+    )  # fmt: skip
+
+
+def remove_by_prefix(prefix: str) -> None:
+    """Remove every container and volume whose name starts with a test's prefix."""
+    for cid in docker("ps", "-aq", "--filter", f"name={prefix}").split():
+        docker("rm", "-f", cid, check=False)
+    for vol in docker("volume", "ls", "-q", "--filter", f"name={prefix}").split():
+        docker("volume", "rm", "-f", vol, check=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,11 +58,7 @@ def engine():
 @pytest.fixture
 def datasets():
     name = f"jupyterhub-gpu-test-datasets-{uuid.uuid4().hex[:8]}"
-    docker("volume", "create", name)
-    docker(
-        "run", "--rm", "--network", "none", "--user", "0", "-v", f"{name}:/d", "--entrypoint", "sh", IMAGE,
-        "-c", "echo shared > /d/readme.txt",
-    )  # fmt: skip
+    seed_datasets(name)
     yield name
     docker("volume", "rm", "-f", name, check=False)
 
@@ -81,10 +94,7 @@ def hub(make_hub, datasets):
     hub.prefix = prefix
     yield hub
     hub.cleanup()
-    for cid in docker("ps", "-aq", "--filter", f"name={prefix}").split():
-        docker("rm", "-f", cid, check=False)
-    for vol in docker("volume", "ls", "-q", "--filter", f"name={prefix}").split():
-        docker("volume", "rm", "-f", vol, check=False)
+    remove_by_prefix(prefix)
 
 
 def inspect(hub, user: str) -> dict:

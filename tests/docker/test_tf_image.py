@@ -8,6 +8,7 @@ out by the test-only switch, as in test_docker_spawner.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 import subprocess
@@ -20,6 +21,8 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
 from tests.conftest import Hub, wait_for
+from tests.docker.test_docker_spawner import docker as docker_command
+from tests.docker.test_docker_spawner import remove_by_prefix
 
 pytestmark = pytest.mark.docker
 
@@ -28,11 +31,8 @@ GPUS = [f"GPU-{uuid.UUID(int=i)}" for i in range(11, 13)]
 EXAMPLE = "/opt/jupyterhub-gpu/examples/train-checkpoint-resume.ipynb"
 
 
-def docker(*args: str, check=True, timeout=180) -> str:
-    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} failed ({r.returncode}): {r.stderr[-3000:]}")
-    return r.stdout.strip()
+# TensorFlow in a container is slow to start: three minutes a docker command
+docker = functools.partial(docker_command, timeout=180)
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +66,7 @@ c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
     hub.start()
     yield hub
     hub.cleanup()
-    for cid in docker("ps", "-aq", "--filter", f"name={prefix}").split():
-        docker("rm", "-f", cid, check=False)
-    for vol in docker("volume", "ls", "-q", "--filter", f"name={prefix}").split():
-        docker("volume", "rm", "-f", vol, check=False)
+    remove_by_prefix(prefix)
 
 
 def container(hub, user: str) -> str:

@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from tests.docker.test_docker_spawner import GPUS, IMAGE, config, docker
+from tests.docker.test_docker_spawner import GPUS, IMAGE, config, docker, remove_by_prefix, seed_datasets
 
 pytestmark = pytest.mark.docker
 
@@ -59,19 +59,12 @@ def engine():
 def hardened_hub(make_hub):
     prefix = f"jhgpu-harden-{uuid.uuid4().hex[:6]}"
     datasets = f"{prefix}-datasets"
-    docker("volume", "create", datasets)
-    docker(
-        "run", "--rm", "--network", "none", "--user", "0", "-v", f"{datasets}:/d", "--entrypoint", "sh", IMAGE,
-        "-c", "echo shared > /d/readme.txt",
-    )  # fmt: skip
+    seed_datasets(datasets)
     hub = make_hub(config(datasets, prefix) + HOSTILE_EXTRAS)
     hub.prefix, hub.datasets = prefix, datasets
     yield hub
     hub.cleanup()
-    for cid in docker("ps", "-aq", "--filter", f"name={prefix}").split():
-        docker("rm", "-f", cid, check=False)
-    for vol in docker("volume", "ls", "-q", "--filter", f"name={prefix}").split():
-        docker("volume", "rm", "-f", vol, check=False)
+    remove_by_prefix(prefix)
 
 
 def process_status(cid: str) -> dict[str, dict[str, str]]:
