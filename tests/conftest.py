@@ -33,11 +33,12 @@ def free_port() -> int:
     Port 0 would draw from the kernel's ephemeral range (32768-60999 here), the range client sockets and
     every other pytest-xdist worker draw from too: a port seen free can be taken before the server binds it.
     So each worker takes its ports from a block of its own below that range (20000 + 3000 × worker number),
-    and never hands out the same one twice.
+    and never hands out the same one twice. ``JUPYTERHUB_GPU_TEST_PORT_LOW`` moves the blocks (default 20000),
+    so that several pytest runs on one machine (developers working side by side) do not share a block.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker[2:].isdigit() else 0
-    low = 20000 + (index % 4) * _PORT_BLOCK
+    low = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_LOW", "20000")) + (index % 4) * _PORT_BLOCK
     if len(_PORTS_GIVEN) > _PORT_BLOCK * 3 // 4:
         _PORTS_GIVEN.clear()  # long runs: ports of finished tests are free again
     for _ in range(10 * _PORT_BLOCK):
