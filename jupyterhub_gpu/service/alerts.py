@@ -42,11 +42,36 @@ from .metering import UNITS, BudgetStatus
 
 log = logging.getLogger("jupyterhub_gpu.alerts")
 
+#: The default thresholds; any whole percentage from 1 to 100 can be delivered (see :func:`parse_thresholds`).
 THRESHOLDS = (80, 95, 100)
 CHANNELS = ("lab", "email", "webhook")
 WEBHOOK_FORMATS = ("json", "slack")
-#: The Lab notice level of each threshold.
+#: The Lab notice level of each tier of thresholds (see :func:`tier`).
 LEVELS = {80: "info", 95: "warning", 100: "error"}
+
+
+def tier(threshold: int) -> int:
+    """The templates a threshold is worded with: 100 (used up), 95 (from 95%: almost) or 80 (below)."""
+    return 100 if threshold >= 100 else 95 if threshold >= 95 else 80
+
+
+def parse_thresholds(values, what: str = "alert_thresholds") -> tuple[int, ...]:
+    """Warning thresholds as configured: whole percentages from 1 to 99 (100, always sent, may be listed).
+
+    Returns them sorted without duplicates and without 100; ValueError naming
+    the setting and the bad value otherwise, so that a service never starts
+    with thresholds its alerts cannot deliver.
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
+        raise ValueError(f"{what} must be a list of whole percentages such as [80, 95], got {values!r}")
+    for t in values:
+        if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= 100:
+            raise ValueError(
+                f"{what} must be whole percentages from 1 to 99 (the 100% notice is always sent),"
+                f" such as [80, 95]; {t!r} is not one"
+            )
+    return tuple(sorted({t for t in values if t < 100}))
+
 
 #: Every string a user, instructor or admin reads. Replace the values (keeping the
 #: ``{fields}``) to translate; ``budget.*`` and ``grace.*`` fill the other templates.
@@ -226,7 +251,7 @@ class BudgetAlert:
     budget_key: str  # "user:alice" | "group:cs231n"
     scope: str  # "user" | "group"
     subject: str
-    threshold: int  # 80 | 95 | 100
+    threshold: int  # a percentage from 1 to 100 (80 | 95 | 100 by default)
     used: Decimal  # money, or GPU-hours
     limit: Decimal
     unit: str  # "money" | "gpu_hours"
@@ -238,6 +263,8 @@ class BudgetAlert:
     grace_seconds: int = 0
     #: The lab's time zone, for the period's dates in messages.
     tz: tzinfo = timezone.utc
+    #: The budget's revision (``BudgetRule.revision``): alerts go out once per revision and period.
+    revision: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "groups", tuple(self.groups))
@@ -245,8 +272,8 @@ class BudgetAlert:
             raise ValueError(f"scope must be 'user' or 'group', got {self.scope!r}")
         if self.budget_key != f"{self.scope}:{self.subject}":
             raise ValueError(f"budget_key {self.budget_key!r} does not match {self.scope}:{self.subject}")
-        if self.threshold not in THRESHOLDS:
-            raise ValueError(f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}")
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or not 1 <= self.threshold <= 100:
+            raise ValueError(f"threshold must be a whole percentage from 1 to 100, got {self.threshold!r}")
         if self.unit not in UNITS:
             raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
         object.__setattr__(self, "used", parse_amount(self.used, "used"))
@@ -288,6 +315,7 @@ class BudgetAlert:
             currency=currency,
             grace_seconds=grace_seconds,
             tz=tz,
+            revision=rule.revision,
         )
 
 
@@ -330,9 +358,9 @@ def _email_parts(alert: BudgetAlert) -> tuple[str, str, str]:
     """The subject, summary and advice of an alert, in the third person."""
     values = _fields(alert, own=False)
     return (
-        MESSAGES[f"subject.{alert.threshold}"].format(**values),
+        MESSAGES[f"subject.{tier(alert.threshold)}"].format(**values),
         MESSAGES["summary.100" if alert.threshold == 100 else "summary"].format(**values),
-        MESSAGES[f"advice.{alert.threshold}"].format(**values),
+        MESSAGES[f"advice.{tier(alert.threshold)}"].format(**values),
     )
 
 
@@ -344,7 +372,7 @@ def alert_text(alert: BudgetAlert) -> tuple[str, str]:
 
 def lab_text(alert: BudgetAlert) -> str:
     """The notice the user's JupyterLab shows."""
-    return MESSAGES[f"lab.{alert.threshold}"].format(**_fields(alert, own=True))
+    return MESSAGES[f"lab.{tier(alert.threshold)}"].format(**_fields(alert, own=True))
 
 
 def recipients(alert: BudgetAlert, settings: AlertSettings) -> list[str]:
@@ -492,7 +520,7 @@ async def deliver(alert: BudgetAlert, settings: AlertSettings, ledger, now: date
     key = (alert.user, alert.budget_key, alert.period_start, alert.threshold)
 
     async def channel(name: str, send) -> None:
-        if not ledger.claim_alert(*key, name, now):
+        if not ledger.claim_alert(*key, name, now, alert.revision):
             return
         try:
             await send()
@@ -507,14 +535,16 @@ async def deliver(alert: BudgetAlert, settings: AlertSettings, ledger, now: date
                 exc_info=not isinstance(e, _EXPECTED_FAILURES),
             )
             try:
-                ledger.release_alert(*key, name)
+                ledger.release_alert(*key, name, alert.revision)
             except Exception:
                 log.exception("Could not release the %s alert claim of %s; it will not be retried", name, alert.user)
         else:
             sent[name] = True
 
     async def lab():
-        ledger.add_notice(alert.user, kind="budget", message=lab_text(alert), now=now, level=LEVELS[alert.threshold])
+        ledger.add_notice(
+            alert.user, kind="budget", message=lab_text(alert), now=now, level=LEVELS[tier(alert.threshold)]
+        )
 
     await channel("lab", lab)
     if settings.email_enabled:

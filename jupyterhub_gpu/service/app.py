@@ -87,9 +87,16 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
-    alert_thresholds = List(Int(), default_value=[80, 95], help="Budget percentages that send a warning.").tag(
-        config=True
-    )
+    alert_thresholds = List(
+        default_value=[80, 95],
+        help="""
+        Budget percentages that send a warning: whole numbers from 1 to 99 (the 100%
+        notice, before the stop, is always sent). Anything else stops the service at
+        start-up with a message naming the value.
+
+            c.GPUService.alert_thresholds = [50, 80, 95]
+        """,
+    ).tag(config=True)
     budget_grace_seconds = Float(
         300, help="Seconds between the 100% notice and the stop of an over-budget server."
     ).tag(config=True)
@@ -225,9 +232,9 @@ class GPUService(Application):
 
     @validate("alert_thresholds")
     def _valid_thresholds(self, proposal):
-        if any(not 0 < t < 100 for t in proposal.value):
-            raise ValueError(f"alert_thresholds must be percentages between 0 and 100, got {proposal.value}")
-        return sorted(set(proposal.value))
+        from .alerts import parse_thresholds
+
+        return list(parse_thresholds(proposal.value, "GPUService.alert_thresholds"))
 
     @default("log_level")
     def _log_level(self):
@@ -235,9 +242,15 @@ class GPUService(Application):
 
     # -- wiring --------------------------------------------------------------------
     def initialize(self, argv=None):
-        super().initialize(argv)
-        if os.path.exists(self.config_file):
-            self.load_config_file(self.config_file)
+        from traitlets import TraitError
+
+        try:
+            super().initialize(argv)
+            if os.path.exists(self.config_file):
+                self.load_config_file(self.config_file)
+        except (TraitError, ValueError) as e:  # a setting that cannot work: say which, and do not start
+            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
+            self.exit(1)
         try:
             self.currency_info = Currency.from_config(self.currency, self.currency_symbol)
         except MoneyError as e:
@@ -379,23 +392,39 @@ class GPUService(Application):
                 self.last_reconcile = now
                 if summary["closed"] or summary["recorded"]:
                     self.log.info("reconciled with the hub: %s", summary)
-            await enforce_budgets(
-                self.ledger,
-                self.hub,
-                now,
-                self.tz,
-                self.notify,
-                thresholds=tuple(self.alert_thresholds),
-                grace=timedelta(seconds=self.budget_grace_seconds),
-                channels=self.alert_channels,
-            )
-            await enforce_culling(self.ledger, self.hub, now, self.cull_config, self.notify_cull, self.tz)
-            await enforce_jobs(self.ledger, self.hub, now)
-            await announce_finished_runs(self.ledger, now, self.announce_run, self.alert_channels)
         except HubAPIError as e:
             self.log.warning("hub unreachable during the tick: %s", e)
         except Exception:
-            self.log.exception("metering tick failed")
+            self.log.exception("reconciliation failed in this tick")
+        # each part on its own: budgets failing must not keep culling or job limits from running
+        parts = [
+            (
+                "budgets",
+                lambda: enforce_budgets(
+                    self.ledger,
+                    self.hub,
+                    now,
+                    self.tz,
+                    self.notify,
+                    thresholds=tuple(self.alert_thresholds),
+                    grace=timedelta(seconds=self.budget_grace_seconds),
+                    channels=self.alert_channels,
+                ),
+            ),
+            (
+                "culling",
+                lambda: enforce_culling(self.ledger, self.hub, now, self.cull_config, self.notify_cull, self.tz),
+            ),
+            ("jobs", lambda: enforce_jobs(self.ledger, self.hub, now)),
+            ("run notices", lambda: announce_finished_runs(self.ledger, now, self.announce_run, self.alert_channels)),
+        ]
+        for name, part in parts:
+            try:
+                await part()
+            except HubAPIError as e:
+                self.log.warning("hub unreachable during the tick (%s): %s", name, e)
+            except Exception:
+                self.log.exception("metering tick: %s failed; the rest of the tick goes on", name)
         await self.advice_tick(now)
 
     async def advice_tick(self, now) -> None:

@@ -9,12 +9,13 @@ money as integer micro-units.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
@@ -37,7 +38,16 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from .metering import BudgetRule, UsageRow, charge
+from .metering import (
+    BudgetRule,
+    BudgetStatus,
+    UsageRow,
+    charge,
+    rule_window,
+    session_row,
+    status_from_totals,
+    window_totals,
+)
 
 log = logging.getLogger("jupyterhub_gpu.ledger")
 
@@ -50,6 +60,12 @@ def _naive(moment: datetime) -> datetime:
 
 def _aware(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=timezone.utc) if moment is not None and moment.tzinfo is None else moment
+
+
+def _usage_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_count, naive_now) -> UsageRow:
+    """A :class:`UsageRow` from a session's stored columns (naive UTC times)."""
+    row = session_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_count, naive_now)
+    return dataclasses.replace(row, started=_aware(started))
 
 
 class Base(DeclarativeBase):
@@ -65,6 +81,8 @@ class SessionRecord(Base):
     user: Mapped[str] = mapped_column(String(255), index=True)
     server_name: Mapped[str] = mapped_column(String(255), default="")
     groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list, the user's groups at start
+    # the one group whose budget pays for the session (None: the user was in no group)
+    pool: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
     profile: Mapped[str] = mapped_column(String(64))
     gpus: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of device UUIDs
     gpu_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -108,6 +126,11 @@ class Budget(Base):
     term_end: Mapped[date | None] = mapped_column(Date, nullable=True)
     updated: Mapped[datetime] = mapped_column(DateTime)
 
+    @property
+    def revision(self) -> str:
+        """Changes with every edit: alerts are sent once per revision of a budget and period."""
+        return _naive(self.updated).isoformat() if self.updated else ""
+
     def rule(self) -> BudgetRule:
         return BudgetRule(
             scope=self.scope,
@@ -117,15 +140,18 @@ class Budget(Base):
             limit=Decimal(self.limit),
             term_start=self.term_start,
             term_end=self.term_end,
+            revision=self.revision,
         )
 
 
 class AlertSent(Base):
-    """An alert sent once per user, budget, period, threshold and channel."""
+    """An alert sent once per user, budget revision, period, threshold and channel."""
 
     __tablename__ = "gpu_alerts"
     __table_args__ = (
-        UniqueConstraint("user", "budget_key", "period_start", "threshold", "channel", name="uq_alert_once"),
+        UniqueConstraint(
+            "user", "budget_key", "period_start", "threshold", "channel", "revision", name="uq_alert_once"
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -135,6 +161,8 @@ class AlertSent(Base):
     threshold: Mapped[int] = mapped_column(Integer)
     channel: Mapped[str] = mapped_column(String(16))  # email | webhook | lab
     sent: Mapped[datetime] = mapped_column(DateTime)
+    # the budget's revision (Budget.revision) when sent: an edited budget alerts afresh
+    revision: Mapped[str] = mapped_column(String(40), default="", server_default="")
 
 
 class Notice(Base):
@@ -189,6 +217,39 @@ class SessionStart:
     currency: str
     started: datetime
     simulated: bool = False
+    #: The one group whose budget pays; None: the default, the first of ``groups`` in sorted order.
+    pool: str | None = None
+
+    def pool_name(self) -> str | None:
+        """The group that pays; ValueError for a pool that is not one of the user's groups."""
+        if self.pool is None:
+            return default_pool(self.groups)
+        if self.pool not in self.groups:
+            raise ValueError(
+                f"session {self.id}: the pool {self.pool!r} is not one of the groups {sorted(self.groups)}"
+            )
+        return self.pool
+
+
+def default_pool(groups) -> str | None:
+    """The documented default pool of a session: the first of its groups in sorted order (also for old rows)."""
+    names = sorted(groups)
+    return names[0] if names else None
+
+
+def sessions_overlapping(query, start: datetime | None, end: datetime | None):
+    """``query`` narrowed to sessions with a billed minute that may start in ``[start, end)``.
+
+    A session's minutes start in ``[started, stopped)`` (a zero-length one: at
+    ``started``), so it overlaps when it started before ``end`` and had not
+    stopped by ``start``.
+    """
+    s = SessionRecord
+    if end is not None:
+        query = query.where(s.started < _naive(end))
+    if start is not None:
+        query = query.where(s.stopped.is_(None) | (s.stopped > _naive(start)) | (s.started >= _naive(start)))
+    return query
 
 
 def sessions_started(
@@ -281,6 +342,7 @@ class Ledger:
                     user=start.user,
                     server_name=start.server_name,
                     groups=json.dumps(sorted(start.groups)),
+                    pool=start.pool_name(),
                     profile=start.profile,
                     gpus=json.dumps(list(start.gpus)),
                     gpu_count=len(start.gpus),
@@ -384,10 +446,22 @@ class Ledger:
         since: datetime | None = None,
         until: datetime | None = None,
         group: str | None = None,
+        overlapping: bool = False,
+        pool: str | None = None,
     ) -> list[SessionRecord]:
-        """Sessions that started in ``[since, until)``, optionally of one user or group."""
+        """Sessions that started in ``[since, until)``, optionally of one user, group (at start) or pool.
+
+        With ``overlapping``, the sessions with a billed minute in the window
+        instead (started before ``until``, not stopped before ``since``), for
+        reports that count each minute in the period in which it falls.
+        """
         query = select(SessionRecord).order_by(SessionRecord.started, SessionRecord.id)
-        query = sessions_started(query, since, until, group, user)
+        if overlapping:
+            query = sessions_overlapping(sessions_started(query, None, None, group, user), since, until)
+        else:
+            query = sessions_started(query, since, until, group, user)
+        if pool is not None:
+            query = query.where(SessionRecord.pool == pool)
         with self.Session() as db:
             records = list(db.scalars(query))
         if group is not None:  # the LIKE above is a pre-filter; check exactly
@@ -396,33 +470,33 @@ class Ledger:
 
     @staticmethod
     def usage_rows(records: Iterable[SessionRecord], now: datetime) -> list[UsageRow]:
-        """Budget-relevant charges: stored for stopped sessions, computed live for running ones."""
-        rows = []
+        """Budget-relevant charges: stored for stopped sessions, computed live for running ones.
+
+        Each row keeps its minutes, rate and GPU count, so that budgets split it
+        at period boundaries (:func:`.metering.minutes_in_window`).
+        """
         naive_now = _naive(now)
-        for r in records:
-            if r.stopped is not None:
-                cost, gpu_minutes = r.cost_micros or 0, (r.minutes or 0) * r.gpu_count
-            else:
-                c = charge(r.started, max(naive_now, r.started), r.rate_micros, r.gpu_count)
-                cost, gpu_minutes = c.cost_micros, c.gpu_minutes
-            rows.append(
-                UsageRow(
-                    session_id=r.id,
-                    user=r.user,
-                    groups=tuple(r.group_list),
-                    started=_aware(r.started),
-                    cost_micros=cost,
-                    gpu_minutes=gpu_minutes,
-                    running=r.stopped is None,
-                )
+        return [
+            _usage_row(
+                r.id,
+                r.user,
+                tuple(r.group_list),
+                r.pool,
+                r.started,
+                r.stopped,
+                r.minutes,
+                r.rate_micros,
+                r.gpu_count,
+                naive_now,
             )
-        return rows
+            for r in records
+        ]
 
     def rows_for(self, user: str, groups, now: datetime, since: datetime) -> list[UsageRow]:
-        """Usage rows of a user's sessions and of their groups' sessions since ``since``."""
-        records = {r.id: r for r in self.sessions(user=user, since=since)}
+        """Usage rows of a user's sessions and of their groups' pools with a minute at or after ``since``."""
+        records = {r.id: r for r in self.sessions(user=user, since=since, overlapping=True)}
         for group in groups:
-            records.update((r.id, r) for r in self.sessions(group=group, since=since))
+            records.update((r.id, r) for r in self.sessions(pool=group, since=since, overlapping=True))
         return self.usage_rows(records.values(), now)
 
     # -- budgets -------------------------------------------------------------------
@@ -431,7 +505,14 @@ class Ledger:
             return list(db.scalars(select(Budget).order_by(Budget.scope, Budget.subject)))
 
     def budget_rules(self) -> list[BudgetRule]:
-        return [b.rule() for b in self.budgets()]
+        """Every budget as a rule; a damaged row (a limit that is no number) is logged and left out."""
+        rules = []
+        for b in self.budgets():
+            try:
+                rules.append(b.rule())
+            except (ArithmeticError, ValueError, TypeError) as e:
+                log.error("budget %s:%s has an unusable limit %r and is ignored: %s", b.scope, b.subject, b.limit, e)
+        return rules
 
     def get_budget(self, scope: str, subject: str) -> Budget | None:
         with self.Session() as db:
@@ -449,7 +530,9 @@ class Ledger:
             budget.limit = str(rule.limit)
             budget.term_start = rule.term_start
             budget.term_end = rule.term_end
-            budget.updated = _naive(now)
+            # the revision of the budget's alerts: a new one with every edit, even within one clock tick
+            previous = budget.updated
+            budget.updated = _naive(now) if previous is None else max(_naive(now), previous + timedelta(microseconds=1))
             db.commit()
             return budget
 
@@ -464,9 +547,16 @@ class Ledger:
 
     # -- alerts and notices ----------------------------------------------------------
     def claim_alert(
-        self, user: str, budget_key: str, period_start: datetime, threshold: int, channel: str, now: datetime
+        self,
+        user: str,
+        budget_key: str,
+        period_start: datetime,
+        threshold: int,
+        channel: str,
+        now: datetime,
+        revision: str = "",
     ) -> bool:
-        """Record an alert before sending it; False if it was already sent (once per period)."""
+        """Record an alert before sending it; False if it was already sent (once per period and budget revision)."""
         with self.Session() as db:
             db.add(
                 AlertSent(
@@ -476,6 +566,7 @@ class Ledger:
                     threshold=threshold,
                     channel=channel,
                     sent=_naive(now),
+                    revision=revision,
                 )
             )
             try:
@@ -490,27 +581,96 @@ class Ledger:
         with self.Session() as db:
             return list(db.scalars(select(AlertSent).where(AlertSent.period_start >= _naive(since))))
 
-    def usage_since(self, since: datetime, now: datetime) -> list[UsageRow]:
-        """The usage rows of every session started since ``since``: plain rows, no ORM objects."""
+    def window_totals(
+        self,
+        start: datetime,
+        end: datetime,
+        now: datetime,
+        users: Iterable[str] | None = None,
+        pools: Iterable[str] | None = None,
+    ) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        """Money (micro-units) and GPU-minutes of the minutes in ``[start, end)``, per user and per pool.
+
+        Never loads every session: the stopped sessions wholly inside the window
+        are summed in SQL (one row per user and pool), and only the sessions that
+        run across a boundary of the window or are still running are loaded and
+        split minute by minute (:func:`.metering.window_totals`, the same rule as
+        everywhere). ``users`` and ``pools`` narrow the query to the subjects
+        asked about (None: everyone).
+        """
+        from sqlalchemy import func, or_
+
         s = SessionRecord
-        query = select(
-            s.id, s.user, s.groups, s.started, s.stopped, s.cost_micros, s.minutes, s.gpu_count, s.rate_micros
-        ).where(s.started >= _naive(since))
+        a, b = _naive(start), _naive(end)
+        inside = (s.stopped.is_not(None), s.started >= a, s.started < b, s.stopped <= b)
+        narrow = []
+        users = None if users is None else sorted(set(users))
+        pools = None if pools is None else sorted(set(pools))
+        if users is not None or pools is not None:
+            if len(users or ()) + len(pools or ()) <= 500:  # else one unfiltered pass is cheaper than many
+                narrow = [or_(s.user.in_(users or []), s.pool.in_(pools or []))]
+        closed = (
+            select(
+                s.user,
+                s.pool,
+                func.coalesce(func.sum(s.cost_micros), 0),
+                func.coalesce(func.sum(s.minutes * s.gpu_count), 0),
+            )
+            .where(*inside, *narrow)
+            .group_by(s.user, s.pool)
+        )
+        crossing = sessions_overlapping(
+            select(s.id, s.user, s.pool, s.started, s.stopped, s.minutes, s.rate_micros, s.gpu_count), start, end
+        ).where(~(s.stopped.is_not(None) & (s.started >= a) & (s.stopped <= b)), *narrow)
         naive_now = _naive(now)
-        parsed: dict[str, tuple[str, ...]] = {}
-        rows = []
         with self.engine.connect() as db:
-            for sid, user, groups, started, stopped, cost, minutes, gpu_count, rate in db.execute(query):
-                if stopped is not None:
-                    cost, gpu_minutes = cost or 0, (minutes or 0) * gpu_count
-                else:
-                    c = charge(started, max(naive_now, started), rate, gpu_count)
-                    cost, gpu_minutes = c.cost_micros, c.gpu_minutes
-                group_tuple = parsed.get(groups)
-                if group_tuple is None:
-                    group_tuple = parsed[groups] = tuple(json.loads(groups or "[]"))
-                rows.append(UsageRow(sid, user, group_tuple, _aware(started), cost, gpu_minutes, stopped is None))
-        return rows
+            summed = list(db.execute(closed))
+            rows = [
+                _usage_row(sid, user, (), pool, started, stopped, minutes, rate, gpus, naive_now)
+                for sid, user, pool, started, stopped, minutes, rate, gpus in db.execute(crossing)
+            ]
+        per_user, per_pool = window_totals(rows, start, end)
+        for user, pool, cost, gpu_minutes in summed:
+            for total in (per_user.setdefault(user, [0, 0]), *([per_pool.setdefault(pool, [0, 0])] if pool else [])):
+                total[0] += int(cost)
+                total[1] += int(gpu_minutes)
+        return per_user, per_pool
+
+    def budget_statuses(self, rules: Iterable[BudgetRule], now: datetime, tz) -> dict[str, BudgetStatus]:
+        """:meth:`statuses_of` by ``rule.key`` (the ledger holds one budget per user or group)."""
+        return {status.rule.key: status for status in self.statuses_of(rules, now, tz)}
+
+    def statuses_of(self, rules: Iterable[BudgetRule], now: datetime, tz) -> list[BudgetStatus]:
+        """THE budget use: each rule's status, in the order of ``rules``, as every reader shows and enforces it.
+
+        The spawn check, the tick, ``GET me``, ``GET budgets``, the pages, the
+        CLI (through the API) and the metrics all read budgets here. A minute
+        counts in the period in which it starts (a session across a reset counts
+        its new minutes in the new period at once); a group budget counts the
+        sessions its group pays for. The result equals
+        :func:`.metering.rule_statuses` over every session. A rule whose period
+        cannot be computed (a damaged row) is logged and left out, so that one
+        bad budget does not hide the others.
+        """
+        rules = list(rules)
+        windows: dict[tuple[datetime, datetime], list[int]] = {}
+        for i, rule in enumerate(rules):
+            try:
+                window = rule_window(rule, now, tz)
+            except (ValueError, TypeError) as e:
+                log.error("budget %s cannot be computed and is ignored: %s", rule.key, e)
+                continue
+            windows.setdefault(window, []).append(i)
+        statuses: dict[int, BudgetStatus] = {}
+        for (start, end), indexes in windows.items():
+            users = [rules[i].subject for i in indexes if rules[i].scope == "user"]
+            pools = [rules[i].subject for i in indexes if rules[i].scope == "group"]
+            per_user, per_pool = self.window_totals(start, end, now, users, pools)
+            for i in indexes:
+                rule = rules[i]
+                micros, gpu_minutes = (per_user if rule.scope == "user" else per_pool).get(rule.subject, (0, 0))
+                statuses[i] = status_from_totals(rule, start, end, micros, gpu_minutes, now)
+        return [statuses[i] for i in sorted(statuses)]
 
     def alerts(self, user: str | None = None) -> list[AlertSent]:
         query = select(AlertSent).order_by(AlertSent.id)
@@ -545,7 +705,9 @@ class Ledger:
             db.commit()
             return bool(changed)
 
-    def release_alert(self, user: str, budget_key: str, period_start: datetime, threshold: int, channel: str) -> bool:
+    def release_alert(
+        self, user: str, budget_key: str, period_start: datetime, threshold: int, channel: str, revision: str = ""
+    ) -> bool:
         """Undo :meth:`claim_alert` after a failed send, so that the alert is tried again."""
         with self.Session() as db:
             changed = db.execute(
@@ -555,6 +717,7 @@ class Ledger:
                     AlertSent.period_start == _naive(period_start),
                     AlertSent.threshold == threshold,
                     AlertSent.channel == channel,
+                    AlertSent.revision == revision,
                 )
             ).rowcount
             db.commit()
@@ -566,16 +729,24 @@ class Ledger:
 
         Each dict needs ``slug``, ``gpu_count`` and ``rate_per_minute`` (a Decimal,
         a decimal string or an int, never a float) and may have ``display_name``,
-        ``gpu_model`` and ``allowed_groups``; other keys are ignored, so the
-        fields of a spawner ``Profile`` can be passed as they are.
+        ``gpu_model``, ``allowed_groups``, the rate's parts ``price_per_gpu_hour``
+        and ``price_per_hour`` (so that an admin's edit of one part is priced as
+        the spawner prices it) and ``gpu_memory_mib`` (one GPU's memory in the
+        hub's inventory); other keys are ignored, so the fields of a spawner
+        ``Profile`` can be passed as they are.
         """
         from ..money import parse_amount
         from .metering import to_micros
+
+        def part(profile: dict, name: str) -> str | None:
+            value = profile.get(name)
+            return None if value is None else f"{parse_amount(value, f'{name} of profile {slug!r}'):f}"
 
         rows = []
         for position, profile in enumerate(profiles):
             slug = profile["slug"]
             rate = parse_amount(profile["rate_per_minute"], f"rate_per_minute of profile {slug!r}")
+            memory = profile.get("gpu_memory_mib")
             rows.append(
                 PriceRecord(
                     slug=slug,
@@ -587,6 +758,9 @@ class Ledger:
                     currency=currency,
                     allowed_groups=json.dumps(sorted(profile.get("allowed_groups") or ())),
                     updated=_naive(now),
+                    price_per_gpu_hour=part(profile, "price_per_gpu_hour"),
+                    price_per_hour=part(profile, "price_per_hour"),
+                    gpu_memory_mib=int(memory) if memory else None,
                 )
             )
         with self.Session() as db:
@@ -611,44 +785,52 @@ class Ledger:
                 "currency": r.currency,
                 "allowed_groups": json.loads(r.allowed_groups or "[]"),
                 "updated": _aware(r.updated),
+                # the rate's configured parts (None: published before they were kept) and one GPU's memory
+                "price_per_gpu_hour": r.price_per_gpu_hour,
+                "price_per_hour": r.price_per_hour,
+                "gpu_memory_mib": r.gpu_memory_mib,
             }
             for r in records
         ]
 
     def closed_session_totals(self) -> list[dict]:
-        """Counts, minutes and money of stopped sessions, summed in SQL per profile, groups, currency and reason.
+        """Counts, minutes and money of stopped sessions, summed in SQL per profile, pool, currency and reason.
 
         One aggregate query whose size is the number of distinct combinations
         (a handful), not the number of sessions: cheap enough for every scrape.
-        Stopped sessions never change, so sums over them only grow.
+        Stopped sessions never change, so sums over them only grow. Each session
+        is in exactly one row (its pool, the one group that paid), so sums over
+        the rows are the total spend, never counted twice.
         """
         from sqlalchemy import func
 
+        s = SessionRecord
         query = (
             select(
-                SessionRecord.profile,
-                SessionRecord.groups,
-                SessionRecord.currency,
-                SessionRecord.stop_reason,
+                s.profile,
+                s.pool,
+                s.currency,
+                s.stop_reason,
                 func.count(),
-                func.coalesce(func.sum(SessionRecord.minutes), 0),
-                func.coalesce(func.sum(SessionRecord.cost_micros), 0),
+                func.coalesce(func.sum(s.minutes), 0),
+                func.coalesce(func.sum(s.cost_micros), 0),
             )
-            .where(SessionRecord.stopped.is_not(None))
-            .group_by(SessionRecord.profile, SessionRecord.groups, SessionRecord.currency, SessionRecord.stop_reason)
+            .where(s.stopped.is_not(None))
+            .group_by(s.profile, s.pool, s.currency, s.stop_reason)
         )
         with self.Session() as db:
             return [
                 {
                     "profile": profile,
-                    "groups": json.loads(groups or "[]"),
+                    "pool": pool,
+                    "groups": [pool] if pool else [],
                     "currency": currency,
                     "stop_reason": reason or "",
                     "sessions": int(count),
                     "minutes": int(minutes),
                     "cost_micros": int(cost),
                 }
-                for profile, groups, currency, reason, count, minutes, cost in db.execute(query)
+                for profile, pool, currency, reason, count, minutes, cost in db.execute(query)
             ]
 
     def open_sessions_of(self, user: str) -> list[SessionRecord]:
@@ -656,49 +838,6 @@ class Ledger:
         query = select(SessionRecord).where(SessionRecord.user == user, SessionRecord.stopped.is_(None))
         with self.Session() as db:
             return list(db.scalars(query.order_by(SessionRecord.started, SessionRecord.id)))
-
-    def budget_usage(
-        self, scope: str, subject: str, since: datetime, until: datetime, now: datetime
-    ) -> tuple[int, int]:
-        """Money (micro-units) and GPU-minutes of a user's or group's sessions that started in ``[since, until)``.
-
-        Stopped sessions are summed in SQL; running ones are charged up to ``now``.
-        A group's sessions are those whose user was in the group at the start; the
-        LIKE on the stored JSON list is a pre-filter, checked exactly per distinct
-        list of groups, so the cost is one aggregate row per combination of groups.
-        """
-        from sqlalchemy import func
-
-        if scope == "user":
-            match = SessionRecord.user == subject
-        else:
-            match = SessionRecord.groups.contains(json.dumps(subject), autoescape=True)
-        window = (SessionRecord.started >= _naive(since), SessionRecord.started < _naive(until), match)
-
-        def counts(groups: str) -> bool:
-            return scope == "user" or subject in json.loads(groups or "[]")
-
-        closed = (
-            select(
-                SessionRecord.groups,
-                func.coalesce(func.sum(SessionRecord.cost_micros), 0),
-                func.coalesce(func.sum(SessionRecord.minutes * SessionRecord.gpu_count), 0),
-            )
-            .where(SessionRecord.stopped.is_not(None), *window)
-            .group_by(SessionRecord.groups)
-        )
-        running = select(SessionRecord).where(SessionRecord.stopped.is_(None), *window)
-        cost = gpu_minutes = 0
-        with self.Session() as db:
-            for groups, cost_micros, minutes in db.execute(closed):
-                if counts(groups):
-                    cost += int(cost_micros)
-                    gpu_minutes += int(minutes)
-            records = [r for r in db.scalars(running) if counts(r.groups)]
-        for row in self.usage_rows(records, now):
-            cost += row.cost_micros
-            gpu_minutes += row.gpu_minutes
-        return cost, gpu_minutes
 
 
 class PriceRecord(Base):
@@ -715,3 +854,7 @@ class PriceRecord(Base):
     currency: Mapped[str] = mapped_column(String(3))
     allowed_groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list; empty: everyone
     updated: Mapped[datetime] = mapped_column(DateTime)
+    # the configured parts of the rate (decimal strings) and one GPU's memory in the inventory (migration 0009)
+    price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)

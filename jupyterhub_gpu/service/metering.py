@@ -9,7 +9,7 @@ display. GPU time is kept as integer GPU-minutes.
 from __future__ import annotations
 
 import calendar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -103,12 +103,41 @@ def reset_text(period: str, end: datetime, tz: ZoneInfo) -> str:
     return f"resets on {local.day} {local.strftime('%B')}"
 
 
+# -- minutes and periods ---------------------------------------------------------------
+
+
+def minutes_in_window(started: datetime, minutes: int, start: datetime, end: datetime) -> int:
+    """How many of a session's ``minutes`` billed minutes fall in ``[start, end)``.
+
+    Minute ``k`` of a session (``0 <= k < minutes``) is the one that starts at
+    ``started + 60k`` seconds, and it belongs to the period in which it starts:
+    a minute that straddles a period boundary counts in the period it began in.
+    Over periods that tile the time line, the counts add up to ``minutes``
+    exactly, so the charges add up to the session's charge to the micro-unit.
+    """
+    if minutes <= 0:
+        return 0
+
+    def first_at_or_after(moment: datetime) -> int:
+        offset_us = (moment - started) // timedelta(microseconds=1)
+        return min(minutes, max(0, -(-offset_us // _MINUTE_US)))
+
+    return first_at_or_after(end) - first_at_or_after(start)
+
+
 # -- budget status ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class UsageRow:
-    """What budgets need of one session: who, which groups, when, and its charge so far."""
+    """What budgets need of one session: who, which pool pays, when, and its charge so far.
+
+    With ``minutes``, ``rate_micros`` and ``gpu_count`` known, the row is split
+    minute by minute over periods (:func:`minutes_in_window`); without them (a
+    pre-summed row) it counts whole, in the period in which ``started`` falls.
+    ``pool`` is the one group whose budget the session draws from; None means
+    the documented default, the first of ``groups`` (none when it has no group).
+    """
 
     session_id: str
     user: str
@@ -117,6 +146,54 @@ class UsageRow:
     cost_micros: int
     gpu_minutes: int
     running: bool
+    pool: str | None = None
+    minutes: int | None = None
+    rate_micros: int | None = None
+    gpu_count: int | None = None
+
+    @property
+    def pool_name(self) -> str | None:
+        if self.pool is not None:
+            return self.pool
+        return self.groups[0] if self.groups else None
+
+    def in_window(self, start: datetime, end: datetime) -> tuple[int, int]:
+        """Money (micro-units) and GPU-minutes of this session's minutes in ``[start, end)``."""
+        if self.minutes is None or self.rate_micros is None or self.gpu_count is None:
+            return (self.cost_micros, self.gpu_minutes) if start <= self.started < end else (0, 0)
+        n = minutes_in_window(self.started, self.minutes, start, end)
+        return n * self.rate_micros, n * self.gpu_count
+
+
+def session_row(
+    session_id: str,
+    user: str,
+    groups,
+    pool: str | None,
+    started: datetime,
+    stopped: datetime | None,
+    minutes: int | None,
+    rate_micros: int,
+    gpu_count: int,
+    now: datetime,
+) -> UsageRow:
+    """The usage row of a ledger session: its stored minutes when stopped, its minutes up to ``now`` when running."""
+    if stopped is None:
+        minutes = billed_minutes(started, max(now, started))
+    minutes = minutes or 0
+    return UsageRow(
+        session_id=session_id,
+        user=user,
+        groups=tuple(groups),
+        started=started,
+        cost_micros=minutes * rate_micros,
+        gpu_minutes=minutes * gpu_count,
+        running=stopped is None,
+        pool=pool,
+        minutes=minutes,
+        rate_micros=rate_micros,
+        gpu_count=gpu_count,
+    )
 
 
 @dataclass(frozen=True)
@@ -128,10 +205,17 @@ class BudgetRule:
     limit: Decimal
     term_start: date | None = None
     term_end: date | None = None
+    #: Changes with every edit of the budget: alerts are sent once per revision and period,
+    #: so a budget raised and used up again gets a new notice and a full grace period.
+    revision: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
         return f"{self.scope}:{self.subject}"
+
+
+#: ``BudgetStatus.state``: the period contains now, or (term budgets only) it is over or yet to come.
+CURRENT, ENDED, UPCOMING = "current", "ended", "upcoming"
 
 
 @dataclass(frozen=True)
@@ -141,6 +225,7 @@ class BudgetStatus:
     period_end: datetime
     used: Decimal  # money, or GPU-hours
     limit: Decimal
+    state: str = CURRENT
 
     @property
     def remaining(self) -> Decimal:
@@ -156,6 +241,15 @@ class BudgetStatus:
     def exhausted(self) -> bool:
         return self.used >= self.limit
 
+    @property
+    def active(self) -> bool:
+        """Whether the budget binds now: a term budget binds only inside its term."""
+        return self.state == CURRENT
+
+    def charges(self, rate_micros: int, gpu_count: int) -> bool:
+        """Whether a session at this rate and GPU count draws anything from this budget."""
+        return rate_micros > 0 if self.rule.unit == "money" else gpu_count > 0
+
 
 def applies_to(rule: BudgetRule, user: str, groups) -> bool:
     if rule.scope == "user":
@@ -163,74 +257,96 @@ def applies_to(rule: BudgetRule, user: str, groups) -> bool:
     return rule.subject in groups
 
 
-def budget_status(rule: BudgetRule, rows: list[UsageRow], now: datetime, tz: ZoneInfo) -> BudgetStatus:
-    """How much of one budget its user or group has used in the current period.
+def draws_from(rule: BudgetRule, user: str, pool: str | None) -> bool:
+    """Whether a session of ``user`` paid by the group ``pool`` draws from ``rule``'s budget."""
+    if rule.scope == "user":
+        return rule.subject == user
+    return pool is not None and rule.subject == pool
 
-    A session counts in the period in which it started; a group budget is the
-    group's pool, counting the sessions of users who were in the group when
-    the session started.
-    """
-    start, end = period_window(rule.period, now, tz, rule.term_start, rule.term_end)
-    used_micros = 0
-    used_gpu_minutes = 0
+
+def window_state(start: datetime, end: datetime, now: datetime) -> str:
+    if now < start:
+        return UPCOMING
+    if now >= end:
+        return ENDED
+    return CURRENT
+
+
+def window_totals(rows, start: datetime, end: datetime) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Money and GPU-minutes of the minutes in ``[start, end)``, per user and per group pool."""
+    per_user: dict[str, list[int]] = {}
+    per_pool: dict[str, list[int]] = {}
     for row in rows:
-        if not (start <= row.started < end):
+        cost, gpu_minutes = row.in_window(start, end)
+        if not cost and not gpu_minutes:
             continue
-        if rule.scope == "user" and row.user != rule.subject:
-            continue
-        if rule.scope == "group" and rule.subject not in row.groups:
-            continue
-        used_micros += row.cost_micros
-        used_gpu_minutes += row.gpu_minutes
-    used = from_micros(used_micros) if rule.unit == "money" else Decimal(used_gpu_minutes) / 60
-    return BudgetStatus(rule=rule, period_start=start, period_end=end, used=used, limit=rule.limit)
+        targets = [per_user.setdefault(row.user, [0, 0])]
+        if row.pool_name is not None:
+            targets.append(per_pool.setdefault(row.pool_name, [0, 0]))
+        for total in targets:
+            total[0] += cost
+            total[1] += gpu_minutes
+    return per_user, per_pool
+
+
+def rule_window(rule: BudgetRule, now: datetime, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    return period_window(rule.period, now, tz, rule.term_start, rule.term_end)
+
+
+def status_from_totals(
+    rule: BudgetRule, start: datetime, end: datetime, micros: int, gpu_minutes: int, now: datetime
+) -> BudgetStatus:
+    """A budget's status from the money and GPU-minutes its subject used in ``[start, end)``."""
+    used = from_micros(micros) if rule.unit == "money" else Decimal(gpu_minutes) / 60
+    return BudgetStatus(
+        rule=rule, period_start=start, period_end=end, used=used, limit=rule.limit, state=window_state(start, end, now)
+    )
 
 
 def rule_statuses(
     rules: list[BudgetRule], rows: list[UsageRow], now: datetime, tz: ZoneInfo
 ) -> dict[str, BudgetStatus]:
-    """Every rule's status by ``rule.key``: :func:`budget_status` for all rules at once.
+    """Every rule's status by ``rule.key``, from usage rows: how much of each budget is used in its period.
 
-    One pass over the rows per distinct period window, summing per user and per
-    group, instead of one pass per rule and user (which grows with users²).
+    A session's minutes count in the period in which each minute starts
+    (:func:`minutes_in_window`): a session running across a reset counts its
+    new minutes against the new period at once. A user budget counts the
+    user's sessions; a group budget counts the sessions whose pool is the group
+    (a session draws from exactly one group pool). One pass over the rows per
+    distinct period window. :meth:`.ledger.Ledger.budget_statuses` computes the
+    same from SQL without loading every session; both end in
+    :func:`status_from_totals`.
     """
     windows: dict[tuple[datetime, datetime], list[BudgetRule]] = {}
     for rule in rules:
-        windows.setdefault(period_window(rule.period, now, tz, rule.term_start, rule.term_end), []).append(rule)
+        windows.setdefault(rule_window(rule, now, tz), []).append(rule)
     statuses = {}
     for (start, end), window_rules in windows.items():
-        per_user: dict[str, list[int]] = {}
-        per_group: dict[str, list[int]] = {}
-        for row in rows:
-            if not (start <= row.started < end):
-                continue
-            for total in (
-                per_user.setdefault(row.user, [0, 0]),
-                *(per_group.setdefault(g, [0, 0]) for g in set(row.groups)),
-            ):
-                total[0] += row.cost_micros
-                total[1] += row.gpu_minutes
+        per_user, per_pool = window_totals(rows, start, end)
         for rule in window_rules:
-            micros, gpu_minutes = (per_user if rule.scope == "user" else per_group).get(rule.subject, (0, 0))
-            used = from_micros(micros) if rule.unit == "money" else Decimal(gpu_minutes) / 60
-            statuses[rule.key] = BudgetStatus(
-                rule=rule, period_start=start, period_end=end, used=used, limit=rule.limit
-            )
+            micros, gpu_minutes = (per_user if rule.scope == "user" else per_pool).get(rule.subject, (0, 0))
+            statuses[rule.key] = status_from_totals(rule, start, end, micros, gpu_minutes, now)
     return statuses
 
 
+def budget_status(rule: BudgetRule, rows: list[UsageRow], now: datetime, tz: ZoneInfo) -> BudgetStatus:
+    """How much of one budget its user or group has used in its period (see :func:`rule_statuses`)."""
+    return rule_statuses([rule], rows, now, tz)[rule.key]
+
+
 def earliest_period_start(rules: list[BudgetRule], now: datetime, tz: ZoneInfo) -> datetime:
-    """The start of the oldest current period among ``rules``: older sessions cannot count."""
-    starts = [period_window(r.period, now, tz, r.term_start, r.term_end)[0] for r in rules]
+    """The start of the oldest current period among ``rules``: older minutes cannot count."""
+    starts = [rule_window(r, now, tz)[0] for r in rules]
     return min(starts) if starts else now
 
 
 def user_statuses(
     user: str, groups, rules: list[BudgetRule], rows: list[UsageRow], now: datetime, tz: ZoneInfo
 ) -> list[BudgetStatus]:
-    """Every budget that applies to a user, most used first."""
-    statuses = [budget_status(r, rows, now, tz) for r in rules if applies_to(r, user, groups)]
-    return sorted(statuses, key=lambda s: s.fraction, reverse=True)
+    """Every budget that applies to a user in these groups, most used first."""
+    mine = [r for r in rules if applies_to(r, user, groups)]
+    statuses = rule_statuses(mine, rows, now, tz)
+    return sorted((statuses[r.key] for r in mine), key=lambda s: s.fraction, reverse=True)
 
 
 def spawn_refusal(
@@ -241,17 +357,24 @@ def spawn_refusal(
     tz: ZoneInfo,
     format_money,
 ) -> str | None:
-    """Why a user may not start a profile (cannot afford ``min_minutes`` of it), or None."""
+    """Why a user may not start a profile (cannot afford ``min_minutes`` of it), or None.
+
+    Only budgets that bind now count (a term budget outside its term does not),
+    and only those the profile draws from: a profile at price 0 is never refused
+    by a money budget, nor a CPU-only profile by a GPU-hour budget (and the tick
+    never stops them for it). So the message names only a period that contains
+    now, and a date that has not passed.
+    """
     for s in statuses:
+        if not s.active or not s.charges(rate_micros, gpu_count):
+            continue
         if s.rule.unit == "money":
             need = from_micros(rate_micros * min_minutes)
             shown_used, shown_limit = format_money(s.used), format_money(s.limit)
         else:
             need = Decimal(gpu_count * min_minutes) / 60
             shown_used, shown_limit = f"{s.used:.2f} GPU-hours", f"{s.limit:.2f} GPU-hours"
-        if need == 0 and not s.exhausted:
-            continue
-        if s.remaining < need or (s.exhausted and need > 0):
+        if s.exhausted or s.remaining < need:
             whose = "your" if s.rule.scope == "user" else f"the {s.rule.subject} group's"
             what = "used up" if s.exhausted else f"too low for {min_minutes} minutes of this profile"
             period = period_name(s.rule.period, s.period_start, tz)
@@ -263,5 +386,7 @@ def spawn_refusal(
 
 
 def crossed_thresholds(status: BudgetStatus, thresholds=(80, 95, 100)) -> list[int]:
-    """The alert thresholds (percent) this status has reached."""
-    return [t for t in thresholds if status.fraction * 100 >= t]
+    """The alert thresholds (percent) this status has reached, lowest first; none outside its period."""
+    if not status.active:
+        return []
+    return [t for t in sorted(thresholds) if status.fraction * 100 >= t]

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from .alerts import CHANNELS
 from .hubapi import HubAPIError, HubClient
 from .ledger import Ledger, SessionStart, _aware
-from .metering import BudgetStatus, crossed_thresholds, earliest_period_start, rule_statuses
+from .metering import BudgetStatus, crossed_thresholds
 
 log = logging.getLogger("jupyterhub_gpu.service")
 
@@ -43,13 +43,22 @@ async def enforce_budgets(
     """Warn users whose budgets cross a threshold, and stop the servers of those past 100% + grace.
 
     Only users with a running session are checked: spend changes only while a
-    session runs. Each budget's status is computed once per tick for all its
-    users, and the alerts already sent in the current periods are read once.
+    session runs. Budget use comes from :meth:`Ledger.budget_statuses` (the one
+    computation every reader shares), once per tick for all budgets, and the
+    alerts already sent in the current periods are read once.
+
+    A session answers to its user's budget and to the budget of the one group
+    pool it draws from, and only to those that bind now (a term budget outside
+    its term does not) and that it draws anything from (a CPU-only session is
+    never stopped by a GPU-hour budget, nor a free one by a money budget).
     When several thresholds are crossed at once, only the highest is sent; the
     lower ones are recorded as passed so that they are never sent late. The
-    100% notice is recorded once per period (on the "lab" channel); the stop
-    happens ``grace`` after it. ``channels`` are the channels ``notify``
-    delivers on: a threshold already sent on all of them is skipped.
+    100% notice is recorded once per budget revision and period (on the "lab"
+    channel); the stop happens ``grace`` after it, so a budget raised by an
+    admin and used up again gets a new notice and a full grace period.
+    ``channels`` are the channels ``notify`` delivers on: a threshold already
+    sent on all of them is skipped. A failure for one user (a damaged budget, a
+    failing channel) is logged and the other users are checked all the same.
     """
     result = TickResult()
     rules = ledger.budget_rules()
@@ -59,60 +68,129 @@ async def enforce_budgets(
     by_user: dict[str, list] = {}
     for s in open_sessions:
         by_user.setdefault(s.user, []).append(s)
-    since = earliest_period_start(rules, now, tz)
-    status_of = rule_statuses(rules, ledger.usage_since(since, now), now, tz)
-    order = {r.key: i for i, r in enumerate(rules)}
-    user_rules = {r.subject: r for r in rules if r.scope == "user"}
-    group_rules = {r.subject: r for r in rules if r.scope == "group"}
+    status_of = ledger.budget_statuses(rules, now, tz)
+    user_rules = {r.subject: r for r in rules if r.scope == "user" and r.key in status_of}
+    group_rules = {r.subject: r for r in rules if r.scope == "group" and r.key in status_of}
+    since = min((st.period_start for st in status_of.values()), default=now)
     sent = {
-        (a.user, a.budget_key, _aware(a.period_start), a.threshold, a.channel): _aware(a.sent)
+        (a.user, a.budget_key, _aware(a.period_start), a.threshold, a.channel, a.revision or ""): _aware(a.sent)
         for a in ledger.alerts_since(since)
     }
     for user, sessions in by_user.items():
         result.users_checked += 1
-        groups = tuple(sorted({g for s in sessions for g in s.group_list}))
-        mine = [user_rules[user]] if user in user_rules else []
-        mine += [group_rules[g] for g in groups if g in group_rules]
-        mine.sort(key=lambda r: order[r.key])
-        statuses = sorted((status_of[r.key] for r in mine), key=lambda s: s.fraction, reverse=True)
-        for status in statuses:
+        try:
+            await _enforce_user(
+                ledger,
+                hub,
+                now,
+                notify,
+                user,
+                sessions,
+                user_rules,
+                group_rules,
+                status_of,
+                sent,
+                thresholds,
+                grace,
+                channels,
+                result,
+            )
+        except Exception:
+            log.exception("budget check of %s failed in this tick; the other users are checked all the same", user)
+    return result
+
+
+def _fraction(status: BudgetStatus):
+    try:
+        return status.fraction
+    except ArithmeticError:  # a damaged limit (NaN): judged last, and its alert fails on its own
+        return -1
+
+
+def _session_statuses(session, user_rules, group_rules, status_of) -> list[BudgetStatus]:
+    """The budgets a running session draws from now: its user's and its pool's, if they bind and charge it."""
+    rules = [user_rules.get(session.user), group_rules.get(session.pool) if session.pool else None]
+    statuses = [status_of[r.key] for r in rules if r is not None]
+    return [st for st in statuses if st.active and st.charges(session.rate_micros, session.gpu_count)]
+
+
+async def _enforce_user(
+    ledger,
+    hub,
+    now,
+    notify,
+    user,
+    sessions,
+    user_rules,
+    group_rules,
+    status_of,
+    sent,
+    thresholds,
+    grace,
+    channels,
+    result,
+) -> None:
+    groups = tuple(sorted({g for s in sessions for g in s.group_list}))
+    per_session = {s.id: _session_statuses(s, user_rules, group_rules, status_of) for s in sessions}
+    statuses = list({st.rule.key: st for sts in per_session.values() for st in sts}.values())
+    statuses.sort(key=_fraction, reverse=True)
+    for status in statuses:
+        rule = status.rule
+        try:
             crossed = crossed_thresholds(status, (*thresholds, 100))
             if not crossed:
                 continue
-            key = (user, status.rule.key, status.period_start)
+            key = (user, rule.key, status.period_start)
             for lower in crossed[:-1]:
                 for channel in CHANNELS:
-                    if (*key, lower, channel) not in sent:
-                        ledger.claim_alert(user, status.rule.key, status.period_start, lower, channel, now)
-            if channels is not None and all((*key, crossed[-1], ch) in sent for ch in channels):
+                    if (*key, lower, channel, rule.revision) not in sent:
+                        ledger.claim_alert(user, rule.key, status.period_start, lower, channel, now, rule.revision)
+            if channels is not None and all((*key, crossed[-1], ch, rule.revision) in sent for ch in channels):
                 continue
             await notify(user, groups, status, crossed[-1])
-            result.alerts.append((user, status.rule.key, crossed[-1]))
-        exhausted = [s for s in statuses if s.exhausted]
-        if not exhausted:
-            continue
-        final = [sent.get((user, s.rule.key, s.period_start, 100, "lab")) for s in exhausted]
-        final = [t for t in final if t is not None]
-        if not final:  # told in this very tick: read it back
-            final = [
-                _aware(a.sent)
-                for a in ledger.alerts(user)
-                if a.threshold == 100
-                and a.channel == "lab"
-                and any(a.budget_key == s.rule.key and _aware(a.period_start) == s.period_start for s in exhausted)
-            ]
-        if not final or now - min(final) < grace:
-            continue
-        for s in sessions:
-            ledger.set_pending_stop_reason(s.id, "budget")
+            result.alerts.append((user, rule.key, crossed[-1]))
+        except Exception:
+            log.exception("budget alert %s of %s failed in this tick; its stops and the others go on", rule.key, user)
+
+    def final_notice(status: BudgetStatus) -> datetime | None:
+        rule = status.rule
+        told = sent.get((user, rule.key, status.period_start, 100, "lab", rule.revision))
+        if told is None:  # told in this very tick: read it back
+            told = min(
+                (
+                    _aware(a.sent)
+                    for a in ledger.alerts(user)
+                    if a.threshold == 100
+                    and a.channel == "lab"
+                    and a.budget_key == rule.key
+                    and (a.revision or "") == rule.revision
+                    and _aware(a.period_start) == status.period_start
+                ),
+                default=None,
+            )
+            if told is not None:
+                sent[(user, rule.key, status.period_start, 100, "lab", rule.revision)] = told
+        return told
+
+    for s in sessions:
+        exhausted = []
+        for st in per_session[s.id]:
             try:
-                await hub.stop_server(s.user, s.server_name)
-            except HubAPIError as e:
-                log.error("could not stop %s/%s for its budget: %s", s.user, s.server_name, e)
-                continue
-            log.info("stopped %s/%s: budget used up", s.user, s.server_name)
-            result.stopped.append((s.user, s.server_name))
-    return result
+                if st.exhausted:
+                    exhausted.append(st)
+            except ArithmeticError:
+                log.error("budget %s cannot be judged (limit %r); it stops nothing", st.rule.key, st.limit)
+        told = [t for t in map(final_notice, exhausted) if t is not None]
+        if not told or now - min(told) < grace:
+            continue
+        ledger.set_pending_stop_reason(s.id, "budget")
+        try:
+            await hub.stop_server(s.user, s.server_name)
+        except HubAPIError as e:
+            log.error("could not stop %s/%s for its budget: %s", s.user, s.server_name, e)
+            continue
+        log.info("stopped %s/%s: budget used up", s.user, s.server_name)
+        result.stopped.append((s.user, s.server_name))
 
 
 @dataclass
@@ -177,6 +255,7 @@ def session_start_from_state(user: str, server_name: str, groups, gpu: dict) -> 
         user=user,
         server_name=server_name,
         groups=tuple(gpu.get("groups", groups)),
+        pool=gpu.get("pool"),
         profile=gpu["profile"],
         gpus=tuple(gpu.get("devices", [])),
         rate_micros=to_micros(Decimal(gpu["rate_per_minute"])),

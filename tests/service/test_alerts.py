@@ -150,7 +150,7 @@ def test_settings_normalise_address_lists():
 @pytest.mark.parametrize(
     "changes",
     [
-        {"threshold": 50},
+        {"threshold": 101},
         {"used": 80.5},
         {"limit": 100.0},
         {"unit": "dollars"},
