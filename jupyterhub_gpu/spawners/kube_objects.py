@@ -174,9 +174,24 @@ def make_kube_env(env: dict[str, str], *, gpu_count: int, gpu_resource: str) -> 
     return out
 
 
+#: securityContext keys an admin's extras may not bring: each could only weaken the defaults
+#: (Unmasked /proc, a Windows host process, an SELinux type such as spc_t, an unconfined AppArmor or
+#: seccomp profile at the container level, which would override the pod's RuntimeDefault).
+_WEAKENING_CONTEXT_KEYS = ("procMount", "windowsOptions", "seLinuxOptions", "appArmorProfile", "seccompProfile")
+
+
 def harden_security_context(existing: dict | None, required: dict) -> dict:
-    """``existing`` with every key of ``required`` forced; an admin's extras cannot weaken it."""
-    merged = dict(existing or {})
+    """``existing`` with every key of ``required`` forced; an admin's extras cannot weaken it.
+
+    Keys that could only weaken the defaults are removed (unless ``required`` sets them), and
+    ``supplementalGroups`` loses group 0.
+    """
+    merged = {k: v for k, v in (existing or {}).items() if k not in _WEAKENING_CONTEXT_KEYS}
+    if "supplementalGroups" in merged:
+        groups = [g for g in merged["supplementalGroups"] or [] if g != 0]
+        merged["supplementalGroups"] = groups
+        if not groups:
+            merged.pop("supplementalGroups")
     merged.update(required)
     return merged
 
@@ -191,36 +206,57 @@ def strip_gpu_resources(resources: dict | None) -> dict:
     }
 
 
+#: pod spec fields that share the node's or another container's namespaces, or attach containers that
+#: escape the policy below: removed whatever an admin's extras say
+_FORBIDDEN_POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "ephemeralContainers")
+
+
+def _harden_container(c: dict, container_security: dict, host_paths: set[str], resources: dict | None) -> dict:
+    c = dict(c)
+    c["securityContext"] = harden_security_context(c.get("securityContext"), container_security)
+    c["resources"] = (
+        {p: dict(v) for p, v in resources.items()} if resources else strip_gpu_resources(c.get("resources"))
+    )
+    if c.get("volumeMounts"):
+        c["volumeMounts"] = [m for m in c["volumeMounts"] if m.get("name") not in host_paths]
+    if c.get("volumeDevices"):
+        c["volumeDevices"] = [d for d in c["volumeDevices"] if d.get("name") not in host_paths]
+    if c.get("ports"):
+        # a hostPort opens the server on the node's own address, outside the network policy
+        c["ports"] = [{k: v for k, v in port.items() if k not in ("hostPort", "hostIP")} for port in c["ports"]]
+    return c
+
+
 def enforce_pod_policy(pod: dict, *, pod_security: dict, container_security: dict, resources: dict) -> dict:
     """The serialized pod with our security contexts and GPU resources forced.
 
     Admin hooks (``extra_pod_config``, ``extra_container_config``,
-    ``extra_containers``) are applied by KubeSpawner after its own fields; this
-    re-applies the hardening over them, like the Docker builder does, so that no
-    extra can add privileges or a GPU the profile does not pay for.
+    ``extra_containers``, ``init_containers``, ``volumes``) are applied by KubeSpawner
+    after its own fields; this re-applies the hardening over them, like the Docker
+    builder does, so that no extra can add privileges or a GPU the profile does not
+    pay for: every container, init containers included, gets the notebook's
+    securityContext; the node's namespaces, a shared process namespace, ephemeral
+    containers, ``hostPath`` volumes (and their mounts) and host ports are removed;
+    the service-account token is not mounted (a user could call the Kubernetes API
+    with it).
     """
     pod = dict(pod)
     spec = dict(pod.get("spec") or {})
-    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+    for flag in _FORBIDDEN_POD_FIELDS:
         spec.pop(flag, None)
+    spec["automountServiceAccountToken"] = False
     spec["securityContext"] = harden_security_context(spec.get("securityContext"), pod_security)
-    containers = []
-    for i, c in enumerate(spec.get("containers") or []):
-        c = dict(c)
-        c["securityContext"] = harden_security_context(c.get("securityContext"), container_security)
-        if i == 0:  # the notebook container: exactly the profile's resources
-            c["resources"] = {part: dict(v) for part, v in resources.items()}
-        else:
-            c["resources"] = strip_gpu_resources(c.get("resources"))
-        containers.append(c)
-    spec["containers"] = containers
+    host_paths = {v.get("name") for v in spec.get("volumes") or [] if "hostPath" in v}
+    if "volumes" in spec:
+        spec["volumes"] = [v for v in spec["volumes"] or [] if v.get("name") not in host_paths]
+    spec["containers"] = [
+        _harden_container(c, container_security, host_paths, resources if i == 0 else None)
+        for i, c in enumerate(spec.get("containers") or [])
+    ]  # the first is the notebook container: exactly the profile's resources
     if spec.get("initContainers"):
-        inits = []
-        for c in spec["initContainers"]:
-            c = dict(c)
-            c["resources"] = strip_gpu_resources(c.get("resources"))
-            inits.append(c)
-        spec["initContainers"] = inits
+        spec["initContainers"] = [
+            _harden_container(c, container_security, host_paths, None) for c in spec["initContainers"]
+        ]
     pod["spec"] = spec
     return pod
 

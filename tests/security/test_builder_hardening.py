@@ -25,6 +25,24 @@ DANGEROUS = {
     "binds": {"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
     "device_requests": [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}],
     "cap_drop": [],
+    # issue 14 section 7: Docker applies the last of conflicting options, so each of these must be gone
+    "security_opt": [
+        "no-new-privileges=false",
+        "no-new-privileges:false",
+        "seccomp=unconfined",
+        "apparmor=unconfined",
+        "systempaths=unconfined",
+        "label=disable",
+        "label:disable",
+    ],
+    "cgroupns": "host",
+    "cgroup_parent": "/",
+    "device_cgroup_rules": ["c *:* rmw"],
+    "links": {"jupyter-bob": "bob"},
+    "publish_all_ports": True,
+    "port_bindings": {8888: ("0.0.0.0", 8888)},
+    "oom_kill_disable": True,
+    "group_add": ["0", "root"],
 }
 
 
@@ -55,4 +73,7 @@ def test_no_subset_of_dangerous_extras_reaches_the_container(size):
         ], keys
         leaked = set(host) & {"privileged", "cap_add", "pid_mode", "ipc_mode", "uts_mode", "userns_mode"}
         leaked |= set(host) & {"devices", "volumes_from", "mounts"}
+        leaked |= set(host) & {"cgroupns", "cgroup_parent", "device_cgroup_rules", "links", "publish_all_ports"}
+        leaked |= set(host) & {"port_bindings", "oom_kill_disable", "group_add"}
         assert not leaked, (keys, leaked)
+        assert host["security_opt"] == ["no-new-privileges"], keys

@@ -17,6 +17,7 @@ from jupyterhub_gpu.spawners.kube_objects import (
     make_storage,
     validate_object,
 )
+from tests.unit.test_kube_spawner import kubeconfig  # noqa: F401  (KubeSpawner needs a client config)
 
 GIB = 1024**3
 
@@ -239,9 +240,74 @@ def test_enforce_pod_policy_overrides_admin_extras():
                     "securityContext": container_sc,
                 },
             ],
-            "initContainers": [{"name": "init", "image": "i", "resources": {"limits": {}}}],
+            # init containers run in the pod too: the same securityContext as the notebook's
+            "initContainers": [
+                {"name": "init", "image": "i", "resources": {"limits": {}}, "securityContext": container_sc}
+            ],
+            "automountServiceAccountToken": False,
         },
     }
+    validate_object(out, "V1Pod")
+
+
+def test_enforce_pod_policy_removes_every_way_out_of_the_pod():
+    """issue 14 section 7: shared process namespace, hostPath, the token, and the rest of the class."""
+    pod_sc, container_sc = make_security_contexts(uid=1000, gid=100, fs_gid=100)
+    resources = make_resources(gpu_resource="nvidia.com/gpu", gpu_count=1, cpu_limit=None, mem_limit=None)
+    weak_context = {
+        "privileged": True,
+        "runAsUser": 0,
+        "procMount": "Unmasked",
+        "seccompProfile": {"type": "Unconfined"},
+        "appArmorProfile": {"type": "Unconfined"},
+        "seLinuxOptions": {"type": "spc_t"},
+        "windowsOptions": {"hostProcess": True},
+        "readOnlyRootFilesystem": True,  # only tightens: kept
+    }
+    host_mount = {"name": "node-root", "mountPath": "/host"}
+    pod = _pod(
+        shareProcessNamespace=True,
+        hostIPC=True,
+        automountServiceAccountToken=True,
+        serviceAccountName="hub",
+        securityContext={
+            "runAsUser": 0,
+            "supplementalGroups": [0, 4242],
+            "seccompProfile": {"type": "Unconfined"},
+            "appArmorProfile": {"type": "Unconfined"},
+            "seLinuxOptions": {"type": "spc_t"},
+        },
+        volumes=[
+            {"name": "node-root", "hostPath": {"path": "/"}},
+            {"name": "sock", "hostPath": {"path": "/var/run/containerd/containerd.sock", "type": "Socket"}},
+            {"name": "scratch", "emptyDir": {}},
+        ],
+        initContainers=[
+            {
+                "name": "init",
+                "image": "i",
+                "securityContext": weak_context,
+                "volumeMounts": [host_mount, {"name": "scratch", "mountPath": "/scratch"}],
+            }
+        ],
+    )
+    pod["spec"]["containers"][0]["volumeMounts"] = [host_mount, {"name": "sock", "mountPath": "/run/c.sock"}]
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8888, "hostPort": 8888, "hostIP": "0.0.0.0"}]
+    pod["spec"]["containers"][1]["securityContext"] = weak_context
+    out = enforce_pod_policy(pod, pod_security=pod_sc, container_security=container_sc, resources=resources)
+    spec = out["spec"]
+    for field in ("shareProcessNamespace", "hostIPC", "hostNetwork", "hostPID"):
+        assert field not in spec
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"] == {**pod_sc, "supplementalGroups": [4242]}
+    assert spec["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    notebook, sidecar = spec["containers"]
+    (init,) = spec["initContainers"]
+    assert notebook["volumeMounts"] == []
+    assert notebook["ports"] == [{"containerPort": 8888}]
+    assert init["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
+    assert sidecar["securityContext"] == init["securityContext"] == {**container_sc, "readOnlyRootFilesystem": True}
+    assert notebook["securityContext"] == container_sc
     validate_object(out, "V1Pod")
 
 
@@ -265,3 +331,41 @@ def test_validate_object_accepts_a_pod_and_builds_the_model():
 def test_validate_object_rejects_what_the_api_would(spec, message):
     with pytest.raises(SchemaError, match=message):
         validate_object(_pod(**spec), "V1Pod")
+
+
+async def test_the_kube_spawner_pod_keeps_no_way_out_whatever_the_extras():
+    """The same through the real GPUKubeSpawner and KubeSpawner's own manifest code (issue 14 section 7)."""
+    from tests.unit.test_kube_spawner import (
+        CONTAINER_SECURITY,
+        MOUNTS,
+        VOLUMES,
+        Cluster,
+        check_schema,
+        make_config,
+        make_spawner,
+        serialized,
+        spawn,
+    )
+
+    c = make_config(Cluster())
+    root = {"privileged": True, "runAsUser": 0, "allowPrivilegeEscalation": True, "capabilities": {"add": ["ALL"]}}
+    c.KubeSpawner.init_containers = [{"name": "setup", "image": "busybox", "securityContext": root}]
+    c.KubeSpawner.extra_pod_config = {"shareProcessNamespace": True, "automountServiceAccountToken": True}
+    c.KubeSpawner.extra_container_config = {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}
+    c.KubeSpawner.volumes = [{"name": "node", "hostPath": {"path": "/"}}, {"name": "scratch", "emptyDir": {}}]
+    c.KubeSpawner.volume_mounts = [
+        {"name": "node", "mountPath": "/host"},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    spawner = make_spawner(c)
+    await spawn(spawner, "cpu")
+    pod = serialized(spawner.created_pod)
+    check_schema(pod, "V1Pod")
+    spec = pod["spec"]
+    assert "shareProcessNamespace" not in spec
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["volumes"] == [*VOLUMES, {"name": "scratch", "emptyDir": {}}]
+    assert spec["containers"][0]["volumeMounts"] == [*MOUNTS, {"name": "scratch", "mountPath": "/scratch"}]
+    assert spec["containers"][0]["securityContext"] == CONTAINER_SECURITY
+    (init,) = spec["initContainers"]
+    assert init["securityContext"] == CONTAINER_SECURITY

@@ -14,7 +14,13 @@ from jupyterhub_gpu.spawners.objects import (
     make_device_requests,
     make_gpu_env,
     make_labels,
+    make_network_spec,
     make_volume_binds,
+    network_gateway,
+    network_isolation_problem,
+    parse_container_user,
+    screen_extras,
+    screen_security_opt,
 )
 
 U0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -319,7 +325,8 @@ def test_container_spec_admin_extras_cannot_weaken_the_hardening():
         "binds": BINDS,
         "network_mode": "host",
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges", "seccomp=unconfined"],
+        # seccomp=unconfined would weaken the container: dropped (the spawner logs it)
+        "security_opt": ["no-new-privileges"],
         "auto_remove": False,
         # only the assigned GPU, never the all-GPU request of the extras
         "device_requests": [{**GPU_REQUEST, "DeviceIDs": [U0]}],
@@ -366,3 +373,144 @@ def test_container_spec_does_not_mutate_its_inputs():
     host["cap_drop"].append("X")
     assert "X" not in ENV
     assert gpu_spec()[1]["cap_drop"] == ["ALL"]
+
+
+# -- what extras may not weaken (issue 14, section 7) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "weak",
+    [
+        "no-new-privileges=false",
+        "no-new-privileges:false",
+        "no-new-privileges=0",
+        "seccomp=unconfined",
+        "seccomp:unconfined",
+        'seccomp={"defaultAction": "SCMP_ACT_ALLOW"}',
+        "apparmor=unconfined",
+        "apparmor:unconfined",
+        "APPARMOR = Unconfined",
+        "systempaths=unconfined",
+        "label=disable",
+        "label:disable",
+        "label=type:spc_t",
+        "unknown-option",
+    ],
+)
+def test_security_opt_that_weakens_the_defaults_is_dropped(weak):
+    # Docker applies the last of conflicting options: wherever the weak one stands, it must be gone
+    for extras in ([weak], [weak, "no-new-privileges"], ["no-new-privileges", weak], [weak, "apparmor=lab"]):
+        _, host = gpu_spec(extra_host={"security_opt": extras})
+        assert weak not in host["security_opt"], extras
+        assert host["security_opt"][-1] == "no-new-privileges"
+        assert host["security_opt"].count("no-new-privileges") == 1
+    assert screen_security_opt([weak]) == ([], [weak])
+
+
+def test_security_opt_that_only_tightens_is_kept_before_ours():
+    kept, dropped = screen_security_opt(["apparmor=lab-profile", "label=level:s0:c100,c200", "no-new-privileges:true"])
+    assert kept == ["apparmor=lab-profile", "label=level:s0:c100,c200"] and dropped == []
+    _, host = gpu_spec(extra_host={"security_opt": ["apparmor=lab-profile"]})
+    assert host["security_opt"] == ["apparmor=lab-profile", "no-new-privileges"]
+
+
+def test_screen_extras_names_everything_it_drops():
+    create, host, dropped = screen_extras(
+        {"user": "0", "networking_config": {"EndpointsConfig": {"host": {}}}, "hostname": "lab"},
+        {
+            "privileged": True,
+            "cap_add": ["NET_RAW"],
+            "cgroupns": "host",
+            "cgroup_parent": "/",
+            "device_cgroup_rules": ["c *:* rmw"],
+            "links": {"jupyter-bob": "bob"},
+            "publish_all_ports": True,
+            "port_bindings": {8888: ("0.0.0.0", 8888)},
+            "oom_kill_disable": True,
+            "group_add": ["0", "video"],
+            "security_opt": ["seccomp=unconfined", "apparmor=lab"],
+            "shm_size": "1g",
+        },
+    )
+    assert create == {"hostname": "lab"}
+    assert host == {"group_add": ["video"], "security_opt": ["apparmor=lab"], "shm_size": "1g"}
+    text = "\n".join(dropped)
+    for name in ("'user'", "networking_config", "privileged", "cap_add", "cgroupns", "cgroup_parent"):
+        assert name in text
+    for name in ("device_cgroup_rules", "links", "publish_all_ports", "port_bindings", "oom_kill_disable"):
+        assert name in text
+    assert "group_add" in text and "seccomp=unconfined" in text and "apparmor=lab" not in text
+    # the same as ours is not worth a warning
+    assert screen_extras({}, {"cap_drop": ["ALL"], "privileged": False, "security_opt": ["no-new-privileges"]})[2] == []
+
+
+@pytest.mark.parametrize(
+    "value", ["0:100", "00", "000:100", "00:00", "1000:0", "1000:000", "root", "jovyan", "1000", "-1:100",
+              "+1000:100", "1_000:100", "\u0661\u0660\u0660\u0660:100", "1000:100:1", "", " : "]
+)  # fmt: skip
+def test_container_user_must_be_a_numeric_non_root_uid_and_gid(value):
+    with pytest.raises(ValueError, match="container_user"):
+        parse_container_user(value)
+    with pytest.raises(ValueError, match="container_user"):
+        gpu_spec(container_user=value)
+
+
+def test_container_user_is_normalised_as_docker_reads_it():
+    assert parse_container_user("01000:0100") == (1000, 100)
+    create, _ = gpu_spec(container_user="01000:0100")
+    assert create["user"] == "1000:100"
+
+
+def test_container_spec_on_an_isolated_network_publishes_nothing():
+    create, host = gpu_spec(
+        network_mode="jupyterhub-gpu",
+        publish_port=False,
+        extra_create={"ports": {"8888/tcp": None}},
+        extra_host={"port_bindings": {8888: ("0.0.0.0", 8888)}, "publish_all_ports": True},
+    )
+    assert create == EXPECTED_CREATE
+    assert host == {**EXPECTED_HOST, "network_mode": "jupyterhub-gpu"}
+
+
+# -- the isolated network (issue 14, section 8) -----------------------------------------------
+
+
+def test_network_spec_isolates_and_names_its_gateway():
+    assert make_network_spec(name="jupyterhub-gpu", subnet="10.213.0.0/24", bridge_name="jhgpu0") == {
+        "name": "jupyterhub-gpu",
+        "driver": "bridge",
+        "options": {"com.docker.network.bridge.enable_icc": "false", "com.docker.network.bridge.name": "jhgpu0"},
+        "internal": True,
+        "check_duplicate": True,
+        "labels": {"jupyterhub-gpu.managed": "true"},
+        "ipam": {
+            "Driver": "default",
+            "Config": [{"Subnet": "10.213.0.0/24", "Gateway": "10.213.0.1"}],
+            "Options": {},
+        },
+    }
+    spec = make_network_spec(name="n", internal=False)
+    assert "ipam" not in spec and spec["internal"] is False
+    for bad in ("10.213.0.1/24", "10.213.0.0/30", "fd00::/64", "lab", ""):
+        if bad:
+            with pytest.raises(ValueError, match="subnet"):
+                make_network_spec(name="n", subnet=bad)
+    with pytest.raises(ValueError, match="bridge name"):
+        make_network_spec(name="n", bridge_name="a-very-long-bridge-name")
+
+
+def test_network_isolation_problem():
+    isolated = {
+        "Name": "jupyterhub-gpu",
+        "Driver": "bridge",
+        "Options": {"com.docker.network.bridge.enable_icc": "false"},
+        "IPAM": {"Config": [{"Subnet": "10.213.0.0/24", "Gateway": "10.213.0.1"}]},
+    }
+    assert network_isolation_problem(isolated) is None
+    assert network_gateway(isolated) == "10.213.0.1"
+    default_bridge = {"Name": "bridge", "Driver": "bridge", "Options": {"com.docker.network.bridge.enable_icc": "true"}}
+    assert "enable_icc=false" in network_isolation_problem(default_bridge)
+    assert "enable_icc=false" in network_isolation_problem({"Name": "lab", "Driver": "bridge", "Options": {}})
+    assert "only a bridge" in network_isolation_problem({"Name": "host", "Driver": "host"})
+    assert "only a bridge" in network_isolation_problem({"Name": "mv", "Driver": "macvlan"})
+    assert network_gateway({"IPAM": {"Config": [{"Subnet": "10.0.0.0/24"}]}}) == ""
