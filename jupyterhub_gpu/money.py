@@ -127,3 +127,22 @@ def rate_per_minute(price_per_hour: Decimal) -> Decimal:
             f" at {RATE_PLACES} decimal places, e.g. {suggestions}"
         )
     return _plain(exact)
+
+
+#: No profile costs more than this per minute: a year of it stays far inside the ledger's 64-bit micro-units.
+MAX_RATE_PER_MINUTE = Decimal(10) ** 6
+
+
+def profile_rate(gpu_count: int, price_per_gpu_hour: Decimal, price_per_hour: Decimal) -> Decimal:
+    """The one rate of a profile: ``(gpu_count × price per GPU-hour + price per hour) / 60``, exact, per minute.
+
+    The spawner (configured and admin-edited profiles) and the service (``GET
+    pricing``, the admin form's check) all price a profile with this function, so
+    that what is shown is what is charged. MoneyError when the rate is not exact
+    to six places or more than ``MAX_RATE_PER_MINUTE``.
+    """
+    hourly = price_per_gpu_hour * gpu_count + price_per_hour
+    rate = rate_per_minute(hourly)
+    if rate > MAX_RATE_PER_MINUTE:
+        raise MoneyError(f"{hourly:f}/hour is more than {MAX_RATE_PER_MINUTE:,f} per minute, too large to be a price")
+    return rate

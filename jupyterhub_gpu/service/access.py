@@ -6,11 +6,18 @@ which JupyterHub groups may use it. One row per edited profile; a field left
 ``NULL`` keeps the configured value. The spawner applies the overrides when it
 builds the spawn form and checks a spawn (:func:`apply_overrides`), and ``GET
 pricing`` shows the rates the spawner will charge (:func:`apply_to_pricing`).
+Both price a profile from its parts with the one function
+:func:`jupyterhub_gpu.money.profile_rate`, the published parts being the
+configured ones (kept by the ledger since migration 0009). An edit whose rate
+would not be exact is refused at the form; a stored edit that no longer prices
+(the configuration changed under it) is ignored on both sides, with a warning,
+instead of failing every spawn.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -19,8 +26,10 @@ from decimal import Decimal
 from sqlalchemy import DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from ..money import MoneyError, parse_amount, rate_per_minute
+from ..money import MoneyError, parse_amount, profile_rate
 from .ledger import Base, Ledger, _naive
+
+log = logging.getLogger("jupyterhub_gpu.access")
 
 _GROUP_RE = re.compile(r"^[^/\x00-\x1f\x7f]{1,255}$")
 
@@ -100,7 +109,7 @@ def delete_override(ledger: Ledger, slug: str) -> bool:
 
 def effective_rate(gpu_count: int, price_per_gpu_hour: Decimal, price_per_hour: Decimal) -> Decimal:
     """The exact rate per minute of a profile's prices; MoneyError when it is not exact to six places."""
-    return rate_per_minute(price_per_gpu_hour * gpu_count + price_per_hour)
+    return profile_rate(gpu_count, price_per_gpu_hour, price_per_hour)
 
 
 def apply_overrides(profiles: list, overrides: dict[str, Override]) -> list:
@@ -114,12 +123,17 @@ def apply_overrides(profiles: list, overrides: dict[str, Override]) -> list:
         gpu_price = p.price_per_gpu_hour if o.price_per_gpu_hour is None else o.price_per_gpu_hour
         flat = p.price_per_hour if o.price_per_hour is None else o.price_per_hour
         groups = p.allowed_groups if o.allowed_groups is None else o.allowed_groups
+        try:
+            rate = effective_rate(p.gpu_count, gpu_price, flat)
+        except MoneyError as e:
+            log.warning("ignoring the price edit of profile %r, which no longer prices: %s", p.slug, e)
+            gpu_price, flat, rate = p.price_per_gpu_hour, p.price_per_hour, p.rate_per_minute
         result.append(
             replace(
                 p,
                 price_per_gpu_hour=gpu_price,
                 price_per_hour=flat,
-                rate_per_minute=effective_rate(p.gpu_count, gpu_price, flat),
+                rate_per_minute=rate,
                 allowed_groups=tuple(groups),
             )
         )
@@ -127,12 +141,7 @@ def apply_overrides(profiles: list, overrides: dict[str, Override]) -> list:
 
 
 def apply_to_pricing(pricing: list[dict], overrides: dict[str, Override]) -> list[dict]:
-    """The published profiles (``Ledger.pricing()``) as the overrides change them.
-
-    The published rows hold only the total rate; an override names the prices,
-    so the changed rate is computed from the override's prices where both are
-    given, else from the published rate and the one price that changed.
-    """
+    """The published profiles (``Ledger.pricing()``) as the overrides change them (as :func:`apply_overrides`)."""
     result = []
     for p in pricing:
         o = overrides.get(p["slug"])
@@ -141,27 +150,39 @@ def apply_to_pricing(pricing: list[dict], overrides: dict[str, Override]) -> lis
             continue
         p = dict(p)
         if o.price_per_gpu_hour is not None or o.price_per_hour is not None:
-            p["rate_per_minute"] = f"{override_rate(o, p):f}"
+            try:
+                p["rate_per_minute"] = f"{override_rate(o, p):f}"
+            except MoneyError as e:
+                log.warning("ignoring the price edit of profile %r, which no longer prices: %s", p["slug"], e)
         if o.allowed_groups is not None:
             p["allowed_groups"] = sorted(o.allowed_groups)
         result.append(p)
     return result
 
 
-def override_rate(override: Override, published: dict) -> Decimal:
-    """The rate per minute a published profile gets from an override of its prices."""
-    gpu_price = override.price_per_gpu_hour
-    flat = override.price_per_hour
+def published_parts(published: dict) -> tuple[Decimal, Decimal]:
+    """(price per GPU-hour, price per hour) of a published profile: the configured parts of its rate.
+
+    Rows published before the ledger kept the parts (migration 0009; the hub
+    publishes again at every start) have only the total: a GPU profile's rate is
+    then taken as all GPU price, a CPU profile's as all price per hour.
+    """
+    gpu, flat = published.get("price_per_gpu_hour"), published.get("price_per_hour")
+    if gpu is not None and flat is not None:
+        return Decimal(gpu), Decimal(flat)
     count = int(published.get("gpu_count") or 0)
-    if gpu_price is None or flat is None:
-        # only one price overridden: the other is the published rate's share (a GPU profile's rate
-        # is all GPU price unless the config had a flat part, which the published row cannot tell)
-        total_hour = Decimal(published["rate_per_minute"]) * 60
-        if gpu_price is None:
-            gpu_price = (total_hour / count) if count else Decimal(0)
-        if flat is None:
-            flat = Decimal(0) if count else total_hour
-    return effective_rate(count, gpu_price, flat)
+    total_hour = Decimal(published["rate_per_minute"]) * 60
+    return (total_hour / count, Decimal(0)) if count else (Decimal(0), total_hour)
+
+
+def override_rate(override: Override, published: dict) -> Decimal:
+    """The rate per minute a published profile gets from an override of its prices (the spawner's rate)."""
+    gpu_price, flat = published_parts(published)
+    if override.price_per_gpu_hour is not None:
+        gpu_price = override.price_per_gpu_hour
+    if override.price_per_hour is not None:
+        flat = override.price_per_hour
+    return effective_rate(int(published.get("gpu_count") or 0), gpu_price, flat)
 
 
 def parse_groups(text: str) -> tuple[str, ...]:

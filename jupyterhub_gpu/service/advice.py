@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text, and_, func, or_, select
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text, and_, or_, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ..money import Currency
@@ -217,27 +217,26 @@ def compute_ratio(current_model: str, candidate_model: str) -> float | None:
     return cand_units / cur_units
 
 
-def catalogue(
-    pricing: Sequence[dict], settings: AdviceSettings, observed_mib: dict[str, int] | None = None
-) -> list[ProfileOption]:
+def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[ProfileOption]:
     """The profiles the hub published (``Ledger.pricing()``) with their GPU memory per GPU.
 
-    Memory comes from ``advice_profile_memory_gb`` first, then from what the
-    servers of that profile reported (``observed_mib``: the GPUs' total memory),
-    then from the model or profile name (a MIG slice ``1g.5gb``, ``A100-80GB``,
-    or a known model such as ``T4``). A profile whose memory stays unknown is
-    never advised.
+    Memory comes from ``advice_profile_memory_gb`` first, then from the hub's
+    GPU inventory (``gpu_memory_mib`` of the published profile: the smallest GPU
+    of its model), then from the model or profile name (a MIG slice ``1g.5gb``,
+    ``A100-80GB``, or a known model such as ``T4``). Never from what a user's
+    server reported: a forged ``memory_total_mib`` would advise other users onto
+    a GPU too small for their work (invariant 7). A profile whose memory stays
+    unknown is never advised.
     """
     from .metering import to_micros
 
-    observed_mib = observed_mib or {}
     options = []
     for p in pricing:
         slug = p["slug"]
         if slug in settings.profile_memory_gb:
             memory = int(Decimal(str(settings.profile_memory_gb[slug])) * 1024)
-        elif observed_mib.get(slug):
-            memory = observed_mib[slug]
+        elif p.get("gpu_memory_mib"):
+            memory = int(p["gpu_memory_mib"])
         else:
             memory = memory_from_name(p.get("gpu_model") or "", p.get("display_name") or "")
         options.append(
@@ -448,6 +447,9 @@ def advise(
 ) -> Advice:
     """The cheapest profile that would very likely (or likely) have served this session, or why there is none."""
     currency = currency or Currency.from_config(session.currency)
+    current = next((o for o in options if o.slug == session.profile), None)
+    # the session's GPU memory from the catalogue, never from its samples (see catalogue())
+    usage = replace(usage, memory_total_mib=((current.memory_mib or 0) if current else 0) * max(session.gpu_count, 0))
     cost = session.minutes * session.rate_micros
     base = Advice(reason="advised", usage=usage, cost_micros=cost)
     if session.gpu_count <= 0:
@@ -462,11 +464,7 @@ def advise(
         return replace(base, reason="few_samples")
     used, need_mib = gpus_used(usage, session.gpu_count)
     base = replace(base, gpus_used=used, memory_per_gpu_mib=need_mib)
-    current = next((o for o in options if o.slug == session.profile), None)
-    if usage.memory_total_mib:
-        current_memory = usage.memory_total_mib // session.gpu_count
-    else:
-        current_memory = current.memory_mib if current else None
+    current_memory = current.memory_mib if current else None
     current_model = session.gpu_model or (current.gpu_model if current else "")
     headroom = settings.headroom_percent / 100
     util_scale = session.gpu_count / used if used else 1.0
@@ -521,7 +519,7 @@ class SessionAdvice(Base):
     peak_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     p95_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
-    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)  # per GPU, as the server reported it
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)  # per GPU, from the catalogue (not the server)
     util_p50_tenths: Mapped[int] = mapped_column(Integer, default=0)
     util_p95_tenths: Mapped[int] = mapped_column(Integer, default=0)
     busy_permille: Mapped[int] = mapped_column(Integer, default=0)
@@ -582,17 +580,6 @@ def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) 
                 setattr(row, key, value)
         db.commit()
         return row
-
-
-def observed_memory(ledger: Ledger) -> dict[str, int]:
-    """Per profile, the GPU memory per GPU its servers reported (from stored advice: one row per session)."""
-    query = (
-        select(SessionAdvice.profile, func.max(SessionAdvice.gpu_memory_mib))
-        .where(SessionAdvice.gpu_memory_mib > 0)
-        .group_by(SessionAdvice.profile)
-    )
-    with ledger.engine.connect() as db:
-        return {profile: int(mib) for profile, mib in db.execute(query)}
 
 
 def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOption]) -> SessionFacts:
@@ -669,7 +656,7 @@ def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
     result = {"final": 0, "live": 0, "advised": 0}
     if not closed and not live:
         return result
-    options = catalogue(ledger.pricing(), settings, observed_memory(ledger))
+    options = catalogue(ledger.pricing(), settings)
     for record in closed:
         advice = judge(ledger, record, now, settings, currency, options)
         result["final"] += 1

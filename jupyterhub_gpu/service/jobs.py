@@ -9,6 +9,15 @@ executes the notebook, writes the executed copy and a log to
 hub with the server's own token. The ledger records the stop as
 ``job_finished``; billing is per started minute as always.
 
+Only a job's own server may report on it: the runner's reports must come with
+that server's token (``servers!server=USER/job-<id>``); another server of the
+same user, or the user's own token, gets a 403, so it cannot end a job that still
+runs (which would free a ``max_concurrent_jobs`` slot and lift its time limit).
+A server that reported its job's end but is still running a margin later is
+stopped by the tick. The hub keeps names beginning with ``job-`` for the servers
+this service starts (the spawner refuses a user's own), and a finished-run
+notice names a job only for the job's own user and server (docs/security.md).
+
 *Stop when done* is the same end for an interactive server: when every kernel
 has gone idle after the flagged run, the server reports here (the ledger's
 reason becomes ``stop_when_done``) and stops itself.
@@ -282,9 +291,43 @@ def job_json(job: JobRecord, session: SessionRecord | None, now: datetime, curre
 # -- the tick ---------------------------------------------------------------------------------
 
 
+def ended_jobs_still_running(ledger: Ledger, now: datetime) -> list[tuple[JobRecord, SessionRecord]]:
+    """Jobs reported ended more than ``TIME_LIMIT_MARGIN`` ago whose server still runs (the runner did not stop it)."""
+    query = select(JobRecord).where(
+        JobRecord.state.in_(END_STATES),
+        JobRecord.finished <= _naive(now - TIME_LIMIT_MARGIN),
+        JobRecord.finished >= _naive(now - timedelta(days=2)),
+        JobRecord.session_id.is_not(None),
+    )
+    with ledger.Session() as db:
+        jobs = list(db.scalars(query))
+    found = []
+    for job in jobs:
+        session = ledger.get_session(job.session_id)
+        if session is not None and session.stopped is None:
+            found.append((job, session))
+    return found
+
+
 async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
-    """End the jobs the runner could not: over the time limit, never started, or whose server went away."""
-    summary = {"time_limit": [], "lost": []}
+    """End the jobs the runner could not: over the time limit, never started, or whose server went away.
+
+    A job reported ended whose server still runs a margin later is stopped too: an ended
+    job holds no slot and no time limit, so its server must not keep running.
+    """
+    summary = {"time_limit": [], "lost": [], "ended_still_running": []}
+    for job, session in ended_jobs_still_running(ledger, now):
+        ledger.set_pending_stop_reason(session.id, REASON_JOB)
+        try:
+            await hub.request(
+                "DELETE",
+                f"/users/{quote(job.user, safe='')}/servers/{quote(job.server_name, safe='')}",
+                body={"remove": True},
+            )
+        except HubAPIError as e:
+            log.error("could not stop the server of ended job %s: %s", job.id, e)
+            continue
+        summary["ended_still_running"].append(job.id)
     for job in active_jobs(ledger):
         session = job_session(ledger, job)
         if session is not None and session.stopped is not None:
@@ -346,6 +389,8 @@ async def announce_finished_runs(
         job = None
         if session.server_name.startswith(SERVER_PREFIX):
             job = get_job(ledger, session.server_name[len(SERVER_PREFIX) :])
+            if job is not None and (job.user != session.user or job.server_name != session.server_name):
+                job = None  # a server named after another user's job: its notice names no job
             if job is not None and job.state in ACTIVE_STATES:
                 continue  # the runner's report (or the tick) settles the state first
         for channel in channels:
@@ -407,6 +452,7 @@ def make_job_handlers(api: str) -> list:
     from jupyterhub.utils import url_path_join
 
     from .api import SCOPE_USAGE_READ, BaseHandler
+    from .usage import is_server_token
 
     class JobBase(BaseHandler):
         def job_or_404(self, job_id: str, write: bool = False) -> JobRecord:
@@ -431,6 +477,9 @@ def make_job_handlers(api: str) -> list:
             session = self.ledger.get_session(body["session_id"])
             if session is None or session.user != job.user or session.server_name != job.server_name:
                 raise web.HTTPError(403, "Only the job's own server may report on the job.")
+            # the session id is no secret (GET usage shows it): the token must be the job server's own
+            if not is_server_token(self.current_user, job.user, job.server_name):
+                raise web.HTTPError(403, "Only the job's own server may report on the job, with its own token.")
             return session
 
     class Jobs(JobBase):
@@ -593,6 +642,8 @@ def make_job_handlers(api: str) -> list:
             session = self.ledger.get_session(body["session_id"])
             if session is None or session.user != name:
                 raise web.HTTPError(403, "A server may only flag its own session.")
+            if not is_server_token(self.current_user, session.user, session.server_name):
+                raise web.HTTPError(403, "A server may only flag its own session, with its own token.")
             if session.stopped is not None:
                 raise web.HTTPError(409, "The session has already stopped.")
             self.ledger.set_pending_stop_reason(session.id, REASON_STOP_WHEN_DONE)

@@ -193,7 +193,7 @@ def test_bad_settings_are_refused_with_the_setting_named():
             AdviceSettings(**kwargs)
 
 
-def test_memory_comes_from_settings_observations_or_the_name():
+def test_memory_comes_from_settings_the_inventory_or_the_name():
     assert memory_from_name("A100 MIG 1g.5gb") == 5 * GB
     assert memory_from_name("NVIDIA A100-SXM4-80GB") == 80 * GB
     assert memory_from_name("T4") == 16 * GB
@@ -201,10 +201,12 @@ def test_memory_comes_from_settings_observations_or_the_name():
     assert memory_from_name("Mystery") is None
     pricing = [
         {"slug": "t4", "display_name": "1× T4", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.05"},
-        {"slug": "a100", "display_name": "1× A100", "gpu_model": "A100", "gpu_count": 1, "rate_per_minute": "0.25"},
+        # the hub's inventory (published with the profile) says 80 GB
+        {"slug": "a100", "display_name": "1× A100", "gpu_model": "A100", "gpu_count": 1, "rate_per_minute": "0.25"}
+        | {"gpu_memory_mib": 80 * GB},
         {"slug": "v100", "display_name": "1× V100", "gpu_model": "V100", "gpu_count": 1, "rate_per_minute": "0.1"},
     ]
-    options = catalogue(pricing, AdviceSettings(profile_memory_gb={"v100": 32}), {"a100": 80 * GB})
+    options = catalogue(pricing, AdviceSettings(profile_memory_gb={"v100": 32}))
     assert [o.memory_mib for o in options] == [16 * GB, 80 * GB, 32 * GB]
     assert options[0].rate_micros == 50_000
 
