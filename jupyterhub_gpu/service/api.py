@@ -276,6 +276,8 @@ def parse_json_body(body: bytes, allow_empty: bool = False):
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise BadRequest(f"The body is not valid JSON: {e}") from None
+    except (ValueError, RecursionError):  # an integer of more than 4300 digits, or nesting deeper than Python's stack
+        raise BadRequest("The body is not valid JSON: a number is too long or the nesting too deep") from None
 
 
 def validate_subject(scope: str, name: str) -> None:
@@ -913,7 +915,8 @@ class PricingHandler(BaseHandler):
                 "currency": self.service.currency_info.code,
                 "profiles": [
                     {
-                        **p,
+                        # (the rate's configured parts and the inventory's GPU memory stay inside the service)
+                        **{k: v for k, v in p.items() if k not in ("price_per_gpu_hour", "gpu_memory_mib")},
                         "price_per_hour": f"{(Decimal(p['rate_per_minute']) * 60).normalize():f}",
                         "updated": isoformat(p["updated"]),
                     }

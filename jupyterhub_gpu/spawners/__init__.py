@@ -41,7 +41,17 @@ def publish_pricing(app, spawner_class) -> None:
 
     profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
     currency = Currency.from_config(probe.currency, probe.currency_symbol).code
-    count = shared_ledger(probe.ledger_db_url).set_pricing([asdict(p) for p in profiles], currency, utcnow())
+    rows = [asdict(p) for p in profiles]
+    try:  # one GPU's memory per profile from the host inventory, for right-sizing advice (never a server's report)
+        from .mixin import shared_allocator
+
+        allocator = shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
+        for row, p in zip(rows, profiles, strict=True):
+            devices = allocator.matching(p.gpu_model) if p.gpu_count else []
+            row["gpu_memory_mib"] = min((d.memory_mib for d in devices), default=None) or None
+    except Exception as e:  # no host inventory (Kubernetes): the advice takes memory from the profile
+        app.log.debug("jupyterhub-gpu: no GPU inventory to publish memory sizes from: %s", e)
+    count = shared_ledger(probe.ledger_db_url).set_pricing(rows, currency, utcnow())
     app.log.info("jupyterhub-gpu: published %d profiles and their prices to the ledger", count)
 
 

@@ -475,13 +475,14 @@ class GPUSpawnerMixin(Configurable):
     _gpu_job_id: str | None = None
 
     def _gpu_job_option(self, options) -> str | None:
-        """Take ``job_id`` out of the options: only a job's own server ``job-<id>`` may run that job (docs/jobs.md)."""
-        if not isinstance(options, dict) or "job_id" not in options:
-            return None
-        job_id = options.pop("job_id")
-        if not isinstance(job_id, str) or self.name != f"job-{job_id}":
-            raise OptionsError(f"'job_id' is only for the job's own server job-<id>, not {self.name or 'the default'}.")
-        return job_id
+        """Take ``job_id`` out of the options: ``job-`` servers are the gpu service's job servers (docs/jobs.md)."""
+        from jupyterhub.orm import Service
+
+        from .profiles import job_server_option
+
+        # who asked the hub for this spawn: only a service (the gpu service's POST jobs) starts a job's server
+        requester = getattr(getattr(self, "handler", None), "current_user", None)
+        return job_server_option(self.name, options, isinstance(requester, Service))
 
     async def start(self):
         profile = self._gpu_profile

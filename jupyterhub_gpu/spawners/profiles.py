@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from ..money import MoneyError, parse_amount, rate_per_minute
+from ..money import MoneyError, parse_amount, profile_rate
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 MEM_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
@@ -34,6 +34,8 @@ PROFILE_FIELDS = {
 
 #: Form fields a browser may send besides the profile: JupyterHub's own CSRF token.
 HUB_FORM_FIELDS = {"_xsrf"}
+#: Server names the gpu service gives the servers of notebook jobs (``job-<id>``); nobody else may use them.
+JOB_SERVER_PREFIX = "job-"
 
 
 class ProfileError(ValueError):
@@ -120,7 +122,7 @@ def parse_profile(raw: object, position: int, require_image: bool = True) -> Pro
         price_flat = parse_amount(raw.get("price_per_hour", 0), f"{where}: 'price_per_hour'")
         if gpu_count > 0 and "price_per_gpu_hour" not in raw:
             raise MoneyError(f"{where}: 'price_per_gpu_hour' is required for a GPU profile")
-        rate = rate_per_minute(price_gpu * gpu_count + price_flat)
+        rate = profile_rate(gpu_count, price_gpu, price_flat)
     except MoneyError as e:
         message = str(e)
         raise ProfileError(message if message.startswith(where) else f"{where}: {message}") from None
@@ -216,3 +218,27 @@ def choose_profile(user_options: object, allowed: list[Profile], all_profiles: l
         raise OptionsError(f"You may not use the profile {slug!r}: it is reserved for other groups.")
     shown = slug if len(slug) <= 64 else slug[:64] + "…"
     raise OptionsError(f"Unknown profile {shown!r}.")
+
+
+def job_server_option(server_name: str, options, requested_by_service: bool) -> str | None:
+    """Take ``job_id`` out of the spawn options; OptionsError unless this is the gpu service starting a job's server.
+
+    Names beginning with ``job-`` are reserved for the servers the service
+    starts for notebook jobs (``POST jobs``, with ``job_id`` in the options): a
+    user's own server so named could pass for a job's server (its notices, its
+    reports). ``requested_by_service`` is whether the hub request that started
+    the spawn came from a service's token (JupyterHub's ``spawner.handler``).
+    """
+    job_id = None
+    if isinstance(options, dict) and "job_id" in options:
+        job_id = options.pop("job_id")
+        if not isinstance(job_id, str) or server_name != f"{JOB_SERVER_PREFIX}{job_id}":
+            shown = server_name or "the default"
+            raise OptionsError(f"'job_id' is only for the job's own server job-<id>, not {shown}.")
+    if server_name.startswith(JOB_SERVER_PREFIX) or job_id is not None:
+        if job_id is None or not requested_by_service:
+            raise OptionsError(
+                f"Server names beginning with {JOB_SERVER_PREFIX!r} are reserved for notebook jobs, which the gpu"
+                " service starts (POST /services/gpu/api/v1/jobs). Choose another name. Nothing was started."
+            )
+    return job_id
