@@ -19,9 +19,19 @@ c.JupyterHub.cookie_secret_file = "/srv/jupyterhub/jupyterhub_cookie_secret"
 # Keep servers (and the GPU assignments in their state) running across hub restarts and upgrades.
 c.JupyterHub.cleanup_servers = False
 
-# Containers use the host network here and reach the hub on loopback. With a
-# Docker network instead, set hub_ip = "0.0.0.0" and GPUDockerSpawner.network_name.
-c.JupyterHub.hub_ip = "127.0.0.1"
+# Servers run on their own Docker network, isolated from each other: a bridge with
+# inter-container communication disabled (enable_icc=false), internal (no way out
+# but the host). The hub creates it at startup if missing (dockerd must run with
+# iptables enabled, its default: Docker enforces the isolation with iptables rules).
+# The hub and the gpu service listen on its gateway, the only host address the servers
+# need; no server can reach another's Jupyter port, kernels or TensorBoard.
+# Never use network_name = "host" on a shared machine: every server would share the
+# host's loopback (docs/admin.md, Networking).
+import ipaddress  # noqa: E402
+
+NETWORK_SUBNET = "10.213.0.0/24"  # pick a range your campus network does not use
+GATEWAY = str(next(ipaddress.IPv4Network(NETWORK_SUBNET).hosts()))  # 10.213.0.1
+c.JupyterHub.hub_ip = GATEWAY
 
 # Log in with your university's identity provider (oauthenticator, ldapauthenticator...).
 # c.JupyterHub.authenticator_class = "generic-oauth"
@@ -86,7 +96,9 @@ c.GPUDockerSpawner.profiles = [
 c.GPUDockerSpawner.queue_timeout = 30 * 60
 
 # -- Containers ---------------------------------------------------------------
-c.GPUDockerSpawner.network_name = "host"
+c.GPUDockerSpawner.network_name = "jupyterhub-gpu"
+c.GPUDockerSpawner.network_subnet = NETWORK_SUBNET
+c.GPUDockerSpawner.network_internal = True  # False lets servers reach the internet (pip), still not each other
 c.GPUDockerSpawner.work_volume_template = "jupyterhub-gpu-user-{username}"  # at /home/jovyan/work
 c.GPUDockerSpawner.datasets_volume = "/srv/datasets"  # read-only at /home/jovyan/datasets; "" for none
 c.GPUDockerSpawner.container_user = "1000:100"  # jovyan; root is refused
@@ -105,13 +117,13 @@ c.GPUDockerSpawner.ledger_db_url = LEDGER
 c.GPUDockerSpawner.budget_timezone = "Asia/Shanghai"
 c.GPUDockerSpawner.budget_min_minutes = 10  # a spawn needs budget for at least this many minutes
 # how the servers' extension reaches the service (samples, budget and notices for JupyterLab)
-c.GPUDockerSpawner.gpu_service_url = "http://127.0.0.1:10101/services/gpu/"
+c.GPUDockerSpawner.gpu_service_url = f"http://{GATEWAY}:10101/services/gpu/"
 
 c.JupyterHub.custom_scopes = CUSTOM_SCOPES
 c.JupyterHub.services = [
     {
         "name": "gpu",
-        "url": "http://127.0.0.1:10101",
+        "url": f"http://{GATEWAY}:10101",  # on the gateway: the servers push their samples here
         "command": [
             sys.executable,
             "-m",

@@ -5,19 +5,78 @@ their UUIDs), mounts its owner's named volume at ``/home/jovyan/work`` and the
 shared datasets read-only, runs as a non-root user with every capability dropped
 and no-new-privileges, within the profile's memory, CPU and process limits. The
 container arguments come from the pure builder in :mod:`.objects`.
+
+Servers run on a Docker bridge network with inter-container communication
+disabled (``jupyterhub-gpu`` by default): the hub reaches each server, each server
+reaches the hub and the gpu service on the network's gateway, and no server
+reaches another's Jupyter port, kernels or TensorBoard. A spawn on a network that
+does not isolate is refused; host networking (one loopback shared by every
+server) is possible, with a warning in the log at every start.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from datetime import datetime
 
 from dockerspawner import DockerSpawner
+from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import random_port
 from traitlets import Bool, Int, Unicode, default, validate
 
-from .mixin import GPUSpawnerMixin
-from .objects import LABEL_PREFIX, make_container_spec, make_labels, make_volume_binds
+from .mixin import GPUSpawnerMixin, check_config, config_probe
+from .objects import (
+    LABEL_PREFIX,
+    make_container_spec,
+    make_labels,
+    make_network_spec,
+    make_volume_binds,
+    network_isolation_problem,
+    parse_container_user,
+    parse_subnet,
+    screen_extras,
+)
+
+HOST_NETWORK_WARNING = (
+    "INSECURE: %s runs on the host network: every server shares the host's loopback, so any user can"
+    " connect to every other user's Jupyter port, kernels (and read their code and outputs) and"
+    " TensorBoard. Use host networking only on a single-user machine; see docs/admin.md, Networking."
+)
+
+
+def network_problem(info: dict, subnet: str = "") -> str | None:
+    """Why an inspected network is not the isolated one the spawner needs (or has another subnet), or None."""
+    problem = network_isolation_problem(info)
+    if problem:
+        return problem
+    subnets = [c.get("Subnet") for c in (info.get("IPAM") or {}).get("Config") or []]
+    if subnet and str(parse_subnet(subnet)) not in subnets:
+        return f"Docker network {info.get('Name')!r} has subnet {', '.join(map(str, subnets)) or 'none'}, not {subnet}"
+    return None
+
+
+def ensure_isolated_network(client, name: str, subnet: str = "", *, internal: bool = True) -> dict:
+    """Create the Docker network that isolates the servers if it is missing; the inspected network.
+
+    Blocking (docker-py's APIClient). Raises ``ValueError`` if the network there does not isolate
+    or has another subnet than ``subnet``.
+    """
+    import docker as docker_py
+
+    try:
+        info = client.inspect_network(name)
+    except docker_py.errors.NotFound:
+        try:
+            client.create_network(**make_network_spec(name=name, subnet=subnet, internal=internal))
+        except docker_py.errors.APIError as e:
+            if getattr(e, "status_code", None) != 409:  # created meanwhile by another process
+                raise
+        info = client.inspect_network(name)
+    problem = network_problem(info, subnet)
+    if problem:
+        raise ValueError(f"{problem}: remove it (docker network rm {name}) or set another network_name")
+    return info
 
 
 class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
@@ -64,9 +123,47 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
     container_user = Unicode(
         "1000:100",
         help="""
-        ``uid:gid`` the server runs as inside the container; root is refused.
+        Numeric ``uid:gid`` the server runs as inside the container; both must be
+        above 0 (root, uid or gid 0, is refused whatever its spelling, e.g. ``"000:100"``).
 
             c.GPUDockerSpawner.container_user = "1000:100"
+        """,
+    ).tag(config=True)
+
+    network_subnet = Unicode(
+        "",
+        help="""
+        The subnet of the isolated network (``network_name``): the hub creates the
+        network with it at startup if it is missing (its gateway, the first address,
+        is where the hub and the gpu service listen), and refuses an existing one
+        with another subnet. Empty lets Docker choose (then set ``hub_ip`` and the
+        service's URL to the gateway Docker chose).
+
+            c.GPUDockerSpawner.network_subnet = "10.213.0.0/24"
+        """,
+    ).tag(config=True)
+
+    network_internal = Bool(
+        True,
+        help="""
+        Whether the network the spawner creates is ``internal``: servers reach only
+        the host (the hub and the gpu service), not the internet. Set False to let
+        them reach the internet (pip install); they still cannot reach each other.
+
+            c.GPUDockerSpawner.network_internal = False
+        """,
+    ).tag(config=True)
+
+    allow_shared_network = Bool(
+        False,
+        help="""
+        INSECURE. Start servers on a Docker network that does not isolate them from
+        each other (not a bridge, or a bridge with inter-container communication
+        enabled, like Docker's default ``bridge``). By default such a spawn is
+        refused. Host networking (``network_name = "host"``) is always possible,
+        with a warning in the log: it too lets servers reach each other.
+
+            c.GPUDockerSpawner.allow_shared_network = True
         """,
     ).tag(config=True)
 
@@ -94,11 +191,17 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
 
     @validate("container_user")
     def _valid_container_user(self, proposal):
-        value = proposal.value
-        uid = value.split(":", 1)[0]
-        if not uid or uid in {"0", "root"} or not uid.isdigit():
-            raise ValueError(f"container_user must be a non-root numeric 'uid:gid', got {value!r}")
-        return value
+        uid, gid = parse_container_user(proposal.value)  # ValueError: a clear message at hub start
+        return f"{uid}:{gid}"
+
+    @validate("network_subnet")
+    def _valid_network_subnet(self, proposal):
+        return str(parse_subnet(proposal.value)) if proposal.value else ""
+
+    @default("network_name")
+    def _default_network_name(self):
+        # servers isolated from each other (see ensure_isolated_network), never Docker's default bridge
+        return "jupyterhub-gpu"
 
     @validate("pids_limit")
     def _valid_pids_limit(self, proposal):
@@ -119,10 +222,60 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         await self.gpu_check_image(profile)
         self.image = profile.image
         if self.network_name == "host":
+            self.log.warning(HOST_NETWORK_WARNING, self._log_name)
             # every host-network server needs its own port on the host
             self.port = random_port()
             if self.ip in ("", "0.0.0.0"):
                 self.ip = "127.0.0.1"
+        else:
+            await self.gpu_check_network()
+
+    async def gpu_check_network(self) -> None:
+        """Refuse to start on a network where servers could reach each other; create the default one."""
+        try:
+            await asyncio.wrap_future(
+                self.executor.submit(
+                    ensure_isolated_network,
+                    self.client,
+                    self.network_name,
+                    self.network_subnet,
+                    internal=self.network_internal,
+                )
+            )
+        except ValueError as e:
+            if self.allow_shared_network:
+                self.log.warning("INSECURE (allow_shared_network): %s: %s", self._log_name, e)
+                return
+            raise SpawnException(
+                "The lab's container network is not set up safely; please tell your administrator.",
+                reason="network",
+                log_message=f"refusing to start {self._log_name}: {e} (docs/admin.md, Networking)",
+                status_code=500,
+            ) from None
+
+    @classmethod
+    def gpu_check_config(cls, config) -> list[str]:
+        """The hub's startup check, and the isolated network made before the hub listens on its gateway.
+
+        JupyterHub runs this before it binds its own port: with ``hub_ip`` on the network's
+        gateway (the reference config), the network must exist by then.
+        """
+        problems = check_config(config, cls)
+        if problems:
+            return problems
+        probe = config_probe(config, cls)
+        if probe.network_name == "host":
+            return []
+        try:
+            ensure_isolated_network(
+                probe.client, probe.network_name, probe.network_subnet, internal=probe.network_internal
+            )
+        except ValueError as e:
+            if not probe.allow_shared_network:
+                problems.append(f"{cls.__name__}: {e} (docs/admin.md, Networking)")
+        except Exception as e:
+            problems.append(f"{cls.__name__}: cannot check the Docker network {probe.network_name!r}: {e}")
+        return problems
 
     async def create_object(self):
         """Create the container from the pure builder's arguments."""
@@ -134,6 +287,9 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         extra_host = self._eval_if_callable(self.extra_host_config)
         if inspect.isawaitable(extra_host):
             extra_host = await extra_host
+        extra_create, extra_host = self._render_templates(extra_create), self._render_templates(extra_host)
+        for dropped in screen_extras(extra_create, extra_host)[2]:
+            self.log.warning("Ignoring %s for %s: it would weaken the container's isolation", dropped, self._log_name)
         create, host = make_container_spec(
             name=self.container_name,
             image=self.image,
@@ -160,8 +316,10 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
             mem_limit=profile.mem_limit,
             cpu_limit=profile.cpu_limit,
             pids_limit=self.pids_limit,
-            extra_create=self._render_templates(extra_create),
-            extra_host=self._render_templates(extra_host),
+            extra_create=extra_create,
+            extra_host=extra_host,
+            # on an isolated network the hub reaches the server at its address there: publish nothing
+            publish_port=not self.use_internal_ip,
         )
         self.container_spec = (create, host)
         create["host_config"] = self.client.create_host_config(**host)
