@@ -37,12 +37,9 @@ from .metering import (
     UNITS,
     BudgetRule,
     BudgetStatus,
-    UsageRow,
     applies_to,
     billed_minutes,
-    budget_status,
     from_micros,
-    period_window,
     to_micros,
 )
 from .savings import (
@@ -170,6 +167,8 @@ def status_json(status: BudgetStatus) -> dict:
         "spent": decimal_str(status.used, rule.unit),
         "remaining": decimal_str(status.remaining, rule.unit),
         "percent_used": float(round(status.fraction * 100, 1)),
+        # current: binds now; ended / upcoming: a term budget outside its term, which refuses and stops nothing
+        "state": status.state,
         "period_start": isoformat(status.period_start),
         "period_end": isoformat(status.period_end),
         "term_start": rule.term_start.isoformat() if rule.term_start else None,
@@ -178,27 +177,13 @@ def status_json(status: BudgetStatus) -> dict:
 
 
 def current_statuses(ledger: Ledger, rules: list[BudgetRule], now: datetime, tz: ZoneInfo) -> list[BudgetStatus]:
-    """Each budget's use in its current period, from two small queries per budget.
+    """Each budget's use in its period, in the order of ``rules``: :meth:`Ledger.statuses_of`.
 
-    The ledger sums the stopped sessions in SQL (:meth:`Ledger.budget_usage`), so
-    the cost does not grow with the history; :func:`budget_status` then judges
-    the total exactly as it judges single sessions.
+    The one computation of a budget's use that the spawn check, the tick, the
+    API, the pages and the metrics share. A rule the ledger cannot compute (a
+    damaged row) is left out.
     """
-    statuses = []
-    for rule in rules:
-        start, end = period_window(rule.period, now, tz, rule.term_start, rule.term_end)
-        cost, gpu_minutes = ledger.budget_usage(rule.scope, rule.subject, start, end, now)
-        total = UsageRow(
-            session_id="",
-            user=rule.subject if rule.scope == "user" else "",
-            groups=(rule.subject,) if rule.scope == "group" else (),
-            started=start,
-            cost_micros=cost,
-            gpu_minutes=gpu_minutes,
-            running=False,
-        )
-        statuses.append(budget_status(rule, [total], now, tz))
-    return statuses
+    return ledger.statuses_of(rules, now, tz)
 
 
 def usage_totals(sessions: list[dict], default_currency: str) -> dict:
@@ -826,12 +811,12 @@ class BudgetListHandler(BaseHandler):
     @web.authenticated
     def get(self):
         self.require_scope(SCOPE_USAGE_READ, SCOPE_BUDGETS_WRITE)
-        budgets = self.ledger.budgets()
-        statuses = self.statuses([b.rule() for b in budgets], self.now())
+        budgets = {f"{b.scope}:{b.subject}": b for b in self.ledger.budgets()}
+        statuses = self.statuses(self.ledger.budget_rules(), self.now())
         self.write_json(
             {
                 "currency": self.service.currency_info.code,
-                "budgets": [budget_json(b, s) for b, s in zip(budgets, statuses, strict=True)],
+                "budgets": [budget_json(budgets[s.rule.key], s) for s in statuses],
             }
         )
 
@@ -853,7 +838,10 @@ class BudgetHandler(BaseHandler):
         budget = self.ledger.get_budget(scope, name)
         if budget is None:
             raise web.HTTPError(404, f"The {scope} {name} has no budget")
-        (current,) = self.statuses([budget.rule()], self.now())
+        rules = [r for r in self.ledger.budget_rules() if r.key == f"{scope}:{name}"]
+        current = next(iter(self.statuses(rules, self.now())), None)
+        if current is None:
+            raise web.HTTPError(500, f"The budget of the {scope} {name} is damaged; set it again")
         self.write_json({**budget_json(budget, current), "currency": self.service.currency_info.code, **extra}, status)
 
     @web.authenticated

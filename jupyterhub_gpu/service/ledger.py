@@ -581,6 +581,17 @@ class Ledger:
         with self.Session() as db:
             return list(db.scalars(select(AlertSent).where(AlertSent.period_start >= _naive(since))))
 
+    def final_notices_before(self, period_start: datetime, sent_since: datetime) -> list[AlertSent]:
+        """100% Lab notices of periods before ``period_start`` sent at or after ``sent_since`` (stops still due)."""
+        query = select(AlertSent).where(
+            AlertSent.threshold == 100,
+            AlertSent.channel == "lab",
+            AlertSent.period_start < _naive(period_start),
+            AlertSent.sent >= _naive(sent_since),
+        )
+        with self.Session() as db:
+            return list(db.scalars(query))
+
     def window_totals(
         self,
         start: datetime,

@@ -4,7 +4,8 @@ Named in JupyterHub's style (namespace ``jupyterhub_gpu``, ``<noun>_<verb>_<unit
 and kept in the service's own registry, so that nothing else in the process
 leaks into ``/services/gpu/metrics``. Each scrape costs a few small queries: the
 open sessions, one aggregate over stopped sessions, and two aggregates per
-budget; none of them grows with the ledger's history.
+budget; none of them grows with the ledger's history. Budgets come from
+:meth:`.ledger.Ledger.statuses_of`, as everywhere else.
 
 Counters count stopped sessions only: a stopped session's charge is final, so
 the counters never go down; running sessions show in the ``active_*`` gauges.
@@ -77,9 +78,8 @@ class LedgerCollector:
         for row in self.ledger.closed_session_totals():
             minutes[row["profile"]] += row["minutes"]
             stops[row["stop_reason"]] += row["sessions"]
-            # a session counts for every group its user was in when it started; "" for none
-            for group in row["groups"] or [""]:
-                spend[(group, row["currency"])] += row["cost_micros"]
+            # a session counts once, for the one group that paid (its pool); "" for none
+            spend[(row["pool"] or "", row["currency"])] += row["cost_micros"]
         billed = CounterMetricFamily(
             f"{NAMESPACE}_billed_minutes",
             "Minutes billed for stopped GPU sessions (every started minute), by profile",
@@ -90,7 +90,7 @@ class LedgerCollector:
         yield billed
         money = CounterMetricFamily(
             f"{NAMESPACE}_spend",
-            "Money charged for stopped GPU sessions, by group at session start and currency",
+            "Money charged for stopped GPU sessions, by the group that paid and currency",
             labels=["group", "currency"],
         )
         for (group, currency), micros in sorted(spend.items()):

@@ -76,6 +76,13 @@ async def enforce_budgets(
         (a.user, a.budget_key, _aware(a.period_start), a.threshold, a.channel, a.revision or ""): _aware(a.sent)
         for a in ledger.alerts_since(since)
     }
+    # a stop announced shortly before a reset is still carried out after it (the notice promised it)
+    promised: dict[tuple[str, str, str], datetime] = {}
+    for a in ledger.final_notices_before(now, since - grace):
+        st = status_of.get(a.budget_key)
+        if st is not None and _aware(a.period_start) < st.period_start and _aware(a.sent) + grace > st.period_start:
+            k = (a.user, a.budget_key, a.revision or "")
+            promised[k] = min(promised.get(k, _aware(a.sent)), _aware(a.sent))
     for user, sessions in by_user.items():
         result.users_checked += 1
         try:
@@ -94,6 +101,7 @@ async def enforce_budgets(
                 grace,
                 channels,
                 result,
+                promised,
             )
         except Exception:
             log.exception("budget check of %s failed in this tick; the other users are checked all the same", user)
@@ -129,6 +137,7 @@ async def _enforce_user(
     grace,
     channels,
     result,
+    promised=None,
 ) -> None:
     groups = tuple(sorted({g for s in sessions for g in s.group_list}))
     per_session = {s.id: _session_statuses(s, user_rules, group_rules, status_of) for s in sessions}
@@ -181,6 +190,10 @@ async def _enforce_user(
             except ArithmeticError:
                 log.error("budget %s cannot be judged (limit %r); it stops nothing", st.rule.key, st.limit)
         told = [t for t in map(final_notice, exhausted) if t is not None]
+        for st in per_session[s.id]:  # told before the reset, while this session ran: the promised stop
+            before = (promised or {}).get((user, st.rule.key, st.rule.revision))
+            if before is not None and _aware(s.started) <= before:
+                told.append(before)
         if not told or now - min(told) < grace:
             continue
         ledger.set_pending_stop_reason(s.id, "budget")

@@ -327,24 +327,38 @@ class GPUSpawnerMixin(Configurable):
 
         return shared_ledger(self.ledger_db_url)
 
-    async def gpu_budget_refusal(self, profile: Profile) -> str | None:
-        """Why the user's budgets cannot afford ``budget_min_minutes`` of ``profile``, or None."""
+    _gpu_pool: str | None = None
+
+    async def gpu_choose_pool(self, options, profile: Profile) -> str | None:
+        """The one group that pays for this session (``pool`` in the options, else the default; docs/admin.md)."""
+        from .profiles import choose_pool
+
+        ledger = self.ledger
+        rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
+        budgeted = {r.subject for r in rules if r.scope == "group"}
+        return choose_pool(options, profile, self._gpu_group_names(), budgeted)
+
+    async def gpu_budget_refusal(self, profile: Profile, pool: str | None = None) -> str | None:
+        """Why the budgets this session would draw from cannot afford ``budget_min_minutes`` of ``profile``, or None.
+
+        Those are the user's own budget and the budget of the one group that pays
+        (``pool``, by default the one chosen at this spawn), computed by
+        :meth:`Ledger.statuses_of` like everywhere else.
+        """
         ledger = self.ledger
         if ledger is None:
             return None
-        from ..service.metering import earliest_period_start, spawn_refusal, to_micros, user_statuses
+        from ..service.metering import draws_from, spawn_refusal, to_micros
 
-        groups = tuple(self._gpu_group_names())
+        pool = self._gpu_pool if pool is None else pool
         tz = ZoneInfo(self.budget_timezone)
         now = utcnow()
 
         def check():
-            rules = ledger.budget_rules()
+            rules = [r for r in ledger.budget_rules() if draws_from(r, self.user.name, pool)]
             if not rules:
                 return None
-            since = earliest_period_start(rules, now, tz)
-            rows = ledger.rows_for(self.user.name, groups, now, since=since)
-            statuses = user_statuses(self.user.name, groups, rules, rows, now, tz)
+            statuses = sorted(ledger.statuses_of(rules, now, tz), key=lambda s: s.fraction, reverse=True)
             return spawn_refusal(
                 statuses,
                 to_micros(profile.rate_per_minute),
@@ -418,7 +432,18 @@ class GPUSpawnerMixin(Configurable):
             }
             for p in allowed
         ]
-        return _templates.get_template("options_form.html").render(profiles=rows, simulated=simulated)
+        pools = await self._gpu_pool_options(allowed)
+        return _templates.get_template("options_form.html").render(profiles=rows, simulated=simulated, pools=pools)
+
+    async def _gpu_pool_options(self, allowed: list[Profile]) -> list[str]:
+        """The groups the form offers to pay (any profile's choices); shown only when there is a choice."""
+        from .profiles import pool_choices
+
+        ledger = self.ledger
+        rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
+        budgeted = {r.subject for r in rules if r.scope == "group"}
+        groups = self._gpu_group_names()
+        return list(dict.fromkeys(g for p in allowed for g in pool_choices(p, groups, budgeted)))
 
     @default("options_from_form")
     def _gpu_options_from_form_default(self):
@@ -460,6 +485,7 @@ class GPUSpawnerMixin(Configurable):
         try:
             self._gpu_job_id = self._gpu_job_option(options)
             profile = choose_profile(options, allowed, everything)
+            self._gpu_pool = await self.gpu_choose_pool(options, profile)
         except OptionsError as e:
             raise SpawnException(str(e), reason="options") from None
         refusal = await self.gpu_budget_refusal(profile)
@@ -542,6 +568,7 @@ class GPUSpawnerMixin(Configurable):
             message = f"Assigned {what}; starting {profile.display_name} at {rate}/min"
             self._gpu_emit({"progress": 40, "message": message})
             self._gpu_session["groups"] = sorted(self._gpu_group_names())
+            self._gpu_session["pool"] = self._gpu_pool  # the one group that pays (checked at the pre-spawn hook)
             await self.gpu_prepare(profile, devices)
             result = await super().start()
             await self._gpu_record_start()

@@ -182,7 +182,7 @@ def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list
 
     ``formdata`` is JupyterHub's form dict (field name -> list of strings).
     """
-    extra = sorted(set(formdata) - {"profile"} - HUB_FORM_FIELDS)
+    extra = sorted(set(formdata) - {"profile", "pool"} - HUB_FORM_FIELDS)
     if extra:
         raise OptionsError(f"Unexpected form field(s): {', '.join(extra)}. Nothing was started.")
     values = formdata.get("profile")
@@ -191,16 +191,25 @@ def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list
     if not isinstance(values, list) or len(values) != 1 or not isinstance(values[0], str):
         raise OptionsError("Choose exactly one profile. Nothing was started.")
     choose_profile({"profile": values[0]}, allowed, all_profiles)
-    return {"profile": values[0]}
+    options = {"profile": values[0]}
+    pools = formdata.get("pool")
+    if pools is not None:
+        if not isinstance(pools, list) or len(pools) != 1 or not isinstance(pools[0], str):
+            raise OptionsError("Choose at most one group to pay. Nothing was started.")
+        if pools[0]:  # "": the default group
+            options["pool"] = pools[0]
+    return options
 
 
 def choose_profile(user_options: object, allowed: list[Profile], all_profiles: list[Profile] | None = None) -> Profile:
     """The profile named by ``user_options`` (or the default one), if the user may use it."""
     if not isinstance(user_options, dict):
         raise OptionsError('Spawn options must be a JSON object such as {"profile": "t4"}.')
-    extra = sorted(set(user_options) - {"profile"})
+    extra = sorted(set(user_options) - {"profile", "pool"})
     if extra:
-        raise OptionsError(f"Unexpected option(s): {', '.join(map(str, extra))}. Only 'profile' may be given.")
+        raise OptionsError(
+            f"Unexpected option(s): {', '.join(map(str, extra))}. Only 'profile' and 'pool' may be given."
+        )
     if not allowed:
         raise OptionsError("No profile is available to you. Ask your instructor or administrator for access.")
     if "profile" not in user_options:
@@ -218,6 +227,46 @@ def choose_profile(user_options: object, allowed: list[Profile], all_profiles: l
         raise OptionsError(f"You may not use the profile {slug!r}: it is reserved for other groups.")
     shown = slug if len(slug) <= 64 else slug[:64] + "…"
     raise OptionsError(f"Unknown profile {shown!r}.")
+
+
+def pool_choices(profile: Profile, user_groups, budgeted_groups=()) -> list[str]:
+    """The groups that may pay for a session of ``profile``: exactly one of them will (docs/admin.md).
+
+    The user's groups the profile is allowed for (all of the user's groups for a
+    profile open to everyone), in the profile's ``allowed_groups`` order, then by
+    name. When some of them have a group budget, only those: a budget binds its
+    members, so a group without a budget cannot be chosen to escape it.
+    """
+    mine = set(user_groups)
+    if profile.allowed_groups:
+        ordered = [g for g in dict.fromkeys(profile.allowed_groups) if g in mine]
+    else:
+        ordered = sorted(mine)
+    budgeted = [g for g in ordered if g in set(budgeted_groups)]
+    return budgeted or ordered
+
+
+def choose_pool(user_options: object, profile: Profile, user_groups, budgeted_groups=()) -> str | None:
+    """The group that pays for this session: ``user_options["pool"]`` if allowed, else the first choice.
+
+    None when the user is in no group. A pool the user is not in, or one the
+    profile is not allowed for, is refused with OptionsError (nothing starts).
+    """
+    choices = pool_choices(profile, user_groups, budgeted_groups)
+    pool = user_options.get("pool") if isinstance(user_options, dict) else None
+    if pool is None:
+        return choices[0] if choices else None
+    if not isinstance(pool, str) or not pool:
+        raise OptionsError(f"'pool' must be the name of one of your groups, got {pool!r}.")
+    if pool not in choices:
+        shown = pool if len(pool) <= 64 else pool[:64] + "…"
+        if choices:
+            raise OptionsError(
+                f"The group {shown!r} cannot pay for {profile.display_name}: choose one of {', '.join(choices)}."
+                " Nothing was started."
+            )
+        raise OptionsError(f"The group {shown!r} cannot pay for {profile.display_name}. Nothing was started.")
+    return pool
 
 
 def job_server_option(server_name: str, options, requested_by_service: bool) -> str | None:

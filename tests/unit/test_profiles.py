@@ -485,7 +485,7 @@ def test_choose_non_string_slug(students, slug):
 
 def test_choose_extra_options(students):
     assert choice_error({"profile": "t4", "image": "evil", "gpu_count": 8}, students) == (
-        "Unexpected option(s): gpu_count, image. Only 'profile' may be given."
+        "Unexpected option(s): gpu_count, image. Only 'profile' and 'pool' may be given."
     )
 
 

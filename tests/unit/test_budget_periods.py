@@ -1,0 +1,575 @@
+"""Budgets across period boundaries and budget rules that behave the same everywhere (issue 14, sections 1-2).
+
+Real ledger (sqlite), real tick (:func:`enforce_budgets`), real alerts
+(:func:`alerts.deliver`, Lab notices) and the real hub client against a small
+HTTP server on 127.0.0.1 that answers the hub's stop call; the clock is moved,
+never slept on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jupyterhub.spawner import SpawnException
+
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.service import api
+from jupyterhub_gpu.service.alerts import AlertSettings, BudgetAlert, deliver, parse_thresholds
+from jupyterhub_gpu.service.hubapi import HubClient
+from jupyterhub_gpu.service.ledger import Budget, Ledger, SessionStart
+from jupyterhub_gpu.service.metering import (
+    BudgetRule,
+    billed_minutes,
+    minutes_in_window,
+    period_window,
+    rule_statuses,
+    spawn_refusal,
+)
+from jupyterhub_gpu.service.tick import enforce_budgets
+
+UTC = timezone.utc
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+CNY = Currency.from_config("CNY")
+T4 = 50_000  # ¥0.05 a minute (¥3.00 a GPU-hour)
+#: 23:58 on 30 November in Shanghai
+LATE = datetime(2026, 11, 30, 23, 58, tzinfo=SHANGHAI).astimezone(UTC)
+DEC = datetime(2026, 12, 1, tzinfo=SHANGHAI).astimezone(UTC)
+GRACE = timedelta(minutes=5)
+
+
+class StopHub:
+    """Answers ``DELETE /hub/api/users/NAME/server[s/SERVER]`` with 204 and records it."""
+
+    def __init__(self):
+        self.stops: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_DELETE(self):
+                owner.stops.append(self.path)
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+        self.client = HubClient(f"http://127.0.0.1:{self.httpd.server_address[1]}/hub/api", "token")
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def hub():
+    server = StopHub()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    yield ledger
+    ledger.close()
+
+
+def start(ledger, sid, user, started, groups=("cs231n",), rate=T4, gpus=1, pool=None, server=""):
+    ledger.record_start(
+        SessionStart(
+            id=sid,
+            user=user,
+            server_name=server,
+            groups=tuple(groups),
+            profile="t4" if gpus else "cpu",
+            gpus=tuple(f"GPU-{sid}-{i}" for i in range(gpus)),
+            rate_micros=rate,
+            currency="CNY",
+            started=started,
+            pool=pool,
+        )
+    )
+
+
+def tick(ledger, hub, now, thresholds=(80, 95)):
+    async def notify(user, groups, status, threshold):
+        alert = BudgetAlert.from_status(user, groups, status, threshold, CNY, int(GRACE.total_seconds()), SHANGHAI)
+        await deliver(alert, AlertSettings(), ledger, now)
+
+    return asyncio.run(enforce_budgets(ledger, hub.client, now, SHANGHAI, notify, thresholds, GRACE))
+
+
+def used(ledger, key, now):
+    return ledger.budget_statuses(ledger.budget_rules(), now, SHANGHAI)[key].used
+
+
+# -- 1. a minute counts in the period it falls in ------------------------------------------------------------
+
+
+def test_a_session_started_at_2358_counts_its_new_month_minutes_and_is_stopped(ledger, hub):
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("10")), LATE - timedelta(days=3))
+    start(ledger, "late", "ann", LATE)
+    # 00:05 on 1 December: 7 minutes billed, 2 in November and 5 in December
+    now = DEC + timedelta(minutes=5)
+    assert used(ledger, "user:ann", now) == Decimal("0.25")
+    assert tick(ledger, hub, now).alerts == []
+    # 200 minutes of December later, ¥10 is used: the 100% notice, then the stop after the grace period
+    now = DEC + timedelta(minutes=200)
+    assert used(ledger, "user:ann", now) == Decimal("10")
+    first = tick(ledger, hub, now)
+    assert ("ann", "user:ann", 100) in first.alerts and first.stopped == []
+    notices = [n.message for n in ledger.notices("ann")]
+    assert any("Budget used up" in m and "2026-12-01 to 2026-12-31" in m for m in notices), notices
+    assert tick(ledger, hub, now + GRACE).stopped == [("ann", "")]
+    assert hub.stops == ["/hub/api/users/ann/server"]
+    assert ledger.get_session("late").pending_stop_reason == "budget"
+
+
+def test_a_stop_announced_at_2357_is_carried_out_after_midnight(ledger, hub):
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("10")), LATE - timedelta(days=3))
+    # ¥10 used by 23:57 on 30 November: the 100% notice goes out in November
+    start(ledger, "long", "ann", LATE - timedelta(minutes=201))
+    nov_end = DEC - timedelta(minutes=3)
+    assert tick(ledger, hub, nov_end).alerts[-1] == ("ann", "user:ann", 100)
+    # 00:01 on 1 December: December has room, but the stop promised at 23:57 is carried out at 00:02
+    assert tick(ledger, hub, DEC + timedelta(minutes=1)).stopped == []
+    assert tick(ledger, hub, DEC + timedelta(minutes=2)).stopped == [("ann", "")]
+    # a session started after the notice is not stopped by it
+    ledger.record_stop("long", DEC + timedelta(minutes=2), "stopped")
+    start(ledger, "fresh", "ann", DEC + timedelta(minutes=3))
+    assert tick(ledger, hub, DEC + timedelta(minutes=4)).stopped == []
+
+
+def test_weekly_and_term_budgets_split_at_their_boundaries_too(ledger):
+    monday = datetime(2026, 11, 30, tzinfo=SHANGHAI).astimezone(UTC)  # a Monday
+    ledger.set_budget(BudgetRule("user", "ann", "week", "gpu_hours", Decimal("1")), monday - timedelta(days=9))
+    ledger.set_budget(
+        BudgetRule("user", "bob", "term", "money", Decimal("5"), date(2026, 9, 1), date(2026, 11, 29)),
+        monday - timedelta(days=9),
+    )
+    start(ledger, "w", "ann", monday - timedelta(seconds=90), gpus=2)  # 2 GPUs from Sunday 23:58:30
+    start(ledger, "t", "bob", monday - timedelta(seconds=90), groups=())
+    now = monday + timedelta(minutes=29, seconds=30)
+    # 31 minutes billed: minutes 0 and 1 start on Sunday (23:58:30, 23:59:30), 29 start this week
+    assert billed_minutes(monday - timedelta(seconds=90), now) == 31
+    assert used(ledger, "user:ann", now) == Decimal(29 * 2) / 60
+    # the term ended on Sunday: its two last minutes are in it, the rest is not, and it binds nothing now
+    term = ledger.budget_statuses(ledger.budget_rules(), now, SHANGHAI)["user:bob"]
+    assert term.used == Decimal("0.1") and term.state == "ended" and not term.active
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    offset=st.integers(min_value=-(10**8), max_value=10**8),
+    seconds=st.integers(min_value=0, max_value=40 * 24 * 3600 * 10**6),
+    running=st.booleans(),
+)
+def test_the_periods_of_a_session_add_up_to_its_charge_to_the_micro_unit(offset, seconds, running):
+    started = DEC + timedelta(microseconds=offset * 1000)
+    ended = started + timedelta(microseconds=seconds)
+    n = billed_minutes(started, ended)
+    # every month from October to February tiles the session's minutes
+    months = [period_window("month", datetime(2026, m, 15, tzinfo=UTC), SHANGHAI) for m in (10, 11, 12)]
+    months += [period_window("month", datetime(2027, m, 15, tzinfo=UTC), SHANGHAI) for m in (1, 2, 3)]
+    assert months[0][0] <= started and ended <= months[-1][1]
+    counts = [minutes_in_window(started, n, a, b) for a, b in months]
+    assert sum(counts) == n and all(c >= 0 for c in counts)
+    rate = 3_000_000_001
+    assert sum(c * rate for c in counts) == n * rate
+    # a minute belongs to the month in which it starts
+    for k in (0, n - 1):
+        minute_start = started + timedelta(seconds=60 * k)
+        (i,) = [i for i, (a, b) in enumerate(months) if a <= minute_start < b]
+        assert minutes_in_window(started, n, *months[i]) >= 1
+
+
+def test_monthly_reports_add_up_to_the_session_charges(ledger):
+    start(ledger, "a", "ann", LATE)
+    ledger.record_stop("a", LATE + timedelta(days=31, seconds=7), "stopped")
+    start(ledger, "b", "bob", LATE + timedelta(days=2), groups=("thesis",))
+    ledger.record_stop("b", LATE + timedelta(days=2, minutes=3), "stopped")
+    rules = [BudgetRule("user", u, "month", "money", Decimal(1000)) for u in ("ann", "bob")]
+    total = sum(r.cost_micros for r in ledger.sessions())
+    spent = Decimal(0)
+    for month in (
+        datetime(2026, 11, 15, tzinfo=UTC),
+        datetime(2026, 12, 15, tzinfo=UTC),
+        datetime(2027, 1, 15, tzinfo=UTC),
+    ):
+        statuses = ledger.statuses_of(rules, month, SHANGHAI)
+        spent += sum(s.used for s in statuses)
+    assert spent * 1_000_000 == total
+
+
+def test_the_tick_reads_only_sessions_that_overlap_the_periods(ledger, hub):
+    from sqlalchemy import event
+
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("10")), LATE)
+    for i in range(30):  # old history: none of it can count in December
+        started = LATE - timedelta(days=40 + i)
+        start(ledger, f"old{i}", "ann", started)
+        ledger.record_stop(f"old{i}", started + timedelta(minutes=30), "stopped")
+    start(ledger, "late", "ann", LATE)
+    statements = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if "FROM gpu_sessions" in statement:
+            statements.append(statement)
+
+    event.listen(ledger.engine, "before_cursor_execute", record)
+    try:
+        tick(ledger, hub, DEC + timedelta(minutes=3))
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", record)
+    per_user, _ = ledger.window_totals(*period_window("month", DEC, SHANGHAI), DEC + timedelta(minutes=3))
+    assert per_user == {"ann": [3 * T4, 3]}
+    assert statements
+    for statement in statements:  # the open sessions, or the sessions overlapping the window: never all of them
+        where = statement.split("WHERE", 1)[-1] if "WHERE" in statement else ""
+        bounded = "gpu_sessions.started <" in where or "gpu_sessions.started >=" in where
+        assert bounded or where.strip().startswith("gpu_sessions.stopped IS NULL"), statement
+
+
+# -- one computation for every reader --------------------------------------------------------------------------
+
+
+def test_spawn_check_tick_and_api_compute_the_same_use_across_a_reset(ledger, hub):
+    """The same cross-reset scenario through the pure rules, the ledger, the API's helper and the tick."""
+    for rule in (
+        BudgetRule("user", "ann", "month", "money", Decimal("10")),
+        BudgetRule("group", "cs231n", "month", "money", Decimal("12")),
+        BudgetRule("group", "thesis", "week", "gpu_hours", Decimal("2")),
+    ):
+        ledger.set_budget(rule, LATE - timedelta(days=3))
+    start(ledger, "late", "ann", LATE, groups=("cs231n", "thesis"), pool="cs231n")
+    start(ledger, "b", "bob", LATE - timedelta(hours=1), groups=("cs231n",))
+    ledger.record_stop("b", DEC + timedelta(minutes=30, seconds=1), "stopped")
+    start(ledger, "t", "tea", LATE, groups=("thesis", "cs231n"), pool="thesis", gpus=2)
+    now = DEC + timedelta(hours=3, minutes=10)
+    rules = ledger.budget_rules()
+    pure = rule_statuses(rules, Ledger.usage_rows(ledger.sessions(), now), now, SHANGHAI)
+    from_ledger = ledger.budget_statuses(rules, now, SHANGHAI)
+    from_api = {s.rule.key: s for s in api.current_statuses(ledger, rules, now, SHANGHAI)}
+    assert pure == from_ledger == from_api
+    # ann: 190 of her 192 minutes are in December, at ¥0.05; the cs231n pool: ann's 190 and bob's last 31;
+    # tea's session pays from thesis, whose week began on Monday 30 November: all of its 192 minutes, 2 GPUs
+    assert from_ledger["user:ann"].used == Decimal("9.5")
+    assert from_ledger["group:cs231n"].used == Decimal("11.05")
+    assert from_ledger["group:thesis"].used == Decimal(192 * 2) / 60
+    seen = {}
+
+    async def notify(user, groups, status, threshold):
+        seen[(user, status.rule.key)] = status
+
+    asyncio.run(enforce_budgets(ledger, hub.client, now, SHANGHAI, notify, (80, 95), GRACE))
+    assert seen[("ann", "user:ann")] == from_ledger["user:ann"]
+    assert seen[("ann", "group:cs231n")] == from_ledger["group:cs231n"]
+    assert seen[("tea", "group:thesis")] == from_ledger["group:thesis"]
+    assert ("tea", "group:cs231n") not in seen  # tea's session draws from thesis only
+    # the spawn check (the real spawner's pre-spawn hook) reads the same numbers
+    for pool, expected in (
+        ("cs231n", "¥9.50 of ¥10.00 (your budget) spent in December; resets on 1 January."),
+        ("thesis", "6.40 GPU-hours of 2.00 GPU-hours (the thesis group's budget) spent in the week of 30 November"),
+    ):
+        spawner = make_spawner(ledger, "ann", ("cs231n", "thesis"))
+        spawner.user_options = {"profile": "t4", "pool": pool}
+        with pytest.raises(SpawnException) as refused:
+            asyncio.run(at(now, spawner.run_pre_spawn_hook()))
+        assert expected in str(refused.value), str(refused.value)
+
+
+PROFILES = [
+    {"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "price_per_gpu_hour": "3.00", "default": True},
+    {"slug": "cpu", "gpu_count": 0, "price_per_hour": "0.60"},
+    {
+        "slug": "thesis-t4",
+        "gpu_model": "T4",
+        "gpu_count": 1,
+        "price_per_gpu_hour": "3.00",
+        "allowed_groups": ["thesis"],
+    },
+]
+
+
+def make_spawner(ledger, name, groups):
+    """The GPULocalSpawner of a real JupyterHub User (JupyterHub's ORM in memory), billing to ``ledger``."""
+    from jupyterhub import orm
+    from jupyterhub.objects import Hub
+    from jupyterhub.user import User
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.spawners.local import GPULocalSpawner
+
+    c = Config()
+    c.GPULocalSpawner.profiles = PROFILES
+    c.GPULocalSpawner.currency = "CNY"
+    c.GPULocalSpawner.gpu_backend = "simulated"
+    c.GPULocalSpawner.simulated_gpus = [{"model": "T4", "count": 2, "memory_gb": 16}]
+    c.GPULocalSpawner.ledger_db_url = ledger.db_url
+    c.GPULocalSpawner.budget_timezone = "Asia/Shanghai"
+    c.GPULocalSpawner.budget_min_minutes = 20
+    db = orm.new_session_factory("sqlite://")()
+    user = orm.User(name=name)
+    db.add(user)
+    for g in groups:
+        group = orm.Group(name=g)
+        db.add(group)
+        user.groups.append(group)
+    db.commit()
+    hub = Hub(ip="127.0.0.1", port=8081, base_url="/hub/")
+    settings = {"spawner_class": GPULocalSpawner, "config": c, "db": db, "hub": hub, "domain": "", "statsd": None}
+    return User(user, settings).spawners[""]
+
+
+async def at(now, coro):
+    """Run ``coro`` with the spawner's clock at ``now``."""
+    from unittest import mock
+
+    with mock.patch("jupyterhub_gpu.spawners.mixin.utcnow", lambda: now):
+        return await coro
+
+
+# -- term budgets outside their dates -------------------------------------------------------------------------------
+
+
+def test_an_ended_term_budget_refuses_and_stops_nothing_and_names_no_past_date(ledger, hub):
+    term = BudgetRule("user", "ann", "term", "money", Decimal("1"), date(2026, 9, 1), date(2026, 11, 30))
+    ledger.set_budget(term, datetime(2026, 9, 1, tzinfo=UTC))
+    start(ledger, "s", "ann", datetime(2026, 11, 1, tzinfo=UTC))
+    ledger.record_stop("s", datetime(2026, 11, 1, 1, tzinfo=UTC), "stopped")  # ¥3: the term's budget is used up
+    inside = datetime(2026, 11, 29, tzinfo=UTC)
+    (during,) = ledger.statuses_of([term], inside, SHANGHAI)
+    message = spawn_refusal([during], T4, 1, 10, SHANGHAI, CNY.format)
+    assert message.startswith("Budget used up") and "the term ends on 30 November" in message
+    after = DEC + timedelta(days=1)
+    (ended,) = ledger.statuses_of([term], after, SHANGHAI)
+    assert ended.state == "ended" and ended.used == Decimal(3)
+    assert spawn_refusal([ended], T4, 1, 10, SHANGHAI, CNY.format) is None
+    assert api.status_json(ended)["state"] == "ended"
+    start(ledger, "later", "ann", after)
+    assert tick(ledger, hub, after + timedelta(hours=1)).alerts == []
+    assert tick(ledger, hub, after + timedelta(hours=2)).stopped == []
+    # before its term a budget binds nothing either, and it counts only minutes inside the term
+    spring = BudgetRule("user", "ann", "term", "money", Decimal("1"), date(2027, 2, 1), date(2027, 6, 30))
+    (upcoming,) = ledger.statuses_of([spring], after + timedelta(hours=2), SHANGHAI)
+    assert upcoming.state == "upcoming" and upcoming.used == 0
+    assert spawn_refusal([upcoming], T4, 1, 10, SHANGHAI, CNY.format) is None
+
+
+# -- 2. alert thresholds, poisoned budgets, free profiles, raised budgets --------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [[0], [101], [-5], [80.5], ["80"], [True], "80", [None]])
+def test_alert_thresholds_refuse_what_alerts_cannot_deliver(bad):
+    with pytest.raises(ValueError, match=r"GPUService\.alert_thresholds"):
+        parse_thresholds(bad, "GPUService.alert_thresholds")
+
+
+def test_any_accepted_threshold_is_delivered(ledger, hub):
+    assert parse_thresholds([50, 80, 50, 100]) == (50, 80)
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("10")), LATE - timedelta(days=3))
+    start(ledger, "s", "ann", DEC)
+    now = DEC + timedelta(minutes=110)  # ¥5.50: past 50%
+    assert tick(ledger, hub, now, thresholds=(50, 80)).alerts == [("ann", "user:ann", 50)]
+    (notice,) = ledger.notices("ann")
+    assert "(50%)" in notice.message and notice.level == "info"
+
+
+@pytest.mark.parametrize("threshold", [[0], [150], ["x"]])
+def test_the_service_does_not_start_with_bad_thresholds(tmp_path, threshold):
+    from jupyterhub_gpu.service.app import GPUService
+
+    config = tmp_path / "config.py"
+    config.write_text(
+        f"c.GPUService.db_url = 'sqlite:///{tmp_path / 'l.sqlite'}'\nc.GPUService.alert_thresholds = {threshold!r}\n"
+    )
+    service = GPUService()
+    with pytest.raises(SystemExit) as exit_info:
+        service.initialize([f"--config={config}"])
+    assert exit_info.value.code == 1
+    GPUService.clear_instance()
+
+
+def test_one_poisoned_budget_does_not_stop_the_tick_for_the_others(ledger, hub):
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("1")), LATE)
+    for user in ("eve", "nan", "term", "unit"):
+        ledger.set_budget(BudgetRule("user", user, "month", "money", Decimal("1")), LATE)
+    with ledger.Session() as db:  # budgets damaged behind the API's back
+        for subject, column, value in (
+            ("eve", "limit", "-1"),
+            ("nan", "limit", "NaN"),
+            ("term", "period", "term"),
+            ("unit", "limit", "abc"),
+        ):
+            budget = db.query(Budget).filter_by(subject=subject).one()
+            setattr(budget, column, value)
+        db.commit()
+    for user in ("eve", "nan", "term", "unit", "ann"):
+        start(ledger, f"s-{user}", user, DEC, groups=())
+    now = DEC + timedelta(minutes=30)  # ¥1.50 each: every budget is used up
+    first = tick(ledger, hub, now)
+    assert ("ann", "user:ann", 100) in first.alerts
+    assert tick(ledger, hub, now + GRACE).stopped == [("ann", "")]
+    # the damaged ones are left out of the API's lists, not a 500 for everyone
+    assert [s.rule.key for s in api.current_statuses(ledger, ledger.budget_rules(), now, SHANGHAI)] == [
+        "user:ann",
+        "user:eve",
+        "user:nan",
+    ]
+
+
+def test_a_free_profile_is_allowed_and_never_stopped_by_a_budget_it_does_not_draw_from(ledger, hub):
+    ledger.set_budget(BudgetRule("user", "ann", "month", "gpu_hours", Decimal("1")), LATE)
+    ledger.set_budget(BudgetRule("user", "bob", "month", "money", Decimal("1")), LATE)
+    start(ledger, "gpu", "ann", DEC, gpus=1)
+    ledger.record_stop("gpu", DEC + timedelta(hours=1), "stopped")  # the GPU-hour budget is used up
+    start(ledger, "paid", "bob", DEC, groups=(), rate=T4, gpus=0)
+    ledger.record_stop("paid", DEC + timedelta(minutes=20), "stopped")  # ¥1: used up
+    now = DEC + timedelta(hours=2)
+    (ann,) = ledger.statuses_of([r for r in ledger.budget_rules() if r.subject == "ann"], now, SHANGHAI)
+    (bob,) = ledger.statuses_of([r for r in ledger.budget_rules() if r.subject == "bob"], now, SHANGHAI)
+    assert ann.exhausted and bob.exhausted
+    assert spawn_refusal([ann], 10_000, 0, 10, SHANGHAI, CNY.format) is None  # CPU-only under GPU-hours
+    assert spawn_refusal([bob], 0, 1, 10, SHANGHAI, CNY.format) is None  # a free GPU under money
+    assert spawn_refusal([ann], T4, 1, 0, SHANGHAI, CNY.format).startswith("Budget used up")
+    start(ledger, "cpu", "ann", now, rate=10_000, gpus=0)
+    start(ledger, "free", "bob", now, groups=(), rate=0, gpus=1)
+    assert tick(ledger, hub, now + timedelta(minutes=1)).alerts == []
+    assert tick(ledger, hub, now + timedelta(hours=1)).stopped == []
+    assert hub.stops == []
+
+
+def test_a_raised_budget_used_up_again_gets_its_own_notice_and_full_grace(ledger, hub):
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("1")), DEC)
+    start(ledger, "s", "ann", DEC)
+    t = DEC + timedelta(minutes=20)  # ¥1: used up
+    assert ("ann", "user:ann", 100) in tick(ledger, hub, t).alerts
+    # the admin raises it to ¥2 before the stop
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("2")), t + timedelta(minutes=1))
+    assert tick(ledger, hub, t + GRACE).stopped == []
+    # used up again at 40 minutes: a new 100% notice, and the stop only a full grace period after it
+    again = DEC + timedelta(minutes=40)
+    assert ("ann", "user:ann", 100) in tick(ledger, hub, again).alerts
+    assert [n.message.startswith("Budget used up") for n in ledger.notices("ann")].count(True) == 2
+    assert tick(ledger, hub, again + GRACE - timedelta(seconds=1)).stopped == []
+    assert tick(ledger, hub, again + GRACE).stopped == [("ann", "")]
+
+
+# -- one pool per session ---------------------------------------------------------------------------------------------
+
+
+def test_a_session_draws_from_exactly_one_group_pool(ledger, hub):
+    ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("100")), LATE)
+    ledger.set_budget(BudgetRule("group", "thesis", "month", "money", Decimal("100")), LATE)
+    start(ledger, "s1", "ann", DEC, groups=("thesis", "cs231n"), pool="thesis")
+    start(ledger, "s2", "ann", DEC, groups=("thesis", "cs231n"), server="b")  # default: the first, cs231n
+    for sid in ("s1", "s2"):
+        ledger.record_stop(sid, DEC + timedelta(minutes=60), "stopped")
+    now = DEC + timedelta(hours=2)
+    statuses = ledger.budget_statuses(ledger.budget_rules(), now, SHANGHAI)
+    assert statuses["group:thesis"].used == Decimal(3) and statuses["group:cs231n"].used == Decimal(3)
+    totals = ledger.closed_session_totals()
+    assert sum(r["cost_micros"] for r in totals) == 120 * T4  # 60 billed minutes each, taken once
+    assert sorted((r["pool"], r["cost_micros"]) for r in totals) == [("cs231n", 60 * T4), ("thesis", 60 * T4)]
+    with pytest.raises(ValueError, match="not one of the groups"):
+        start(ledger, "forged", "ann", DEC, groups=("cs231n",), pool="thesis")
+    assert ledger.get_session("forged") is None
+
+
+def test_the_migration_gives_old_sessions_the_first_group_of_their_list(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    from jupyterhub_gpu.service.ledger import MIGRATIONS, make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.sqlite'}")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "0007")
+        for sid, groups in (("two", ["thesis", "cs231n"]), ("none", []), ("one", ["cs231n"])):
+            connection.execute(
+                text(
+                    "INSERT INTO gpu_sessions (id, user, server_name, groups, profile, gpus, gpu_count, simulated,"
+                    " rate_micros, currency, started) VALUES (:id, 'ann', '', :groups, 't4', '[]', 1, 0, 50000,"
+                    " 'CNY', '2026-11-01 00:00:00')"
+                ),
+                {"id": sid, "groups": json.dumps(groups)},
+            )
+        connection.execute(
+            text(
+                'INSERT INTO gpu_budgets (scope, subject, period, unit, "limit", updated)'
+                " VALUES ('user', 'ann', 'month', 'money', '5', '2026-11-02 03:04:05.000006')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO gpu_alerts (user, budget_key, period_start, threshold, channel, sent)"
+                " VALUES ('ann', 'user:ann', '2026-10-31 16:00:00', 100, 'lab', '2026-11-03 00:00:00')"
+            )
+        )
+    engine.dispose()
+    ledger = Ledger(f"sqlite:///{tmp_path / 'old.sqlite'}")  # upgrades to the head
+    assert {r.id: r.pool for r in ledger.sessions()} == {"two": "cs231n", "none": None, "one": "cs231n"}
+    (alert,) = ledger.alerts("ann")
+    # an alert sent before keeps counting as sent for the budget as it is now
+    assert alert.revision == ledger.budget_rules()[0].revision == "2026-11-02T03:04:05.000006"
+    ledger.close()
+
+
+def test_the_spawner_lets_a_user_choose_the_pool_and_refuses_a_forged_one(ledger):
+    ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("100")), LATE)
+    ledger.set_budget(BudgetRule("group", "thesis", "month", "money", Decimal("100")), LATE)
+    spawner = make_spawner(ledger, "ann", ("thesis", "cs231n", "students"))
+    form = asyncio.run(spawner._render_gpu_options_form())
+    assert 'name="pool"' in form and '<option value="thesis">thesis</option>' in form
+    assert '<option value="students">' not in form  # a group without a budget cannot be chosen to escape one
+    assert asyncio.run(spawner._gpu_options_from_form({"profile": ["t4"], "pool": ["thesis"]})) == {
+        "profile": "t4",
+        "pool": "thesis",
+    }
+    cases = [
+        ({"profile": "t4"}, "cs231n"),  # the default: the first budgeted group the profile is allowed for
+        ({"profile": "t4", "pool": "thesis"}, "thesis"),
+        ({"profile": "thesis-t4"}, "thesis"),
+    ]
+    for options, pool in cases:
+        spawner.user_options = options
+        asyncio.run(at(DEC, spawner.run_pre_spawn_hook()))
+        assert spawner._gpu_pool == pool
+        session = {
+            "session_id": "x",
+            "started": "2026-12-01T00:00:00Z",
+            "profile": options["profile"],
+            "rate_per_minute": "0.05",
+            "currency": "CNY",
+            "groups": ["cs231n", "students", "thesis"],
+            "pool": spawner._gpu_pool,
+        }
+        assert spawner._gpu_session_start(session).pool == pool  # what the ledger's start event carries
+    for options, message in (
+        ({"profile": "t4", "pool": "physics"}, "The group 'physics' cannot pay for t4: choose one of cs231n, thesis"),
+        ({"profile": "t4", "pool": "students"}, "The group 'students' cannot pay"),
+        (
+            {"profile": "thesis-t4", "pool": "cs231n"},
+            "The group 'cs231n' cannot pay for thesis-t4: choose one of thesis",
+        ),
+        ({"profile": "t4", "pool": ["thesis"]}, "'pool' must be the name of one of your groups"),
+    ):
+        spawner.user_options = options
+        with pytest.raises(SpawnException, match=message):
+            asyncio.run(at(DEC, spawner.run_pre_spawn_hook()))
+    assert ledger.sessions() == []
