@@ -125,6 +125,7 @@ def _session_row(rng, user, groups, server_name, profile, started, stopped=None)
         "user": user,
         "server_name": server_name,
         "groups": json.dumps(sorted(groups)),
+        "pool": sorted(groups)[0] if groups else None,  # the default pool: the first group (issue 14)
         "profile": profile,
         "gpus": json.dumps([f"GPU-{rng.getrandbits(64):016x}" for _ in range(gpus)]),
         "gpu_count": gpus,
@@ -262,6 +263,7 @@ def make_population(n: int, seed: int = 42) -> Population:
                         "threshold": threshold,
                         "channel": "lab",
                         "sent": _naive(NOW - timedelta(minutes=10)),
+                        "revision": updated.isoformat(),  # the budget's revision (Budget.revision)
                     }
                 )
             pop.expected_stops += 1
