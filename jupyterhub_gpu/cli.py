@@ -280,6 +280,16 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
+def _period_end(budget: dict, short: bool = False) -> str:
+    """When the period ends; a term budget outside its term binds nothing, and says so."""
+    state = budget.get("state", "current")
+    if state == "ended":
+        return f"ended {budget['period_end']}" if short else f"the term ended {budget['period_end']}: it binds nothing"
+    if state == "upcoming":
+        return f"starts {budget['period_start']}" if short else f"the term starts {budget['period_start']}"
+    return budget["period_end"] if short else f"period ends {budget['period_end']}"
+
+
 def cmd_budget(client: Client, args, out) -> None:
     if args.action == "set":
         body = {"limit": args.limit, "unit": args.unit, "period": args.period}
@@ -303,7 +313,7 @@ def cmd_budget(client: Client, args, out) -> None:
         print(
             f"spent {_amount(budget['spent'], budget['unit'], currency)},"
             f" remaining {_amount(budget['remaining'], budget['unit'], currency)}"
-            f" ({budget['percent_used']}% used; period ends {budget['period_end']})",
+            f" ({budget['percent_used']}% used; {_period_end(budget)})",
             file=out,
         )
     else:
@@ -327,7 +337,7 @@ def cmd_budget(client: Client, args, out) -> None:
                     _amount(b["spent"], b["unit"], currency),
                     _amount(b["remaining"], b["unit"], currency),
                     f"{b['percent_used']}%",
-                    b["period_end"],
+                    _period_end(b, short=True),
                 ]
             )
         print(_table(rows), file=out)

@@ -47,6 +47,8 @@ ZH_CN: dict[str, str] = {
     "Used": "已用",
     "Period": "周期",
     "Resets": "重置时间",
+    "ended {day}": "已于 {day} 结束",
+    "starts {day}": "{day} 开始",
     "Scope": "范围",
     "Subject": "对象",
     "user": "用户",

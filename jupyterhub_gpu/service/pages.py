@@ -269,15 +269,20 @@ class PageHandler(BaseHandler):
             "until": (until.astimezone(tz) - timedelta(microseconds=1)).date().isoformat() if until else "",
         }
 
-    def sessions(self, since, until, user=None, group=None) -> list[dict]:
-        """Sessions as ``GET usage`` shows them; their groups at start are kept for :meth:`session_groups`."""
-        records = self.ledger.sessions(user=user, since=since, until=until, group=group)
+    def sessions(self, since, until, user=None, group=None, pool=None) -> list[dict]:
+        """Sessions as ``GET usage`` shows them; the group that paid for each is kept for :meth:`session_groups`."""
+        records = self.ledger.sessions(user=user, since=since, until=until, group=group, pool=pool)
         self._groups_by_id = {r.id: r.group_list for r in records}
+        self._pool_by_id = {r.id: r.pool for r in records}
         now = self.now()
         return sessions_json(self.ledger, records, now, self.service.currency_info)  # with their advice
 
     def session_groups(self, session: dict) -> list[str]:
         return self._groups_by_id.get(session["id"], [])
+
+    def session_pool(self, session: dict) -> str | None:
+        """The one group that paid for a session (so that group totals add up to the total spend)."""
+        return self._pool_by_id.get(session["id"])
 
     def send_csv(self, name: str, text: str) -> None:
         self.set_header("Content-Type", "text/csv; charset=UTF-8")
@@ -306,7 +311,15 @@ class PageHandler(BaseHandler):
             row["limit_display"] = self.quantity(row["limit"], row["unit"])
             row["spent_display"] = self.quantity(row["spent"], row["unit"])
             row["remaining_display"] = self.quantity(row["remaining"], row["unit"])
-            row["resets"] = status.period_end.astimezone(self.service.tz).date().isoformat()
+            # a term budget outside its term binds nothing: say that it has ended (or not begun), not a reset
+            tz = self.service.tz
+            if status.state == "ended":
+                last_day = (status.period_end - timedelta(microseconds=1)).astimezone(tz).date().isoformat()
+                row["resets"] = self._("ended {day}", day=last_day)
+            elif status.state == "upcoming":
+                row["resets"] = self._("starts {day}", day=status.period_start.astimezone(tz).date().isoformat())
+            else:
+                row["resets"] = status.period_end.astimezone(tz).date().isoformat()
             rows.append(row)
         return rows
 
@@ -370,7 +383,18 @@ class PageHandler(BaseHandler):
 SESSION_COLUMNS = ["id", "user", "profile", "gpu_count", "started", "stopped", "minutes_billed", "cost", "stop_reason"]
 TOTAL_COLUMNS = ["name", "sessions", "minutes", "gpu_hours", "spend"]
 DAILY_COLUMNS = ["day", "spend", "gpu_hours"]
-BUDGET_COLUMNS = ["scope", "subject", "period", "unit", "limit", "spent", "remaining", "period_start", "period_end"]
+BUDGET_COLUMNS = [
+    "scope",
+    "subject",
+    "period",
+    "unit",
+    "limit",
+    "spent",
+    "remaining",
+    "period_start",
+    "period_end",
+    "state",
+]
 
 
 class UserPage(PageHandler):
@@ -459,9 +483,8 @@ class GroupPage(PageHandler):
             raise web.HTTPError(400, str(e)) from None
         self.require_group(group)
         since, until, values = self.page_query()
-        sessions = self.sessions(since, until, group=group)
-        budget = self.ledger.get_budget("group", group)
-        budgets = self.budget_rows([budget.rule()]) if budget else []
+        sessions = self.sessions(since, until, pool=group)  # what the group paid for, as its budget counts
+        budgets = self.budget_rows([r for r in self.ledger.budget_rules() if r.key == f"group:{group}"])
         users = totals_by(sessions, lambda s: [s["user"]])
         series = daily_series(sessions, self.service.tz, since, until, self.now())
         culled = self.culling(since, until, group)
@@ -504,7 +527,7 @@ class AdminView(PageHandler):
     def show(self, status: int = 200, error: str = "", form: dict | None = None, profile_error: dict | None = None):
         since, until, values = self.page_query()
         sessions = self.sessions(since, until)
-        by_group = totals_by(sessions, lambda s: self.session_groups(s) or [self._("(no group)")])
+        by_group = totals_by(sessions, lambda s: [self.session_pool(s) or self._("(no group)")])
         by_user = totals_by(sessions, lambda s: [s["user"]])
         by_profile = totals_by(sessions, lambda s: [s["profile"]])
         series = daily_series(sessions, self.service.tz, since, until, self.now())
