@@ -1,0 +1,221 @@
+"""Jobs cannot be impersonated (issue 14 s5): job- names, the runner's reports, finished-run notices.
+
+With a real hub and the real gpu service: tokens are minted by the hub with the
+scopes JupyterHub gives a server's own token (``servers!server=USER/NAME``), so
+the service sees them exactly as it sees a running server's token; jobs and
+their sessions are recorded in the real ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.service.hubapi import HubClient
+from jupyterhub_gpu.service.jobs import (
+    JobRequest,
+    active_jobs,
+    announce_finished_runs,
+    create_job,
+    enforce_jobs,
+    get_job,
+    run_message,
+    update_job,
+)
+from jupyterhub_gpu.service.ledger import Ledger, SessionStart
+from tests.conftest import Hub, wait_for
+from tests.service.conftest import gpu_hub_config
+
+UTC = timezone.utc
+CNY = Currency.from_config("CNY")
+
+EXTRA = """
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.load_roles.append({"name": "gpu-jobs", "services": ["gpu"], "scopes": ["start:servers"]})
+"""
+
+
+class Env:
+    def __init__(self, hub: Hub, ledger: Ledger):
+        self.hub = hub
+        self.ledger = ledger
+        self.url = f"{hub.url}/services/gpu/api/v1/"
+
+    def token(self, user: str, *scopes: str) -> str:
+        body = {"note": "test"} | ({"scopes": [*scopes, "access:services!service=gpu"]} if scopes else {})
+        r = self.hub.api("POST", f"/users/{user}/tokens", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+    def server_token(self, user: str, server: str = "") -> str:
+        """What JupyterHub gives the server ``user/server`` (the spawner's server_token_scopes)."""
+        return self.token(user, f"servers!server={user}/{server}", f"access:servers!server={user}/{server}")
+
+    def post(self, token: str, path: str, body=None) -> requests.Response:
+        return requests.post(self.url + path, json=body, headers={"Authorization": f"token {token}"}, timeout=30)
+
+    def running_job(self, user: str, now: datetime, minutes: int = 10):
+        """A job whose server runs: the job and its session in the ledger."""
+        job = create_job(self.ledger, user, JobRequest("work/train.ipynb", "cpu", {}, minutes * 60), "cpu", now)
+        start = SessionStart(f"s-{job.id}", user, job.server_name, ("cs231n",), "cpu", (), 10_000, "CNY", now)
+        self.ledger.record_start(start)
+        update_job(self.ledger, job.id, state="running", started=now, session_id=start.id)
+        return get_job(self.ledger, job.id), start
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jobs-forged")
+    hub = Hub(root / "hub", gpu_hub_config(root) + EXTRA)
+    hub.start()
+    try:
+        hub.create_users("alice", "bob")
+        wait_for(
+            lambda: requests.get(f"{hub.url}/services/gpu/api/v1/openapi.yaml", timeout=5).status_code == 200,
+            60,
+            what="the gpu service",
+        )
+        yield Env(hub, Ledger(f"sqlite:///{root / 'ledger.sqlite'}"))
+    finally:
+        try:
+            hub.cleanup()
+        except Exception:
+            hub.stop(signal.SIGKILL)
+
+
+@pytest.mark.hub
+def test_a_user_cannot_make_a_server_named_like_a_job(env):
+    token = env.token("alice")
+    job, _ = env.running_job("bob", datetime.now(UTC))
+    for name, options in [
+        ("job-0123456789ab", {"profile": "cpu"}),
+        ("job-mine", {"profile": "cpu"}),
+        # the job_id option only the service sets: a user naming another user's job gets nothing either
+        (job.server_name, {"profile": "cpu", "job_id": job.id}),
+    ]:
+        r = requests.post(
+            f"{env.hub.api_url}/users/alice/servers/{name}",
+            json=options,
+            headers={"Authorization": f"token {token}"},
+            timeout=30,
+        )
+        assert r.status_code >= 400 and "reserved for notebook jobs" in r.json()["message"], (name, r.text)
+        assert env.hub.server("alice", name) is None
+    assert not [s for s in env.ledger.open_sessions() if s.user == "alice"]
+
+
+@pytest.mark.hub
+def test_only_the_jobs_own_server_may_report_it_started_or_finished(env):
+    now = datetime.now(UTC)
+    job, session = env.running_job("alice", now)
+    body = {"session_id": session.id, "state": "succeeded", "error": None}
+    forgers = {
+        "another server of alice": env.server_token("alice", "other"),
+        "alice's own token": env.token("alice"),
+        "alice's default server": env.server_token("alice"),
+    }
+    for who, token in forgers.items():
+        r = env.post(token, f"jobs/{job.id}/finished", body)
+        assert r.status_code == 403 and "own server" in r.json()["message"], (who, r.text)
+        assert env.post(token, f"jobs/{job.id}/started", {"session_id": session.id}).status_code == 403
+        r = env.post(token, "stop-when-done", {"session_id": session.id})
+        assert r.status_code == 403, (who, r.text)
+    # the job still runs: it holds its max_concurrent_jobs slot and its time limit still applies
+    assert get_job(env.ledger, job.id).state == "running"
+    assert job.id in {j.id for j in active_jobs(env.ledger, "alice")}
+    assert env.ledger.get_session(session.id).pending_stop_reason is None
+    # bob, with a server of his own, gets nothing either
+    assert env.post(env.server_token("bob", job.server_name), f"jobs/{job.id}/finished", body).status_code == 404
+    # the job's own server may
+    r = env.post(env.server_token("alice", job.server_name), f"jobs/{job.id}/finished", body)
+    assert r.status_code == 200 and r.json()["state"] == "succeeded", r.text
+    assert env.ledger.get_session(session.id).pending_stop_reason == "job_finished"
+
+
+@pytest.mark.hub
+def test_stop_when_done_only_from_the_sessions_own_server(env):
+    start = SessionStart("swd-1", "alice", "lab", ("cs231n",), "cpu", (), 10_000, "CNY", datetime.now(UTC))
+    env.ledger.record_start(start)
+    assert env.post(env.server_token("alice", "other"), "stop-when-done", {"session_id": "swd-1"}).status_code == 403
+    assert env.ledger.get_session("swd-1").pending_stop_reason is None
+    r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-1"})
+    assert r.status_code == 200 and env.ledger.get_session("swd-1").pending_stop_reason == "stop_when_done"
+
+
+# -- without a hub: the notices and the tick ----------------------------------------------------------
+
+
+def test_a_run_notice_names_a_job_only_for_its_own_user(tmp_path):
+    """bob names a server after alice's job and stops it when done: his notice shows nothing of her job."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    now = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
+    job = create_job(ledger, "alice", JobRequest("work/secret-thesis.ipynb", "cpu", {}, 600), "cpu", now)
+    update_job(ledger, job.id, state="failed", finished=now, error="KeyError: 'api_key=hunter2'")
+    ledger.record_start(SessionStart("bob-1", "bob", job.server_name, (), "cpu", (), 10_000, "CNY", now))
+    ledger.set_pending_stop_reason("bob-1", "stop_when_done")
+    ledger.record_stop("bob-1", now + timedelta(minutes=2), "stopped")
+    told = []
+
+    async def announce(session, found, channel):
+        told.append((session.user, found, run_message(session, found, CNY)))
+
+    assert asyncio.run(announce_finished_runs(ledger, now + timedelta(minutes=3), announce, ("lab",))) == 1
+    ((user, found, (subject, text)),) = told
+    assert user == "bob" and found is None
+    assert "secret-thesis" not in subject + text and "hunter2" not in text  # (the name is his own)
+
+
+class HubPeer:
+    """An HTTP server standing in for the hub's REST API: records each request, answers 204."""
+
+    def __init__(self):
+        self.requests = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_DELETE(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                owner.requests.append(("DELETE", self.path, json.loads(self.rfile.read(length) or b"null")))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hub/api"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_job_reported_ended_whose_server_still_runs_is_stopped_by_the_tick(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    now = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
+    job = create_job(ledger, "alice", JobRequest("work/a.ipynb", "cpu", {}, 3600), "cpu", now)
+    ledger.record_start(SessionStart("s-a", "alice", job.server_name, (), "cpu", (), 10_000, "CNY", now))
+    # the runner reported the end (and so freed its slot and its time limit) but its server keeps running
+    update_job(ledger, job.id, state="succeeded", started=now, finished=now + timedelta(minutes=1), session_id="s-a")
+    hub = HubPeer()
+    try:
+        client = HubClient(hub.url, "token")
+        soon = asyncio.run(enforce_jobs(ledger, client, now + timedelta(minutes=1, seconds=30)))
+        assert soon["ended_still_running"] == [] and hub.requests == []  # the runner is given its margin
+        later = asyncio.run(enforce_jobs(ledger, client, now + timedelta(minutes=3)))
+        assert later["ended_still_running"] == [job.id]
+        assert hub.requests == [("DELETE", f"/hub/api/users/alice/servers/{job.server_name}", {"remove": True})]
+        assert ledger.get_session("s-a").pending_stop_reason == "job_finished"
+        ledger.record_stop("s-a", now + timedelta(minutes=3), "stopped")
+        assert asyncio.run(enforce_jobs(ledger, client, now + timedelta(minutes=4)))["ended_still_running"] == []
+    finally:
+        hub.close()
