@@ -342,6 +342,8 @@ def make_container_spec(
         security_opt=[o for o in host.get("security_opt", []) if o not in HARDENED_SECURITY_OPT]
         + list(HARDENED_SECURITY_OPT),
         auto_remove=False,
+        # the daemon's default on cgroup v1 is the host's cgroup namespace: the host's cgroup tree in /proc
+        cgroupns="private",
     )
     if network_mode != "host" and publish_port:
         host["port_bindings"] = {port: ("127.0.0.1",)}

@@ -73,7 +73,8 @@ def test_no_subset_of_dangerous_extras_reaches_the_container(size):
         ], keys
         leaked = set(host) & {"privileged", "cap_add", "pid_mode", "ipc_mode", "uts_mode", "userns_mode"}
         leaked |= set(host) & {"devices", "volumes_from", "mounts"}
-        leaked |= set(host) & {"cgroupns", "cgroup_parent", "device_cgroup_rules", "links", "publish_all_ports"}
+        assert host["cgroupns"] == "private", keys
+        leaked |= set(host) & {"cgroup_parent", "device_cgroup_rules", "links", "publish_all_ports"}
         leaked |= set(host) & {"port_bindings", "oom_kill_disable", "group_add"}
         assert not leaked, (keys, leaked)
         assert host["security_opt"] == ["no-new-privileges"], keys

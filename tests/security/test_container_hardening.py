@@ -10,10 +10,11 @@ exactly the assigned ones.
 The hub is configured the way an admin who copies common DockerSpawner recipes
 might configure it: ``extra_host_config`` asks for privileged mode, added
 capabilities, the Docker socket (as a bind and as a mount), every GPU, a host
-device node, and the host's PID and IPC namespaces. The spawner's builder applies
-its hardening after the admin's extras, so none of that may reach a container.
-(``security_opt`` extras such as ``seccomp=unconfined`` are kept: that choice is
-the admin's, see docs/security.md.)
+device node, the host's PID, IPC and cgroup namespaces, and every ``security_opt``
+that weakens Docker's defaults (``no-new-privileges=false`` after ours,
+``seccomp=unconfined``...: Docker applies the last of conflicting options);
+``extra_create_kwargs`` asks for root. The spawner drops all of that, with a
+warning in the hub's log naming each option, so none of it may reach a container.
 
 No NVIDIA runtime exists here: the test-only switch ``omit_device_requests``
 leaves the device request out and records it in a label (see tests/docker/).
@@ -42,8 +43,29 @@ c.GPUDockerSpawner.extra_host_config = {
     "ipc_mode": "host",
     "devices": ["/dev/null:/dev/nvidia0:rwm"],
     "mounts": [__import__("docker").types.Mount("/var/run/docker.sock", "/var/run/docker.sock", type="bind")],
+    "cgroupns": "host",
+    "security_opt": [
+        "no-new-privileges",
+        "no-new-privileges=false",
+        "no-new-privileges:false",
+        "seccomp=unconfined",
+        "apparmor=unconfined",
+        "systempaths=unconfined",
+        "label=disable",
+        "label:disable",
+    ],
 }
+c.GPUDockerSpawner.extra_create_kwargs = {"user": "0:0"}
 """
+WEAK_SECURITY_OPT = [
+    "no-new-privileges=false",
+    "no-new-privileges:false",
+    "seccomp=unconfined",
+    "apparmor=unconfined",
+    "systempaths=unconfined",
+    "label=disable",
+    "label:disable",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -135,8 +157,10 @@ def test_every_container_is_hardened_even_against_the_admins_extras(hardened_hub
             if host.get(mode) == "host" and mode != "NetworkMode":  # host networking is the loopback test setup
                 problems.append(f"{user}: {mode} is host")
         opts = host.get("SecurityOpt") or []
-        if "no-new-privileges" not in opts and "no-new-privileges:true" not in opts:
-            problems.append(f"{user}: no no-new-privileges in {opts}")
+        if opts != ["no-new-privileges"]:
+            problems.append(f"{user}: SecurityOpt {opts} (only no-new-privileges, and last)")
+        if host.get("CgroupnsMode") == "host":
+            problems.append(f"{user}: CgroupnsMode is host")
         if any(o.endswith("=unconfined") or o.endswith(":unconfined") or o == "label=disable" for o in opts):
             problems.append(f"{user}: an unconfined security profile: {opts}")
         if host.get("Devices"):
@@ -184,4 +208,13 @@ def test_every_container_is_hardened_even_against_the_admins_extras(hardened_hub
             problems.append(f"{user}: labels {cfg['Labels']}")
         if not re.fullmatch(r"[0-9]+:[0-9]+", cfg.get("User") or "") or cfg["User"].startswith("0:"):
             problems.append(f"{user}: container user {cfg.get('User')!r}")
+    # the hub says what it dropped, naming each option
+    log = hub.log_text()
+    for option in [*WEAK_SECURITY_OPT, "'privileged'", "'cap_add'", "'pid_mode'", "'cgroupns'", "'user'"]:
+        if option not in log:
+            problems.append(f"the hub's log does not name the dropped {option}")
+    if "it would weaken the container's isolation" not in log:
+        problems.append("no warning about the dropped extras in the hub's log")
+    if "INSECURE" not in log or "host network" not in log:
+        problems.append("no warning about host networking in the hub's log")
     assert not problems, "\n".join(problems)

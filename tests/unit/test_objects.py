@@ -225,6 +225,7 @@ EXPECTED_HOST = {
     "cap_drop": ["ALL"],
     "security_opt": ["no-new-privileges"],
     "auto_remove": False,
+    "cgroupns": "private",
     "device_requests": [GPU_REQUEST],
     "mem_limit": 16 * 1024**3,
     "cpu_period": 100_000,
@@ -281,6 +282,7 @@ def test_container_spec_cpu_only_on_a_bridge_network():
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "auto_remove": False,
+        "cgroupns": "private",
         "port_bindings": {8888: ("127.0.0.1",)},
         "cpu_period": 100_000,
         "cpu_quota": 50_000,
@@ -328,6 +330,7 @@ def test_container_spec_admin_extras_cannot_weaken_the_hardening():
         # seccomp=unconfined would weaken the container: dropped (the spawner logs it)
         "security_opt": ["no-new-privileges"],
         "auto_remove": False,
+        "cgroupns": "private",
         # only the assigned GPU, never the all-GPU request of the extras
         "device_requests": [{**GPU_REQUEST, "DeviceIDs": [U0]}],
         "shm_size": "1g",
