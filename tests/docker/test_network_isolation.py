@@ -366,3 +366,41 @@ def test_the_reference_config_isolates_servers():
     (gpu,) = [s for s in c.JupyterHub.services if s["name"] == "gpu"]
     assert gpu["url"].startswith(f"http://{gateway}:")
     assert spawner.get("allow_shared_network", False) is False
+
+
+@pytest.mark.docker
+def test_a_network_that_does_not_isolate_is_refused(own_dockerd, make_hub, tmp_path):
+    """A bridge with inter-container communication (Docker's default) stops the hub with a clear message."""
+    daemon = own_dockerd
+    subnet = unused_subnet()
+    network = f"jhgpu-iso-open-{uuid.uuid4().hex[:6]}"
+    daemon.docker(
+        "network", "create", "--internal", "--subnet", str(subnet), "--label", "jupyterhub-gpu.managed=true", network
+    )
+    try:
+        config = isolated_config(daemon, network, subnet, tmp_path).replace(
+            f"c.JupyterHub.hub_ip = {str(next(subnet.hosts()))!r}", 'c.JupyterHub.hub_ip = "127.0.0.1"'
+        )
+        hub = make_hub(config, start=False)
+        hub.start(wait=False)
+        assert hub.proc.wait(60) != 0
+        log = hub.log_text()
+        assert f"Docker network {network!r} lets containers reach each other" in log, log[-3000:]
+        assert "com.docker.network.bridge.enable_icc=false" in log
+        # another subnet than the configured one is refused too
+        other = ipaddress.IPv4Network(f"{subnet.network_address + 256}/24")
+        hub.write_config(
+            isolated_config(daemon, network, other, tmp_path).replace(
+                f"c.JupyterHub.hub_ip = {str(next(other.hosts()))!r}", 'c.JupyterHub.hub_ip = "127.0.0.1"'
+            )
+        )
+        daemon.docker("network", "rm", network)
+        daemon.docker(
+            "network", "create", "--internal", "--subnet", str(subnet), "--label", "jupyterhub-gpu.managed=true",
+            "-o", "com.docker.network.bridge.enable_icc=false", network,
+        )  # fmt: skip
+        hub.start(wait=False)
+        assert hub.proc.wait(60) != 0
+        assert f"has subnet {subnet}, not {other}" in hub.log_text()
+    finally:
+        daemon.docker("network", "rm", network, check=False)
