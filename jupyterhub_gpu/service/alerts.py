@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import smtplib
 import ssl
 from dataclasses import dataclass, field
@@ -400,8 +401,32 @@ def _decimal_string(value: Decimal) -> str:
     return f"{value:f}"
 
 
+#: ``@name``, ``@channel``, ``@here``, ``@all``: a mention in Mattermost and Rocket.Chat, even without ``<>``.
+_MENTION_RE = re.compile(r"@(?=[\w.-])")
+
+
 def _slack_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """User-controlled text (user, group, server names, notebook paths, job errors) safe in a Slack-style message.
+
+    ``&``, ``<`` and ``>`` as Slack asks (so ``<!channel>``, ``<@U123>`` and links
+    ``<url|text>`` cannot be written), and a zero-width space after each ``@`` so
+    that no name becomes a mention.
+    """
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MENTION_RE.sub("@\u200b", text)
+
+
+def slack_text(text: str, title: str | None = None) -> str:
+    """The ``text`` of a Slack-style message: the title in bold, every part escaped."""
+    body = _slack_escape(text)
+    return f"*{_slack_escape(title)}*\n{body}" if title else body
+
+
+def webhook_body(settings: AlertSettings, payload: dict) -> dict:
+    """What every notice POSTs: the JSON ``payload`` as it is, or for ``slack`` its escaped title and text only."""
+    if settings.webhook_format == "slack":
+        return {"text": slack_text(str(payload.get("text") or ""), payload.get("title"))}
+    return payload
 
 
 def webhook_payload(alert: BudgetAlert, settings: AlertSettings) -> dict:
@@ -431,7 +456,7 @@ def webhook_payload(alert: BudgetAlert, settings: AlertSettings) -> dict:
     title, summary, advice = _email_parts(alert)
     text = f"{summary} {advice}"
     if settings.webhook_format == "slack":
-        return {"text": f"*{_slack_escape(title)}*\n{_slack_escape(text)}"}
+        return {"text": slack_text(text, title)}
     return {
         "event": "budget_threshold",
         "user": alert.user,

@@ -13,7 +13,6 @@ The endpoints are described by ``openapi.yaml`` next to this module, served at
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import re
@@ -199,16 +198,23 @@ def usage_totals(sessions: list[dict], default_currency: str) -> dict:
     }
 
 
+def _csv_writer(out):
+    from .usage import FormulaSafeWriter
+
+    return FormulaSafeWriter(out)
+
+
 def _csv_safe(value) -> str:
     """A text cell a spreadsheet will not run as a formula (user and server names are user input)."""
-    text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    from .usage import csv_cell
+
+    return str(csv_cell(value))
 
 
 def usage_csv(sessions: list[dict]) -> str:
     """Sessions as CSV with a header row; one row per session, no totals row."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = _csv_writer(out)  # every cell escaped, not only the ones named here
     writer.writerow(CSV_COLUMNS)
     for s in sessions:
         writer.writerow(
@@ -261,6 +267,8 @@ def parse_json_body(body: bytes, allow_empty: bool = False):
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise BadRequest(f"The body is not valid JSON: {e}") from None
+    except BadRequest:  # NaN, Infinity, a key given twice
+        raise
     except (ValueError, RecursionError):  # an integer of more than 4300 digits, or nesting deeper than Python's stack
         raise BadRequest("The body is not valid JSON: a number is too long or the nesting too deep") from None
 
@@ -540,7 +548,7 @@ def culling_json(report: CullingReport, currency: str) -> dict:
 def culling_csv(report: CullingReport) -> str:
     """One row per culled or budget-stopped session in the window, by stop time; no totals row."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = _csv_writer(out)  # every cell escaped, not only the ones named here
     writer.writerow(CULLING_CSV_COLUMNS)
     for v in report.savings:
         s = v.session

@@ -23,7 +23,7 @@ from traitlets.config import Application
 from .. import __version__
 from ..clock import isoformat, utcnow
 from ..money import Currency, MoneyError
-from .alerts import AlertSettings, BudgetAlert, deliver, post_webhook, send_email
+from .alerts import AlertSettings, BudgetAlert, deliver, post_webhook, send_email, webhook_body
 from .hubapi import HubAPIError, HubClient
 from .jobs import announce_finished_runs, enforce_jobs
 from .ledger import Ledger
@@ -350,9 +350,7 @@ class GPUService(Application):
                     "stop_at": isoformat(decision.stop_at) if decision.stop_at else None,
                     "text": decision.message,
                 }
-                await post_webhook(
-                    settings, {"text": decision.message} if settings.webhook_format == "slack" else payload
-                )
+                await post_webhook(settings, webhook_body(settings, payload))  # Slack: escaped
         except Exception as e:  # the Lab notice is there; mail and webhook are best effort here
             self.log.warning("idle notice for %s not delivered by mail/webhook: %s", session.user, e)
 
@@ -380,7 +378,7 @@ class GPUService(Application):
                 "currency": session.currency,
                 "text": text,
             }
-            await post_webhook(settings, {"text": text} if settings.webhook_format == "slack" else payload)
+            await post_webhook(settings, webhook_body(settings, {**payload, "title": subject}))  # Slack: escaped
 
     async def tick(self) -> None:
         """One metering tick; failures are logged and the next tick tries again."""

@@ -23,7 +23,6 @@ without it is not authenticated. Charts use Chart.js, served from ``static/``.
 
 from __future__ import annotations
 
-import csv
 import io
 from collections import defaultdict
 from datetime import date, datetime, time, timedelta
@@ -133,15 +132,13 @@ def totals_by(sessions: list[dict], key) -> list[dict]:
 
 def table_csv(columns: list[str], rows: list[dict]) -> str:
     """A table as CSV: a header row, then one row per dict (text a spreadsheet would run is quoted away)."""
+    from .usage import FormulaSafeWriter
+
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = FormulaSafeWriter(out)  # every text cell, whichever column: a budget's subject is a name too
     writer.writerow(columns)
     for row in rows:
-        cells = []
-        for c in columns:
-            text = "" if row.get(c) is None else str(row.get(c))
-            cells.append("'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") and c in ("name", "user") else text)
-        writer.writerow(cells)
+        writer.writerow([row.get(c) for c in columns])
     return out.getvalue()
 
 

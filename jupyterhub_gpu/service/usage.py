@@ -19,7 +19,9 @@ profile or the inventory (:mod:`.advice`).
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -227,6 +229,39 @@ def record_sample(ledger: Ledger, user: str, sample: Sample, max_gpus: int = 64)
             except IntegrityError:  # another push created the row first
                 db.rollback()
     raise RuntimeError("could not record the sample")
+
+
+#: A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER_RE = re.compile(r"^-?[0-9]+(?:\.[0-9]+)?$")
+
+
+def csv_cell(value) -> object:
+    """A CSV cell a spreadsheet shows as text: text that could start a formula gets a leading ``'``.
+
+    Plain numbers (``-3``, ``0.05``: a budget's negative remainder) stay numbers;
+    anything else that starts with ``= + - @``, a tab or a carriage return is
+    quoted, whoever wrote it (user, server, group and profile names, budget
+    subjects, stop reasons, notebook paths).
+    """
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if text[:1] in FORMULA_START and not _PLAIN_NUMBER_RE.fullmatch(text):
+        return "'" + text
+    return text
+
+
+class FormulaSafeWriter:
+    """``csv.writer`` (CRLF lines) that passes every cell through :func:`csv_cell`: every CSV the service serves."""
+
+    def __init__(self, out):
+        self._writer = csv.writer(out, lineterminator="\r\n")
+
+    def writerow(self, row) -> None:
+        self._writer.writerow([csv_cell(cell) for cell in row])
 
 
 def session_minutes(ledger: Ledger, session_id: str, since: datetime | None = None) -> list[UsageMinute]:
