@@ -39,6 +39,7 @@ from .metering import (
     applies_to,
     billed_minutes,
     from_micros,
+    minutes_in_window,
     to_micros,
 )
 from .savings import (
@@ -115,10 +116,22 @@ def decimal_str(value: Decimal, unit: str = "money") -> str:
     return f"{value:f}"
 
 
-def session_json(record, now: datetime, currency, advice: dict | None = None) -> dict:
+def window_minutes(started: datetime, minutes: int, since: datetime | None, until: datetime | None) -> int:
+    """How many of a session's billed minutes start in ``[since, until)`` (None: unbounded)."""
+    if since is None and until is None:
+        return minutes
+    lo = since if since is not None else started
+    hi = until if until is not None else started + timedelta(minutes=minutes + 1)
+    return minutes_in_window(started, minutes, lo, hi)
+
+
+def session_json(record, now: datetime, currency, advice: dict | None = None, window: tuple = (None, None)) -> dict:
     """A session as the API shows it: cost so far for running ones, the final charge for stopped ones.
 
     ``advice`` is its right-sizing advice (:func:`.advice.advice_json`), None when it has none.
+    ``minutes_in_window`` and ``cost_in_window`` are the part of it inside ``window``
+    (``since``, ``until``): a minute counts in the window in which it starts, as
+    budgets count it, so the reports of consecutive windows add up to the charge.
     """
     row = Ledger.usage_rows([record], now)[0]
     if record.stopped is None:
@@ -143,15 +156,17 @@ def session_json(record, now: datetime, currency, advice: dict | None = None) ->
         "cost_display": currency.format(from_micros(row.cost_micros)),
         "running": record.stopped is None,
         "advice": advice,
+        "minutes_in_window": (inside := window_minutes(_aware(record.started), minutes or 0, *window)),
+        "cost_in_window": money_str(inside * record.rate_micros),
     }
 
 
-def sessions_json(ledger: Ledger, records, now: datetime, currency) -> list[dict]:
+def sessions_json(ledger: Ledger, records, now: datetime, currency, window: tuple = (None, None)) -> list[dict]:
     """Sessions as the API shows them, each with its right-sizing advice (one query for all of them)."""
     from .advice import advice_json, advice_of
 
     advice = advice_of(ledger, [r.id for r in records])
-    return [session_json(r, now, currency, advice_json(advice.get(r.id), currency)) for r in records]
+    return [session_json(r, now, currency, advice_json(advice.get(r.id), currency), window) for r in records]
 
 
 def status_json(status: BudgetStatus) -> dict:
@@ -186,14 +201,14 @@ def current_statuses(ledger: Ledger, rules: list[BudgetRule], now: datetime, tz:
 
 
 def usage_totals(sessions: list[dict], default_currency: str) -> dict:
-    """Sums over the listed sessions; cost per currency (normally just one)."""
+    """Sums over the listed sessions' minutes inside the window; cost per currency (normally just one)."""
     cost: dict[str, int] = {}
     for s in sessions:
-        cost[s["currency"]] = cost.get(s["currency"], 0) + to_micros(Decimal(s["cost"]))
+        cost[s["currency"]] = cost.get(s["currency"], 0) + to_micros(Decimal(s["cost_in_window"]))
     return {
         "sessions": len(sessions),
-        "minutes_billed": sum(s["minutes_billed"] for s in sessions),
-        "gpu_minutes": sum(s["minutes_billed"] * s["gpu_count"] for s in sessions),
+        "minutes_billed": sum(s["minutes_in_window"] for s in sessions),
+        "gpu_minutes": sum(s["minutes_in_window"] * s["gpu_count"] for s in sessions),
         "cost": {code: money_str(micros) for code, micros in sorted(cost.items())} or {default_currency: "0"},
     }
 
@@ -791,8 +806,11 @@ class UsageHandler(BaseHandler):
             self.require_scope(SCOPE_USAGE_READ)
         now = self.now()
         currency = self.service.currency_info
-        records = self.ledger.sessions(user=user, since=query.since, until=query.until, group=query.group)
-        sessions = sessions_json(self.ledger, records, now, currency)
+        # every session with a minute in the window; totals count the minutes inside it (as budgets do)
+        records = self.ledger.sessions(
+            user=user, since=query.since, until=query.until, group=query.group, overlapping=True
+        )
+        sessions = sessions_json(self.ledger, records, now, currency, (query.since, query.until))
         if query.format == "csv":
             self.set_header("Content-Type", "text/csv; charset=UTF-8")
             self.set_header("Content-Disposition", 'attachment; filename="gpu-usage.csv"')

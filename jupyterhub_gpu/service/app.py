@@ -242,15 +242,9 @@ class GPUService(Application):
 
     # -- wiring --------------------------------------------------------------------
     def initialize(self, argv=None):
-        from traitlets import TraitError
-
-        try:
-            super().initialize(argv)
-            if os.path.exists(self.config_file):
-                self.load_config_file(self.config_file)
-        except (TraitError, ValueError) as e:  # a setting that cannot work: say which, and do not start
-            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
-            self.exit(1)
+        super().initialize(argv)
+        if os.path.exists(self.config_file):
+            self.load_config_file(self.config_file)
         try:
             self.currency_info = Currency.from_config(self.currency, self.currency_symbol)
         except MoneyError as e:

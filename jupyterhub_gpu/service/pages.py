@@ -54,7 +54,7 @@ from .api import (
     validate_subject,
 )
 from .i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, negotiate, translator
-from .metering import applies_to, from_micros, to_micros
+from .metering import applies_to, from_micros, minutes_in_window, to_micros
 from .savings import CULL_REASONS, DEFAULT_HORIZON, IDLE_UTIL_PERCENT, culling_report
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -80,17 +80,41 @@ def gpu_hours(gpu_minutes: int) -> str:
 
 
 def sessions_gpu_minutes(session: dict) -> int:
-    return session["minutes_billed"] * session["gpu_count"]
+    """GPU-minutes of a session inside the page's window (a minute counts where it starts, as budgets count it)."""
+    return session["minutes_in_window"] * session["gpu_count"]
+
+
+def _local_midnight(day: date, tz) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=tz)
+
+
+def session_days(session: dict, tz, since: datetime | None, until: datetime | None) -> dict[date, int]:
+    """A session's billed minutes per local day, inside ``[since, until)``: a minute counts on the day it starts."""
+    started = datetime.fromisoformat(session["started"].replace("Z", "+00:00"))
+    n = session["minutes_billed"]
+    last = started + timedelta(minutes=max(n - 1, 0))
+    days = {}
+    day = started.astimezone(tz).date()
+    while day <= last.astimezone(tz).date():
+        lo, hi = _local_midnight(day, tz), _local_midnight(day + timedelta(days=1), tz)
+        lo, hi = max(lo, since) if since else lo, min(hi, until) if until else hi
+        if lo < hi:
+            count = minutes_in_window(started, n, lo, hi)
+            if count:
+                days[day] = count
+        day += timedelta(days=1)
+    return days
 
 
 def daily_series(sessions: list[dict], tz, since: datetime | None, until: datetime | None, now: datetime) -> list[dict]:
-    """Spend and GPU-hours per local day on which sessions started, every day of the window included."""
+    """Spend and GPU-hours per local day of the minutes in the window, every day of the window included."""
     spend: dict[date, int] = defaultdict(int)
     minutes: dict[date, int] = defaultdict(int)
     for s in sessions:
-        day = datetime.fromisoformat(s["started"].replace("Z", "+00:00")).astimezone(tz).date()
-        spend[day] += to_micros(Decimal(s["cost"]))
-        minutes[day] += sessions_gpu_minutes(s)
+        rate = to_micros(Decimal(s["rate_per_minute"]))
+        for day, count in session_days(s, tz, since, until).items():
+            spend[day] += count * rate
+            minutes[day] += count * s["gpu_count"]
     if not spend and since is None:
         return []
     first = since.astimezone(tz).date() if since is not None else min(spend)
@@ -114,9 +138,9 @@ def totals_by(sessions: list[dict], key) -> list[dict]:
         for name in key(s):
             row = rows.setdefault(name, {"name": name, "sessions": 0, "minutes": 0, "gpu_minutes": 0, "micros": 0})
             row["sessions"] += 1
-            row["minutes"] += s["minutes_billed"]
+            row["minutes"] += s["minutes_in_window"]
             row["gpu_minutes"] += sessions_gpu_minutes(s)
-            row["micros"] += to_micros(Decimal(s["cost"]))
+            row["micros"] += to_micros(Decimal(s["cost_in_window"]))
     ordered = sorted(rows.values(), key=lambda r: (-r["micros"], -r["gpu_minutes"], r["name"]))
     return [
         {
@@ -268,11 +292,12 @@ class PageHandler(BaseHandler):
 
     def sessions(self, since, until, user=None, group=None, pool=None) -> list[dict]:
         """Sessions as ``GET usage`` shows them; the group that paid for each is kept for :meth:`session_groups`."""
-        records = self.ledger.sessions(user=user, since=since, until=until, group=group, pool=pool)
+        # every session with a minute in the window, each counted for its minutes inside it (as budgets are)
+        records = self.ledger.sessions(user=user, since=since, until=until, group=group, pool=pool, overlapping=True)
         self._groups_by_id = {r.id: r.group_list for r in records}
         self._pool_by_id = {r.id: r.pool for r in records}
         now = self.now()
-        return sessions_json(self.ledger, records, now, self.service.currency_info)  # with their advice
+        return sessions_json(self.ledger, records, now, self.service.currency_info, (since, until))  # with advice
 
     def session_groups(self, session: dict) -> list[str]:
         return self._groups_by_id.get(session["id"], [])

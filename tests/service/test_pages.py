@@ -74,6 +74,10 @@ def session(sid, user, started, minutes, cost, gpus=1, profile="t4"):
         "minutes_billed": minutes,
         "gpu_count": gpus,
         "cost": cost,
+        # the page's window holds all of it (a minute counts where it starts: test_budget_periods.py)
+        "rate_per_minute": str(Decimal(cost) / minutes),
+        "minutes_in_window": minutes,
+        "cost_in_window": cost,
     }
 
 

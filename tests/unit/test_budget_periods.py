@@ -386,19 +386,18 @@ def test_any_accepted_threshold_is_delivered(ledger, hub):
     assert "(50%)" in notice.message and notice.level == "info"
 
 
-@pytest.mark.parametrize("threshold", [[0], [150], ["x"]])
-def test_the_service_does_not_start_with_bad_thresholds(tmp_path, threshold):
+@pytest.mark.parametrize("threshold", [[0], [150], ["x"], [80.5]])
+def test_the_service_does_not_start_with_bad_thresholds(tmp_path, monkeypatch, threshold):
     from jupyterhub_gpu.service.app import GPUService
 
+    monkeypatch.chdir(tmp_path)
     config = tmp_path / "config.py"
-    config.write_text(
-        f"c.GPUService.db_url = 'sqlite:///{tmp_path / 'l.sqlite'}'\nc.GPUService.alert_thresholds = {threshold!r}\n"
-    )
-    service = GPUService()
-    with pytest.raises(SystemExit) as exit_info:
-        service.initialize([f"--config={config}"])
-    assert exit_info.value.code == 1
-    GPUService.clear_instance()
+    config.write_text(f"c.GPUService.alert_thresholds = {threshold!r}\n")
+    db = f"--GPUService.db_url=sqlite:///{tmp_path / 'ledger.sqlite'}"
+    with pytest.raises(ValueError, match=r"GPUService\.alert_thresholds must be whole percentages from 1 to 99"):
+        GPUService().initialize([db, f"--config={config}"])
+    assert not (tmp_path / "ledger.sqlite").exists()  # nothing was started
+    assert GPUService().alert_thresholds == [80, 95]
 
 
 def test_one_poisoned_budget_does_not_stop_the_tick_for_the_others(ledger, hub):
@@ -573,3 +572,30 @@ def test_the_spawner_lets_a_user_choose_the_pool_and_refuses_a_forged_one(ledger
         with pytest.raises(SpawnException, match=message):
             asyncio.run(at(DEC, spawner.run_pre_spawn_hook()))
     assert ledger.sessions() == []
+
+
+def test_usage_reports_of_consecutive_windows_add_up_and_agree_with_the_budget(ledger):
+    from jupyterhub_gpu.service.pages import daily_series, totals_by
+
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("100")), LATE)
+    start(ledger, "late", "ann", LATE)
+    ledger.record_stop("late", DEC + timedelta(minutes=30), "stopped")  # 32 minutes: 2 in November, 30 after
+    nov = period_window("month", LATE, SHANGHAI)
+    dec = period_window("month", DEC, SHANGHAI)
+    now = DEC + timedelta(days=3)
+    reports = []
+    for since, until in (nov, dec):
+        records = ledger.sessions(user="ann", since=since, until=until, overlapping=True)
+        sessions = api.sessions_json(ledger, records, now, CNY, (since, until))
+        reports.append((api.usage_totals(sessions, "CNY"), sessions, since, until))
+    (nov_totals, nov_sessions, *_), (dec_totals, dec_sessions, dec_since, dec_until) = reports
+    assert nov_totals["cost"] == {"CNY": "0.1"} and nov_totals["minutes_billed"] == 2
+    assert dec_totals["cost"] == {"CNY": "1.5"} and dec_totals["minutes_billed"] == 30
+    assert nov_sessions[0]["cost"] == dec_sessions[0]["cost"] == "1.6"  # the session's own charge, whole
+    # December's report says what December's budget says
+    (status,) = ledger.statuses_of(ledger.budget_rules(), now, SHANGHAI)
+    assert Decimal(dec_totals["cost"]["CNY"]) == status.used
+    # the pages' daily chart and totals count the same minutes
+    series = daily_series(dec_sessions, SHANGHAI, dec_since, dec_until, now)
+    assert series[0] == {"day": "2026-12-01", "spend": "1.5", "gpu_hours": "0.50"}
+    assert totals_by(dec_sessions, lambda s: [s["user"]])[0]["spend"] == "1.5"
