@@ -71,7 +71,8 @@ async def enforce_budgets(
     status_of = ledger.budget_statuses(rules, now, tz)
     user_rules = {r.subject: r for r in rules if r.scope == "user" and r.key in status_of}
     group_rules = {r.subject: r for r in rules if r.scope == "group" and r.key in status_of}
-    since = min((st.period_start for st in status_of.values()), default=now)
+    # the alerts of the periods that bind now (an ended term's are never needed again)
+    since = min((st.period_start for st in status_of.values() if st.active), default=now)
     sent = {
         (a.user, a.budget_key, _aware(a.period_start), a.threshold, a.channel, a.revision or ""): _aware(a.sent)
         for a in ledger.alerts_since(since)

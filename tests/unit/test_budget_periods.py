@@ -599,3 +599,47 @@ def test_usage_reports_of_consecutive_windows_add_up_and_agree_with_the_budget(l
     series = daily_series(dec_sessions, SHANGHAI, dec_since, dec_until, now)
     assert series[0] == {"day": "2026-12-01", "spend": "1.5", "gpu_hours": "0.50"}
     assert totals_by(dec_sessions, lambda s: [s["user"]])[0]["spend"] == "1.5"
+
+
+def test_the_service_tick_goes_on_past_a_poisoned_budget(tmp_path, monkeypatch, hub):
+    """The real GPUService.tick: a damaged budget neither stops other users' budget stops nor culling."""
+    import time
+
+    from jupyterhub_gpu.clock import utcnow
+    from jupyterhub_gpu.service.app import GPUService
+    from jupyterhub_gpu.service.culling import parse_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")  # the service's own (no hub behind it here)
+    db = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    service = GPUService()
+    service.initialize(
+        [
+            f"--GPUService.db_url={db}",
+            "--GPUService.budget_grace_seconds=0.05",
+            "--GPUService.timezone=Asia/Shanghai",
+            "--GPUService.currency=CNY",
+        ]
+    )
+    service.cull_config = parse_config({"default": [{"kind": "max_age", "minutes": 60, "warn_minutes": 5}]}, "rules")
+    service.hub = service.reconciler.hub = hub.client
+    now = utcnow()
+    service.last_reconcile = now  # no listing of the hub's servers in this test
+    ledger = service.ledger
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("1")), now)
+    ledger.set_budget(BudgetRule("user", "eve", "month", "money", Decimal("1")), now)
+    with ledger.Session() as session:
+        session.query(Budget).filter_by(subject="eve").one().limit = "-1"  # damaged behind the API's back
+        session.commit()
+    start(ledger, "eve", "eve", now - timedelta(minutes=30), groups=())
+    start(ledger, "ann", "ann", now - timedelta(minutes=30), groups=())
+    start(ledger, "old", "cul", now - timedelta(hours=2), groups=())
+    ledger.set_cull_warning("old", now - timedelta(minutes=10), "max_age")
+    asyncio.run(service.tick())
+    assert "/hub/api/users/cul/server" in hub.stops  # culling ran
+    time.sleep(0.1)  # past the grace period
+    asyncio.run(service.tick())
+    assert "/hub/api/users/ann/server" in hub.stops  # and the healthy budget's stop
+    assert [n.kind for n in ledger.notices("ann")] == ["budget"]
+    ledger.close()
+    GPUService.clear_instance()
