@@ -105,8 +105,13 @@ def budget_summary(me: dict | None, session: dict) -> dict:
     gpus = int(os.environ.get("JUPYTERHUB_GPU_COUNT") or 0) or len(
         json.loads(os.environ.get("JUPYTERHUB_GPU_DEVICE_INFO", "[]"))
     )
+    # only the budgets this session draws from: its user's and its pool's, and only while they bind
+    mine = [s for s in me.get("active_sessions") or () if s.get("id") == session.get("id")]
+    pool = mine[0].get("pool") if mine else None
     best = None
     for b in me["budgets"]:
+        if b.get("state", "current") != "current" or (mine and b.get("scope") == "group" and b["subject"] != pool):
+            continue
         remaining = Decimal(b["remaining"])
         if b["unit"] == "money":
             minutes = int(remaining / rate) if rate > 0 else None
@@ -115,6 +120,8 @@ def budget_summary(me: dict | None, session: dict) -> dict:
         key = minutes if minutes is not None else 10**12
         if best is None or key < best[0]:
             best = (key, b, minutes)
+    if best is None:
+        return {"budget_remaining": None, "budget_unit": None, "budget_minutes_left": None}
     _, b, minutes = best
     return {"budget_remaining": b["remaining"], "budget_unit": b["unit"], "budget_minutes_left": minutes}
 

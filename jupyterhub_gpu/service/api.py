@@ -145,6 +145,7 @@ def session_json(record, now: datetime, currency, advice: dict | None = None, wi
         "profile": record.profile,
         "gpus": record.gpu_list,
         "gpu_count": record.gpu_count,
+        "pool": record.pool,  # the one group whose budget pays (None: the user was in no group)
         "simulated": record.simulated,
         "rate_per_minute": money_str(record.rate_micros),
         "currency": record.currency,

@@ -643,3 +643,21 @@ def test_the_service_tick_goes_on_past_a_poisoned_budget(tmp_path, monkeypatch, 
     assert [n.kind for n in ledger.notices("ann")] == ["budget"]
     ledger.close()
     GPUService.clear_instance()
+
+
+def test_the_lab_shows_only_the_budgets_its_session_draws_from():
+    from jupyterhub_gpu.serverext.extension import budget_summary
+
+    session = {"id": "s1", "started": "2026-12-01T00:00:00Z", "rate_per_minute": "0.05"}
+    me = {
+        "active_sessions": [{"id": "s1", "pool": "thesis"}],
+        "budgets": [
+            {"scope": "group", "subject": "cs231n", "unit": "money", "remaining": "0", "state": "current"},
+            {"scope": "user", "subject": "ann", "unit": "money", "remaining": "0", "state": "ended"},
+            {"scope": "group", "subject": "thesis", "unit": "money", "remaining": "3", "state": "current"},
+            {"scope": "user", "subject": "ann", "unit": "money", "remaining": "9", "state": "current"},
+        ],
+    }
+    assert budget_summary(me, session) == {"budget_remaining": "3", "budget_unit": "money", "budget_minutes_left": 60}
+    me["budgets"] = me["budgets"][:2]
+    assert budget_summary(me, session)["budget_remaining"] is None
