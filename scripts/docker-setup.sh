@@ -10,8 +10,12 @@
 #     ${STATE_DIR:-.state}/dockerd.log, and waits up to DOCKERD_WAIT_S
 #     (default 60) seconds for it to answer.
 #
-# The sandbox this project runs in has no bridge networking, so the daemon is
-# started without a default bridge and every container uses --network host.
+# The daemon is started without a default bridge and without iptables, and the
+# tests' containers use --network host, except the network isolation test
+# (tests/docker/test_network_isolation.py): Docker enforces the isolated network
+# (enable_icc=false, internal) with iptables rules, so that test starts a dockerd
+# of its own, with iptables, on its own socket, data root and exec root, and
+# leaves this one alone.
 #
 # Environment:
 #   STATE_DIR       where dockerd.log goes (default: .state, relative to repo)

@@ -99,19 +99,17 @@ class OwnDockerd:
 
 def unused_subnet() -> ipaddress.IPv4Network:
     """A /24 of 10.213.0.0/16 that no route of this machine touches (another run may hold one)."""
-    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
     taken = []
-    for line in routes.splitlines():
-        word = line.split()[0] if line.split() else ""
-        try:
-            taken.append(ipaddress.IPv4Network(word, strict=False))
-        except ValueError:
-            continue
+    for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+        fields = line.split()
+        dest, mask = (ipaddress.IPv4Address(int(f, 16).to_bytes(4, "little")) for f in (fields[1], fields[7]))
+        if int(mask):  # the default route (mask 0) touches everything
+            taken.append(ipaddress.IPv4Network(f"{dest}/{mask}", strict=False))
     choices = list(range(100, 250))
     random.shuffle(choices)
     for third in choices:
         net = ipaddress.IPv4Network(f"10.213.{third}.0/24")
-        if not any(net.overlaps(t) for t in taken if t.prefixlen > 0):
+        if not any(net.overlaps(t) for t in taken):
             return net
     raise AssertionError("no free /24 in 10.213.0.0/16")
 
@@ -332,6 +330,10 @@ def test_servers_cannot_reach_each_other_but_reach_the_hub_and_the_service(own_d
         assert not [t for t, result in from_b.items() if result == "open"], from_b
         from_a = probe(a_id, [(b_ip, 8888)])
         assert from_a[(b_ip, 8888)] != "open", from_a
+        # no IPv6 path around the IPv4 rules: no IPv6 address on the network's interface
+        for cid in (a_id, b_id):
+            inet6 = daemon.docker("exec", cid, "cat", "/proc/net/if_inet6").splitlines()
+            assert not [line for line in inet6 if line.split()[-1] != "lo"], inet6
 
         # both reach the hub API and the gpu service, on the gateway
         for cid in (a_id, b_id):
