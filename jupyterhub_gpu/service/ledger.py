@@ -525,6 +525,14 @@ class Ledger:
             if budget is None:
                 budget = Budget(scope=rule.scope, subject=rule.subject)
                 db.add(budget)
+            elif (budget.period, budget.unit, budget.limit, budget.term_start, budget.term_end) == (
+                rule.period,
+                rule.unit,
+                str(rule.limit),
+                rule.term_start,
+                rule.term_end,
+            ):
+                return budget  # the same budget again (an idempotent PUT): its alerts are not sent again
             budget.period = rule.period
             budget.unit = rule.unit
             budget.limit = str(rule.limit)

@@ -661,3 +661,14 @@ def test_the_lab_shows_only_the_budgets_its_session_draws_from():
     assert budget_summary(me, session) == {"budget_remaining": "3", "budget_unit": "money", "budget_minutes_left": 60}
     me["budgets"] = me["budgets"][:2]
     assert budget_summary(me, session)["budget_remaining"] is None
+
+
+def test_setting_the_same_budget_again_sends_nothing_again(ledger, hub):
+    rule = BudgetRule("user", "ann", "month", "money", Decimal("1"))
+    ledger.set_budget(rule, DEC)
+    start(ledger, "s", "ann", DEC)
+    t = DEC + timedelta(minutes=20)
+    assert ("ann", "user:ann", 100) in tick(ledger, hub, t).alerts
+    ledger.set_budget(rule, t + timedelta(minutes=1))  # an idempotent PUT of the same budget
+    assert tick(ledger, hub, t + timedelta(minutes=2)).alerts == []
+    assert tick(ledger, hub, t + GRACE).stopped == [("ann", "")]
