@@ -246,7 +246,13 @@ def enforce_pod_policy(pod: dict, *, pod_security: dict, container_security: dic
         spec.pop(flag, None)
     spec["automountServiceAccountToken"] = False
     spec["securityContext"] = harden_security_context(spec.get("securityContext"), pod_security)
-    host_paths = {v.get("name") for v in spec.get("volumes") or [] if "hostPath" in v}
+    # volumes that reach the node (hostPath) or carry a service-account token (projected)
+    host_paths = {
+        v.get("name")
+        for v in spec.get("volumes") or []
+        if "hostPath" in v
+        or any("serviceAccountToken" in src for src in ((v.get("projected") or {}).get("sources") or []))
+    }
     if "volumes" in spec:
         spec["volumes"] = [v for v in spec["volumes"] or [] if v.get("name") not in host_paths]
     spec["containers"] = [

@@ -48,7 +48,7 @@ FORBIDDEN_HOST_KEYS = (
     "oom_kill_disable",
 )
 #: ``extra_create_kwargs`` keys the builder owns: the user, the networks and ports, the host config
-FORBIDDEN_CREATE_KEYS = ("user", "networking_config", "host_config", "ports", "volumes")
+FORBIDDEN_CREATE_KEYS = ("user", "networking_config", "host_config", "ports", "volumes", "mac_address")
 
 _CONTAINER_USER = re.compile(r"([0-9]+):([0-9]+)")
 _NO_NEW_PRIVILEGES_ON = {"no-new-privileges", "no-new-privileges=true", "no-new-privileges:true"}
@@ -127,6 +127,15 @@ def screen_extras(extra_create: dict | None, extra_host: dict | None) -> tuple[d
         host["group_add"] = groups
         if not groups:
             host.pop("group_add")
+    if "sysctls" in host:
+        # net.* sysctls of the container's namespace could open a path around the network isolation
+        # (net.ipv6.conf.all.disable_ipv6=0: link-local IPv6 to the other containers, which the
+        # IPv4-only isolation rules do not see)
+        sysctls = dict(host.pop("sysctls") or {})
+        for key in [k for k in sysctls if str(k).strip().startswith("net.")]:
+            dropped.append(f"extra_host_config['sysctls'] {key}={sysctls.pop(key)!r}")
+        if sysctls:
+            host["sysctls"] = sysctls
     if "security_opt" in host:
         kept, weak = screen_security_opt(host.pop("security_opt"))
         dropped += [f"extra_host_config['security_opt'] {o!r}" for o in weak]

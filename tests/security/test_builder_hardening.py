@@ -43,6 +43,7 @@ DANGEROUS = {
     "port_bindings": {8888: ("0.0.0.0", 8888)},
     "oom_kill_disable": True,
     "group_add": ["0", "root"],
+    "sysctls": {"net.ipv6.conf.all.disable_ipv6": "0"},  # IPv6 around the IPv4 isolation rules
 }
 
 
@@ -75,6 +76,6 @@ def test_no_subset_of_dangerous_extras_reaches_the_container(size):
         leaked |= set(host) & {"devices", "volumes_from", "mounts"}
         assert host["cgroupns"] == "private", keys
         leaked |= set(host) & {"cgroup_parent", "device_cgroup_rules", "links", "publish_all_ports"}
-        leaked |= set(host) & {"port_bindings", "oom_kill_disable", "group_add"}
+        leaked |= set(host) & {"port_bindings", "oom_kill_disable", "group_add", "sysctls"}
         assert not leaked, (keys, leaked)
         assert host["security_opt"] == ["no-new-privileges"], keys

@@ -280,6 +280,7 @@ def test_enforce_pod_policy_removes_every_way_out_of_the_pod():
         volumes=[
             {"name": "node-root", "hostPath": {"path": "/"}},
             {"name": "sock", "hostPath": {"path": "/var/run/containerd/containerd.sock", "type": "Socket"}},
+            {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
             {"name": "scratch", "emptyDir": {}},
         ],
         initContainers=[
@@ -291,7 +292,11 @@ def test_enforce_pod_policy_removes_every_way_out_of_the_pod():
             }
         ],
     )
-    pod["spec"]["containers"][0]["volumeMounts"] = [host_mount, {"name": "sock", "mountPath": "/run/c.sock"}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        host_mount,
+        {"name": "sock", "mountPath": "/run/c.sock"},
+        {"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+    ]
     pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8888, "hostPort": 8888, "hostIP": "0.0.0.0"}]
     pod["spec"]["containers"][1]["securityContext"] = weak_context
     out = enforce_pod_policy(pod, pod_security=pod_sc, container_security=container_sc, resources=resources)

@@ -433,16 +433,24 @@ def test_screen_extras_names_everything_it_drops():
             "group_add": ["0", "video"],
             "security_opt": ["seccomp=unconfined", "apparmor=lab"],
             "shm_size": "1g",
+            "sysctls": {"net.ipv6.conf.all.disable_ipv6": "0", "kernel.shmmax": "1073741824"},
         },
     )
     assert create == {"hostname": "lab"}
-    assert host == {"group_add": ["video"], "security_opt": ["apparmor=lab"], "shm_size": "1g"}
+    assert host == {
+        "group_add": ["video"],
+        "security_opt": ["apparmor=lab"],
+        "shm_size": "1g",
+        "sysctls": {"kernel.shmmax": "1073741824"},
+    }
     text = "\n".join(dropped)
     for name in ("'user'", "networking_config", "privileged", "cap_add", "cgroupns", "cgroup_parent"):
         assert name in text
     for name in ("device_cgroup_rules", "links", "publish_all_ports", "port_bindings", "oom_kill_disable"):
         assert name in text
     assert "group_add" in text and "seccomp=unconfined" in text and "apparmor=lab" not in text
+    assert "net.ipv6.conf.all.disable_ipv6" in text and "kernel.shmmax" not in text
+    assert "mac_address" in "\n".join(screen_extras({"mac_address": "02:42:0a:d5:00:03"}, {})[2])
     # the same as ours is not worth a warning
     assert screen_extras({}, {"cap_drop": ["ALL"], "privileged": False, "security_opt": ["no-new-privileges"]})[2] == []
 
