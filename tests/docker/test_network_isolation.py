@@ -404,5 +404,18 @@ def test_a_network_that_does_not_isolate_is_refused(own_dockerd, make_hub, tmp_p
         hub.start(wait=False)
         assert hub.proc.wait(60) != 0
         assert f"has subnet {subnet}, not {other}" in hub.log_text()
+
+        # a network that stops isolating while the hub runs: the spawn is refused, no container made
+        hub.write_config(config)
+        hub.start()
+        daemon.docker("network", "rm", network)
+        daemon.docker("network", "create", "--internal", "--subnet", str(subnet), network)
+        hub.create_users("carol")
+        hub.start_server("carol", {"profile": "t4"})
+        wait_for(lambda: hub.server("carol") is None, 60, what="the refused spawn to end")
+        log = hub.log_text()
+        assert "refusing to start carol" in log and "lets containers reach each other" in log, log[-3000:]
+        assert daemon.docker("ps", "-aq", "--filter", "name=jhgpu-iso") == ""
+        hub.cleanup()
     finally:
         daemon.docker("network", "rm", network, check=False)
