@@ -656,7 +656,10 @@ def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
     result = {"final": 0, "live": 0, "advised": 0}
     if not closed and not live:
         return result
-    options = catalogue(ledger.pricing(), settings)
+    from .access import apply_to_pricing, load_overrides
+
+    # the rates and groups the spawner charges and allows: the admins' edits applied, as for GET pricing
+    options = catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings)
     for record in closed:
         advice = judge(ledger, record, now, settings, currency, options)
         result["final"] += 1

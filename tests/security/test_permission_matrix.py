@@ -270,6 +270,7 @@ def world(tmp_path_factory):
         ledger = Ledger(f"sqlite:///{root / 'ledger.sqlite'}", migrate=False)
         notice = ledger.add_notice("stu1", "budget", "80% of your budget is used", datetime.now(timezone.utc))
         values = {"a": "stu1", "b": "stu2", "notice_a": str(notice.id), "session_a": a["state"]["gpu"]["session_id"]}
+        values["now"] = datetime.now(timezone.utc).isoformat()  # a sample's time must lie inside its session
         urls = {"stu1": env_a["JUPYTERHUB_SERVICE_URL"], "stu2": env_b["JUPYTERHUB_SERVICE_URL"]}
         yield World(hub, ledger, tokens, urls, values)
     finally:
