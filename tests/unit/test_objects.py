@@ -525,3 +525,20 @@ def test_network_isolation_problem():
     assert "only a bridge" in network_isolation_problem({"Name": "host", "Driver": "host"})
     assert "only a bridge" in network_isolation_problem({"Name": "mv", "Driver": "macvlan"})
     assert network_gateway({"IPAM": {"Config": [{"Subnet": "10.0.0.0/24"}]}}) == ""
+
+
+@pytest.mark.parametrize("value", ["00", "000:100", "0:0", "1000:0", "root", "1000"])
+def test_a_root_container_user_stops_the_hub_at_startup_with_a_clear_message(value):
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.spawners.docker import GPUDockerSpawner
+
+    c = Config()
+    c.GPUDockerSpawner.network_name = "host"  # no Docker engine needed for this check
+    c.GPUDockerSpawner.container_user = value
+    (problem,) = GPUDockerSpawner.gpu_check_config(c)
+    assert problem.startswith("GPUDockerSpawner: ") and "container_user" in problem and repr(value) in problem
+    c.GPUDockerSpawner.container_user = "01000:0100"
+    c.GPUDockerSpawner.gpu_backend = "simulated"
+    c.GPUDockerSpawner.profiles = [{"slug": "cpu", "gpu_count": 0, "image": "img:1", "price_per_hour": "0.60"}]
+    assert GPUDockerSpawner.gpu_check_config(c) == []
