@@ -113,3 +113,35 @@ def test_no_profile_rate_overflows_the_ledger():
         profile_rate(64, Decimal("999999999999999"), Decimal(0))
     with pytest.raises(ProfileError, match="too large"):
         parse_profiles([{"slug": "x", "gpu_model": "T4", "gpu_count": 64, "price_per_gpu_hour": "60000000000"}], False)
+
+
+def test_the_advice_prices_profiles_with_the_admins_edits(ledger):
+    """The T4 edited to 30/GPU-hour (0.5/min) is no longer cheaper than the A100 (0.25/min): no advice to take it."""
+    from datetime import timedelta
+
+    from jupyterhub_gpu.money import Currency
+    from jupyterhub_gpu.service.access import save_override
+    from jupyterhub_gpu.service.advice import AdviceSettings, advice_of, update_advice
+    from jupyterhub_gpu.service.ledger import SessionStart
+    from jupyterhub_gpu.service.usage import Sample, record_sample
+
+    config = [
+        {"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "price_per_gpu_hour": "3.00"},
+        {"slug": "a100", "gpu_model": "A100", "gpu_count": 1, "price_per_gpu_hour": "15.00"},
+    ]
+    ledger.set_pricing([asdict(p) for p in parse_profiles(config, require_image=False)], "CNY", NOW)
+    t0 = NOW - timedelta(hours=2)
+    for sid in ("before", "after"):
+        ledger.record_start(SessionStart(sid, "u", "", (), "a100", ("GPU-a",), 250_000, "CNY", t0))
+        for i in range(20):  # 2 GB on a quiet A100: a T4 would serve it
+            record_sample(
+                ledger, "u", Sample(sid, t0 + timedelta(minutes=i), 2, 1.0, 2048, 40960, 1, 0, None, None, ())
+            )
+        ledger.record_stop(sid, t0 + timedelta(minutes=20), "stopped")
+        if sid == "before":
+            update_advice(ledger, NOW, AdviceSettings(), Currency.from_config("CNY"))
+            save_override(ledger, Override("t4", price_per_gpu_hour=Decimal(30)), NOW, "admin")
+    update_advice(ledger, NOW, AdviceSettings(), Currency.from_config("CNY"))
+    advice = advice_of(ledger, ["before", "after"])
+    assert advice["before"].suggested_profile == "t4"
+    assert advice["after"].reason == "nothing_cheaper" and advice["after"].suggested_profile is None
