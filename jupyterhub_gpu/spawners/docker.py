@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from datetime import datetime
+from urllib.parse import urlparse
 
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
@@ -32,6 +33,7 @@ from .objects import (
     make_labels,
     make_network_spec,
     make_volume_binds,
+    network_gateway,
     network_isolation_problem,
     parse_container_user,
     parse_subnet,
@@ -77,6 +79,17 @@ def ensure_isolated_network(client, name: str, subnet: str = "", *, internal: bo
     if problem:
         raise ValueError(f"{problem}: remove it (docker network rm {name}) or set another network_name")
     return info
+
+
+def docker_time(value) -> datetime | None:
+    """A Docker API time (``2026-12-01T08:00:00.123456789Z``, nanoseconds) in UTC, or None when unset."""
+    if not isinstance(value, str) or not value or value.startswith("0001-"):
+        return None
+    head, _, frac = value.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
+    except ValueError:
+        return None
 
 
 class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
@@ -267,14 +280,30 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         if probe.network_name == "host":
             return []
         try:
-            ensure_isolated_network(
+            info = ensure_isolated_network(
                 probe.client, probe.network_name, probe.network_subnet, internal=probe.network_internal
             )
         except ValueError as e:
             if not probe.allow_shared_network:
                 problems.append(f"{cls.__name__}: {e} (docs/admin.md, Networking)")
+            return problems
         except Exception as e:
             problems.append(f"{cls.__name__}: cannot check the Docker network {probe.network_name!r}: {e}")
+            return problems
+        # a server's 127.0.0.1 is its own: the hub and the service must be on an address it reaches
+        gateway = network_gateway(info) or "the network's gateway"
+        hub = config.JupyterHub
+        hub_host = urlparse(hub.get("hub_connect_url", "")).hostname or hub.get("hub_connect_ip") or hub.get("hub_ip")
+        wanted = {
+            "c.JupyterHub.hub_ip": hub_host or "127.0.0.1",
+            "c.GPUDockerSpawner.gpu_service_url": urlparse(probe.gpu_service_url).hostname,
+        }
+        for setting, host in wanted.items():
+            if host in ("127.0.0.1", "localhost", "::1"):
+                problems.append(
+                    f"{cls.__name__}: servers on the Docker network {probe.network_name!r} cannot reach {host}"
+                    f" (their own loopback): put {setting} on {gateway} (docs/admin.md, Networking)"
+                )
         return problems
 
     async def create_object(self):
@@ -338,12 +367,14 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
             info = await self.docker("inspect_container", self.object_id)
         except Exception:
             return None
-        finished = (info.get("State") or {}).get("FinishedAt") or ""
-        if not finished or finished.startswith("0001-"):
+        state = info.get("State") or {}
+        if state.get("Running"):
+            return None  # FinishedAt is then an earlier run's end, never this session's
+        finished = docker_time(state.get("FinishedAt"))
+        started = docker_time(state.get("StartedAt"))
+        if finished is None or (started is not None and finished < started):
             return None
-        # Docker gives nanoseconds: keep microseconds
-        head, _, frac = finished.rstrip("Z").partition(".")
-        return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
+        return finished
 
     @classmethod
     def gpu_orphans(cls, probe, api_url):

@@ -405,8 +405,14 @@ def test_a_network_that_does_not_isolate_is_refused(own_dockerd, make_hub, tmp_p
         assert hub.proc.wait(60) != 0
         assert f"has subnet {subnet}, not {other}" in hub.log_text()
 
-        # a network that stops isolating while the hub runs: the spawn is refused, no container made
+        # the hub on 127.0.0.1: a server's loopback is its own, so the hub does not start
         hub.write_config(config)
+        hub.start(wait=False)
+        assert hub.proc.wait(60) != 0
+        assert "cannot reach 127.0.0.1 (their own loopback): put c.JupyterHub.hub_ip on" in hub.log_text()
+
+        # a network that stops isolating while the hub runs: the spawn is refused, no container made
+        hub.write_config(isolated_config(daemon, network, subnet, tmp_path))
         hub.start()
         daemon.docker("network", "rm", network)
         daemon.docker("network", "create", "--internal", "--subnet", str(subnet), network)
