@@ -202,14 +202,18 @@ def current_statuses(ledger: Ledger, rules: list[BudgetRule], now: datetime, tz:
 
 
 def usage_totals(sessions: list[dict], default_currency: str) -> dict:
-    """Sums over the listed sessions' minutes inside the window; cost per currency (normally just one)."""
+    """Sums over the listed sessions' minutes inside the window; cost per currency (normally just one).
+
+    A session without the window's part (``minutes_in_window``) counts whole.
+    """
     cost: dict[str, int] = {}
     for s in sessions:
-        cost[s["currency"]] = cost.get(s["currency"], 0) + to_micros(Decimal(s["cost_in_window"]))
+        cost[s["currency"]] = cost.get(s["currency"], 0) + to_micros(Decimal(s.get("cost_in_window", s["cost"])))
+    minutes = [s.get("minutes_in_window", s["minutes_billed"]) for s in sessions]
     return {
         "sessions": len(sessions),
-        "minutes_billed": sum(s["minutes_in_window"] for s in sessions),
-        "gpu_minutes": sum(s["minutes_in_window"] * s["gpu_count"] for s in sessions),
+        "minutes_billed": sum(minutes),
+        "gpu_minutes": sum(m * s["gpu_count"] for m, s in zip(minutes, sessions, strict=True)),
         "cost": {code: money_str(micros) for code, micros in sorted(cost.items())} or {default_currency: "0"},
     }
 
