@@ -61,7 +61,7 @@ def env(tmp_path_factory):
     hub = Hub(root / "hub", gpu_hub_config(root, grace=2) + EXTRA_CONFIG)
     hub.start()
     try:
-        hub.create_users("admin", "stu1", "stu2")
+        hub.create_users("admin", "stu1", "stu2", "thea")
         tokens = {name: user_token(hub, name) for name in ("admin", "stu1", "stu2")}
         tokens["prometheus"] = PROMETHEUS_TOKEN
         wait_for(
@@ -152,3 +152,20 @@ def test_every_reader_shows_the_same_use_across_a_reset(env):
     group = next(b for b in call(hub, tokens, "stu2", "api/v1/me").json()["budgets"] if b["subject"] == "cs231n")
     assert Decimal(group["spent"]) > 5  # stu1's ¥5 and stu2's minutes since the reset, from one pool
     assert re.search(r"\d{4}-\d{2}-\d{2} to \d{4}-\d{2}-\d{2}", told()[0]["message"])
+
+
+def test_a_real_spawn_records_its_pool_and_a_forged_pool_starts_nothing(env):
+    hub, ledger, _ = env
+    ledger.set_budget(BudgetRule("group", "thesis", "month", "money", Decimal(100)), datetime.now(UTC))
+    # thea is in thesis only: cs231n cannot pay for her, whatever she sends
+    r = hub.start_server("thea", {"profile": "cpu", "pool": "cs231n"})
+    assert r.status_code >= 400 and "The group 'cs231n' cannot pay for cpu" in r.json()["message"], r.text
+    assert ledger.open_sessions_of("thea") == [] and hub.server("thea") is None
+    r = hub.start_server("thea", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("thea")
+    (session,) = ledger.open_sessions_of("thea")
+    assert session.pool == "thesis" and hub.gpu_state("thea")["pool"] == "thesis"
+    hub.stop_server("thea")
+    hub.wait_stopped("thea")
+    assert ledger.get_session(session.id).pool == "thesis"
