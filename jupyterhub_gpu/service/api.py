@@ -66,7 +66,7 @@ CUSTOM_SCOPES = {
 OPENAPI = Path(__file__).with_name("openapi.yaml")
 BUDGET_FIELDS = ("limit", "unit", "period", "term_start", "term_end")
 BUDGET_SCOPES = ("user", "group")
-USAGE_PARAMS = ("user", "group", "all", "since", "until", "format")
+USAGE_PARAMS = ("user", "group", "paid", "all", "since", "until", "format")
 #: Query parameters JupyterHub's own auth may use; accepted and ignored by our parsers.
 AUTH_PARAMS = ("token", "_xsrf")
 CSV_COLUMNS = (
@@ -400,6 +400,8 @@ class UsageQuery:
     since: datetime | None = None
     until: datetime | None = None
     format: str = "json"
+    #: With ``group``: only the sessions the group paid for (its pool), whose totals add up across groups.
+    paid: bool = False
 
 
 def query_values(arguments: dict[str, list[bytes]], params: tuple[str, ...]) -> dict[str, str]:
@@ -450,9 +452,15 @@ def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQ
     everyone = everyone in ("true", "1")
     if everyone and ("user" in values or "group" in values):
         raise BadRequest("all=true lists every user's sessions; do not combine it with user or group")
+    paid = values.get("paid", "false").lower()
+    if paid not in ("true", "false", "1", "0"):
+        raise BadRequest(f"paid must be true or false, got {values['paid']!r}")
+    paid = paid in ("true", "1")
+    if paid and "group" not in values:
+        raise BadRequest("paid=true lists the sessions a group paid for: give group= too")
     fmt = query_format(values)
     since, until = query_window(values, tz)
-    return UsageQuery(values.get("user"), values.get("group"), everyone, since, until, fmt)
+    return UsageQuery(values.get("user"), values.get("group"), everyone, since, until, fmt, paid)
 
 
 # -- pure helpers: the culling report -----------------------------------------------------------
@@ -813,7 +821,12 @@ class UsageHandler(BaseHandler):
         currency = self.service.currency_info
         # every session with a minute in the window; totals count the minutes inside it (as budgets do)
         records = self.ledger.sessions(
-            user=user, since=query.since, until=query.until, group=query.group, overlapping=True
+            user=user,
+            since=query.since,
+            until=query.until,
+            group=query.group,
+            overlapping=True,
+            pool=query.group if query.paid else None,
         )
         sessions = sessions_json(self.ledger, records, now, currency, (query.since, query.until))
         if query.format == "csv":
@@ -826,6 +839,7 @@ class UsageHandler(BaseHandler):
             {
                 "user": user,
                 "group": query.group,
+                "paid": query.paid,
                 "all": query.everyone,
                 "since": isoformat(query.since) if query.since else None,
                 "until": isoformat(query.until) if query.until else None,

@@ -672,3 +672,24 @@ def test_setting_the_same_budget_again_sends_nothing_again(ledger, hub):
     ledger.set_budget(rule, t + timedelta(minutes=1))  # an idempotent PUT of the same budget
     assert tick(ledger, hub, t + timedelta(minutes=2)).alerts == []
     assert tick(ledger, hub, t + GRACE).stopped == [("ann", "")]
+
+
+def test_usage_by_paying_group_adds_up_to_the_total_spend(ledger):
+    start(ledger, "s1", "ann", DEC, groups=("thesis", "cs231n"), pool="thesis")
+    start(ledger, "s2", "ann", DEC, groups=("thesis", "cs231n"), server="b")  # pays: cs231n
+    start(ledger, "s3", "bob", DEC, groups=("cs231n",))
+    for sid in ("s1", "s2", "s3"):
+        ledger.record_stop(sid, DEC + timedelta(minutes=10), "stopped")
+    now = DEC + timedelta(hours=1)
+
+    def total(**where):
+        sessions = api.sessions_json(ledger, ledger.sessions(overlapping=True, **where), now, CNY)
+        return Decimal(api.usage_totals(sessions, "CNY")["cost"]["CNY"])
+
+    assert total(pool="thesis") + total(pool="cs231n") == total() == Decimal("1.5")
+    assert total(group="thesis") + total(group="cs231n") == Decimal("2.5")  # members: ann counts in both
+    query = api.parse_usage_query({"group": [b"thesis"], "paid": [b"true"]}, SHANGHAI)
+    assert (query.group, query.paid) == ("thesis", True)
+    for bad, message in (({"paid": [b"true"]}, "give group= too"), ({"group": [b"x"], "paid": [b"yes"]}, "paid must")):
+        with pytest.raises(api.BadRequest, match=message):
+            api.parse_usage_query(bad, SHANGHAI)
