@@ -36,6 +36,14 @@ class QueueTimeout(TimeoutError):
     """A request waited longer than its timeout."""
 
 
+class QueueCancelled(AllocationError):
+    """A waiting request was taken out of the queue by :meth:`FairQueue.cancel` (its server was stopped).
+
+    Distinct from :class:`asyncio.CancelledError`, which means the waiting task itself was cancelled: a
+    spawner turns this into a spawn failure, so that JupyterHub runs its failure clean-up.
+    """
+
+
 class AssignmentConflict(RuntimeError):
     """A restored assignment names a GPU already held by another server."""
 
@@ -53,6 +61,7 @@ class Waiter:
     on_position: Callable[[int, int], None] | None = None
     claim: object = None  # what a subclass needs to grant it (the cluster's Claim)
     last_reported: tuple[int, int] | None = None
+    cancelled: bool = False  # taken out by cancel(), not by a cancellation of the waiting task
 
 
 class FairQueue:
@@ -104,7 +113,8 @@ class FairQueue:
     ) -> list[GPUDevice]:
         """Grant at once if ``queue`` is empty and the request fits, else wait in it for a turn.
 
-        Raises QueueTimeout with ``timeout_message`` after ``timeout`` seconds.
+        Raises QueueTimeout with ``timeout_message`` after ``timeout`` seconds, and QueueCancelled
+        when :meth:`cancel` takes the key out of the queue.
         """
         if self.position(key) is not None:
             raise AllocationError(f"{key} is already waiting for a GPU")
@@ -128,13 +138,17 @@ class FairQueue:
                 self._remove_waiter(waiter)
             if isinstance(e, asyncio.TimeoutError):
                 raise QueueTimeout(timeout_message) from None
+            task = asyncio.current_task()
+            if waiter.cancelled and not (task is not None and task.cancelling()):
+                raise QueueCancelled(f"{key} was stopped while it waited for a GPU; nothing was started.") from None
             raise
 
     def cancel(self, key: str) -> bool:
-        """Take a waiting key out of the queue (its acquire raises CancelledError)."""
+        """Take a waiting key out of the queue (its acquire raises QueueCancelled)."""
         for queue in self._queues.values():
             for w in queue:
                 if w.key == key:
+                    w.cancelled = True
                     w.future.cancel()
                     self._remove_waiter(w)
                     return True

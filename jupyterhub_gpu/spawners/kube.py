@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import copy
 import re
+from datetime import datetime
 
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
+from ..clock import isoformat, utcnow
 from ..money import Currency
 from .kube_inventory import ClusterAllocator, ClusterInventory, fetch_with_kubernetes_asyncio
 from .kube_objects import (
@@ -52,6 +54,41 @@ def shared_cluster_allocator(fetch, ttl: float, products: dict) -> ClusterAlloca
     if key not in _ALLOCATORS:
         _ALLOCATORS[key] = ClusterAllocator(ClusterInventory(fetch, ttl), products)
     return _ALLOCATORS[key]
+
+
+def kube_time(value) -> datetime | None:
+    """A Kubernetes API time (RFC 3339, ``2026-12-01T08:00:00Z``) in UTC, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def pod_bound_at(pod: dict | None) -> datetime | None:
+    """When the scheduler bound the pod (the API's Pod JSON) to a node: from then on its GPUs are held.
+
+    The ``PodScheduled`` condition turns True at the binding; a pod without it (an old API server)
+    falls back to ``status.startTime``, set when the node's kubelet takes the pod. A pod still waiting
+    unscheduled (``PodScheduled`` False, ``Unschedulable``) has no such moment: None.
+    """
+    status = (pod or {}).get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            if condition.get("status") != "True":
+                return None
+            return kube_time(condition.get("lastTransitionTime"))
+    return kube_time(status.get("startTime"))
+
+
+def pod_finished_at(pod: dict | None, container: str = "notebook") -> datetime | None:
+    """When the pod's server container terminated (``state.terminated.finishedAt``), or None while it runs."""
+    status = (pod or {}).get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        if c.get("name") == container:
+            return kube_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+    return None
 
 
 def describe_kube_profile(profile: Profile, counts: dict | None, currency: Currency) -> str:
@@ -400,7 +437,46 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
 
     async def start(self):
         self._gpu_pod_requested = False
+        self._gpu_pod_finished_at = None
         return await super().start()
+
+    # -- billing: from the pod's binding to its container's end -----------------
+    _gpu_pod_finished_at: datetime | None = None
+
+    def gpu_pod(self) -> dict | None:
+        """This server's pod as KubeSpawner's pod reflector holds it (the API's Pod JSON), or None."""
+        reflector = self.pod_reflector
+        if reflector is None:
+            return None
+        return reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+
+    async def gpu_confirm_start(self):
+        """Billing starts when the pod was bound to a node, the moment its GPUs are held.
+
+        Time the pod waited unscheduled for a GPU (``PodScheduled`` False) is not billed. When the
+        binding time cannot be read, the moment the pod was found running (now) is taken instead.
+        """
+        await super().gpu_confirm_start()
+        if not self._gpu_session:
+            return
+        requested = datetime.fromisoformat(self._gpu_session["started"].replace("Z", "+00:00"))
+        now = utcnow()
+        bound = pod_bound_at(self.gpu_pod()) or now
+        started = min(max(bound, requested), now)
+        if started != requested:
+            self.log.info("%s: billed from the pod's binding at %s (asked at %s)", self._log_name, started, requested)
+        self._gpu_session["started"] = isoformat(started)
+
+    async def poll(self):
+        # note the container's end before KubeSpawner's poll deletes the stopped pod
+        finished = pod_finished_at(self.gpu_pod())
+        if finished is not None:
+            self._gpu_pod_finished_at = finished
+        return await super().poll()
+
+    async def gpu_stopped_at(self):
+        """The server container's termination time, as the pod reported it."""
+        return pod_finished_at(self.gpu_pod()) or self._gpu_pod_finished_at
 
     # -- startup check -----------------------------------------------------
     @classmethod

@@ -39,20 +39,22 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         """
         if not pid or pid == self._gpu_watched_pid or not hasattr(os, "pidfd_open"):
             return
+        # an earlier server's stamp must never close this session, even if this one cannot be watched
+        self._gpu_watched_pid = pid
+        self._gpu_exited_at = None
+        session_id = self._gpu_session.get("session_id")
         try:
             fd = os.pidfd_open(pid)
         except OSError:
             return  # already gone: its end is unknown, the stop is recorded when it is found
-        self._gpu_watched_pid = pid
-        self._gpu_exited_at = None
         loop = asyncio.get_event_loop()
 
         def ended(at):
-            if self._gpu_watched_pid != pid:
+            if self._gpu_watched_pid != pid or self._gpu_session.get("session_id") != session_id:
                 return  # a later server of this spawner is watched now
             self._gpu_exited_at = at
             session = dict(self._gpu_session)
-            if session and not self._gpu_stopping:
+            if session and not self._gpu_stopping and not self._gpu_launching:
                 # record the exact end now: a hub killed before its next poll would lose it
                 self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, at, "exited"))
 
@@ -70,9 +72,14 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         threading.Thread(target=wait, name=f"jupyterhub-gpu-exit-{pid}", daemon=True).start()
 
     async def start(self):
-        result = await super().start()
+        self._gpu_exited_at = None  # the stamp of the previous server, if any, is not this one's
+        self._gpu_watched_pid = None
+        return await super().start()
+
+    async def gpu_confirm_start(self):
+        # watch the process from the moment it runs, before the start is recorded: an exit at once is seen
         self._gpu_watch_exit(self.pid)
-        return result
+        await super().gpu_confirm_start()
 
     def load_state(self, state):
         super().load_state(state)

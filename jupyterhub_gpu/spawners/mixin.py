@@ -16,8 +16,11 @@ it adds, whatever the spawner:
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
 from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -42,7 +45,7 @@ from traitlets.config import Configurable
 
 from ..clock import isoformat, utcnow
 from ..money import Currency, MoneyError
-from .allocator import AllocationError, AssignmentConflict, GPUAllocator, QueueTimeout
+from .allocator import AllocationError, AssignmentConflict, GPUAllocator, QueueCancelled, QueueTimeout
 from .inventory import BACKENDS, GPUDevice, InventoryError, make_inventory
 from .objects import make_gpu_env
 from .profiles import OptionsError, Profile, ProfileError, choose_profile, options_from_form, parse_profiles
@@ -98,6 +101,99 @@ def queue_message(model: str, count: int, simulated: bool, position: int, length
     name = f"Simulated {model}" if simulated and not model.lower().startswith("simulated") else model
     what = f"a free {name}" if count == 1 else f"{count} free {name} GPUs"
     return f"Waiting for {what} — position {position} of {length}"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A spawn that passed the budget check and is not recorded yet: it counts with its minimum."""
+
+    user: str
+    pool: str | None
+    rate_micros: int
+    gpu_count: int
+
+
+#: ledger URL -> server key -> the spawn's Reservation, for this hub process
+_RESERVATIONS: dict[str, dict[str, Reservation]] = {}
+_RESERVE_LOCKS: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+
+def _reserve_lock() -> asyncio.Lock:
+    """The hub-wide lock around a budget check and its reservation (one per event loop)."""
+    loop = asyncio.get_running_loop()
+    lock = _RESERVE_LOCKS.get(loop)
+    if lock is None:
+        for old in [lp for lp in _RESERVE_LOCKS if lp.is_closed()]:
+            del _RESERVE_LOCKS[old]
+        lock = _RESERVE_LOCKS[loop] = asyncio.Lock()
+    return lock
+
+
+def _drop_reservation(spawner) -> None:
+    _RESERVATIONS.get(spawner.ledger_db_url, {}).pop(spawner._gpu_key, None)
+
+
+def minimums_held(statuses: list, sessions, reservations, min_minutes: int, now: datetime) -> list:
+    """Each budget status with what its servers just started and its spawns still starting will cost at least.
+
+    A session that started less than ``min_minutes`` ago will be charged at least ``min_minutes`` (its
+    server was allowed on that promise); a reserved spawn is not charged anything yet. Both are added
+    to the use of every budget they draw from, so that concurrent spawns are checked against what is
+    really left. Nothing is charged for it: this is only the spawn check's view.
+    """
+    from ..service.ledger import _aware, default_pool
+    from ..service.metering import draws_from, from_micros
+
+    if min_minutes <= 0:
+        return list(statuses)
+    holders = []  # (user, pool, rate per minute, GPUs, minutes not yet charged)
+    for r in sessions:
+        charged = math.ceil(max(0.0, (now - _aware(r.started)).total_seconds()) / 60)
+        if charged < min_minutes:
+            pool = r.pool if r.pool is not None else default_pool(r.group_list)
+            holders.append((r.user, pool, r.rate_micros, r.gpu_count, min_minutes - charged))
+    holders += [(x.user, x.pool, x.rate_micros, x.gpu_count, min_minutes) for x in reservations]
+    result = []
+    for s in statuses:
+        extra = Decimal(0)
+        for user, pool, rate, gpus, minutes in holders:
+            if not draws_from(s.rule, user, pool) or not s.charges(rate, gpus):
+                continue
+            extra += from_micros(rate * minutes) if s.rule.unit == "money" else Decimal(gpus * minutes) / 60
+        result.append(replace(s, used=s.used + extra) if extra else s)
+    return result
+
+
+def _last_evidence(ledger, session_id: str, push_interval: float) -> list[datetime]:
+    """The ledger's evidence that a session's server was alive: last sample + one push interval, last listing.
+
+    A minute row says a push fell in that minute; its start is the latest moment that is certain. The
+    service's last listing (``last_seen``) counts only if it is older than this hub process: a hub that
+    was down lists a server it has not polled yet as running.
+    """
+    from sqlalchemy import func, select
+
+    from ..service.ledger import SessionRecord, UsageMinute, _aware
+
+    found = []
+    with ledger.Session() as db:
+        minute, kernel = db.execute(
+            select(func.max(UsageMinute.minute), func.max(UsageMinute.last_kernel_activity)).where(
+                UsageMinute.session_id == session_id
+            )
+        ).one()
+        record = db.get(SessionRecord, session_id)
+    last = max((_aware(t) for t in (minute, kernel) if t is not None), default=None)
+    if last is not None:
+        found.append(last + timedelta(seconds=push_interval))
+    seen = _aware(record.last_seen) if record is not None and record.last_seen is not None else None
+    if seen is not None and seen <= _PROCESS_STARTED:
+        found.append(seen)
+    return found
+
+
+#: When this hub process started (see :func:`_last_evidence`).
+_PROCESS_STARTED = utcnow()
 
 
 class GPUSpawnerMixin(Configurable):
@@ -189,8 +285,9 @@ class GPUSpawnerMixin(Configurable):
         600,
         help="""
         Seconds a spawn may wait in the queue for a free GPU before it fails with
-        a message. The hub's ``start_timeout`` is extended by this much for GPU
-        profiles, so the queue wait does not count against it.
+        a message. The wait comes before the hub's ``start_timeout`` starts
+        counting (the pre-spawn hook), so only the time really spent in the
+        queue is added to a spawn, and ``start_timeout`` stays what is set.
 
             c.GPUDockerSpawner.queue_timeout = 1800
         """,
@@ -338,12 +435,18 @@ class GPUSpawnerMixin(Configurable):
         budgeted = {r.subject for r in rules if r.scope == "group"}
         return choose_pool(options, profile, self._gpu_group_names(), budgeted)
 
-    async def gpu_budget_refusal(self, profile: Profile, pool: str | None = None) -> str | None:
+    async def gpu_budget_refusal(self, profile: Profile, pool: str | None = None, reserve: bool = False) -> str | None:
         """Why the budgets this session would draw from cannot afford ``budget_min_minutes`` of ``profile``, or None.
 
         Those are the user's own budget and the budget of the one group that pays
         (``pool``, by default the one chosen at this spawn), computed by
-        :meth:`Ledger.statuses_of` like everywhere else.
+        :meth:`Ledger.statuses_of` like everywhere else. Servers of those budgets
+        that started less than ``budget_min_minutes`` ago, and spawns that passed
+        this check but are not recorded yet, count with their first
+        ``budget_min_minutes`` (:func:`minimums_held`). With ``reserve``, a spawn
+        that passes holds its own minimum until its start is recorded; the check
+        and the hold are one step for the whole hub, so concurrent spawns cannot
+        all pass on the same remaining budget.
         """
         ledger = self.ledger
         if ledger is None:
@@ -354,21 +457,45 @@ class GPUSpawnerMixin(Configurable):
         tz = ZoneInfo(self.budget_timezone)
         now = utcnow()
 
-        def check():
+        rate = to_micros(profile.rate_per_minute)
+        key = self._gpu_key
+        url = self.ledger_db_url
+
+        def check(reserved):
             rules = [r for r in ledger.budget_rules() if draws_from(r, self.user.name, pool)]
             if not rules:
                 return None
-            statuses = sorted(ledger.statuses_of(rules, now, tz), key=lambda s: s.fraction, reverse=True)
-            return spawn_refusal(
-                statuses,
-                to_micros(profile.rate_per_minute),
+            statuses = ledger.statuses_of(rules, now, tz)
+            minutes = self.budget_min_minutes
+            refusal = spawn_refusal(
+                sorted(statuses, key=lambda s: s.fraction, reverse=True),
+                rate,
                 profile.gpu_count,
-                self.budget_min_minutes,
+                minutes,
                 tz,
                 self.gpu_currency.format,
             )
+            if refusal:
+                return refusal
+            held = minimums_held(statuses, ledger.open_sessions(), reserved, minutes, now)
+            for real, with_held in zip(statuses, held, strict=True):
+                if spawn_refusal([with_held], rate, profile.gpu_count, minutes, tz, self.gpu_currency.format):
+                    show = self.gpu_currency.format if real.rule.unit == "money" else (lambda x: f"{x:.2f} GPU-hours")
+                    whose = "your budget" if real.rule.scope == "user" else f"the {real.rule.subject} group's budget"
+                    return (
+                        f"Budget too low for {minutes} minutes of this profile: {show(real.used)} of"
+                        f" {show(real.limit)} ({whose}) spent, and {show(with_held.used - real.used)} held for the"
+                        f" first {minutes} minutes of its servers that are starting or started less than"
+                        f" {minutes} minutes ago. Stop one of them, or try again in a few minutes."
+                    )
+            return None
 
-        return await asyncio.to_thread(check)
+        async with _reserve_lock():
+            reserved = [r for k, r in _RESERVATIONS.get(url, {}).items() if k != key]
+            refusal = await asyncio.to_thread(check, reserved)
+            if refusal is None and reserve:
+                _RESERVATIONS.setdefault(url, {})[key] = Reservation(self.user.name, pool, rate, profile.gpu_count)
+        return refusal
 
     @property
     def _gpu_key(self) -> str:
@@ -466,7 +593,13 @@ class GPUSpawnerMixin(Configurable):
         self._gpu_env: dict = {}
         self._gpu_events: list[dict] = []
         self._gpu_events_changed: asyncio.Future | None = None
-        self._gpu_base_start_timeout = getattr(self, "_gpu_base_start_timeout", None)
+        self._gpu_devices: list[GPUDevice] = []  # granted by the queue at the pre-spawn hook
+        self._gpu_granted_at: datetime | None = None
+        self._gpu_in_start = False  # between the pre-spawn hook and the end of start()
+        self._gpu_launching = False  # inside start(), which then owns the session and the GPUs
+        self._gpu_abort = False  # stopped (or its state cleared) while starting
+        self._gpu_recorded = False
+        self._gpu_last_alive: datetime | None = None  # the last poll that found the server running
 
     def __init__(self, *args, **kwargs):
         self._gpu_reset()
@@ -479,7 +612,23 @@ class GPUSpawnerMixin(Configurable):
             waiting.set_result(None)
 
     async def run_pre_spawn_hook(self):
-        """Validate the chosen profile before anything starts (form and REST API alike)."""
+        """Validate the chosen profile, then wait for its GPUs (form and REST API alike).
+
+        The queue wait happens here, before JupyterHub calls ``start()`` and starts
+        counting ``start_timeout``: a spawn that waits gets exactly its wait on top,
+        and one that does not wait keeps the configured ``start_timeout``.
+        """
+        # JupyterHub's own first event: a spawn that fails before its GPUs are assigned still shows one
+        self._gpu_events = [{"progress": 50, "message": "Spawning server..."}]
+        self._gpu_abort = False
+        self._gpu_in_start = True
+        try:
+            return await self._gpu_pre_spawn()
+        except BaseException:
+            self._gpu_in_start = False
+            raise
+
+    async def _gpu_pre_spawn(self):
         allowed, everything = await self.allowed_profiles()
         options = dict(self.user_options or {}) if isinstance(self.user_options, dict) else self.user_options
         try:
@@ -488,15 +637,68 @@ class GPUSpawnerMixin(Configurable):
             self._gpu_pool = await self.gpu_choose_pool(options, profile)
         except OptionsError as e:
             raise SpawnException(str(e), reason="options") from None
-        refusal = await self.gpu_budget_refusal(profile)
+        # the check and the hold of this spawn's minimum are one step for the whole hub (section "Spawn races")
+        refusal = await self.gpu_budget_refusal(profile, reserve=True)
         if refusal:
             raise SpawnException(refusal, reason="budget", status_code=403)
         self._gpu_profile = profile
-        # The queue wait must not count against the hub's start_timeout.
-        if self._gpu_base_start_timeout is None:
-            self._gpu_base_start_timeout = self.start_timeout
-        self.start_timeout = self._gpu_base_start_timeout + (self.queue_timeout if profile.gpu_count else 0)
-        return await maybe_future(super().run_pre_spawn_hook())
+        try:
+            result = await maybe_future(super().run_pre_spawn_hook())
+            await self._gpu_take_gpus(profile)
+        except BaseException:
+            _drop_reservation(self)
+            raise
+        return result
+
+    def _gpu_stopped_while_starting(self) -> SpawnException:
+        return SpawnException(
+            "The server was stopped while it was starting; nothing was started.", reason="stopped", status_code=409
+        )
+
+    async def _gpu_take_gpus(self, profile: Profile) -> None:
+        """Wait in the queue for the profile's GPUs, then check the budget again before anything runs."""
+        key = self._gpu_key
+        simulated = any(d.simulated for d in self.allocator.matching(profile.gpu_model)) if profile.gpu_count else False
+
+        waited = False
+
+        def on_position(position, length):
+            nonlocal waited
+            waited = True  # called only for a request that stands in the queue
+            msg = queue_message(profile.gpu_model, profile.gpu_count, simulated, position, length)
+            self.log.info("%s: %s", key, msg)
+            self._gpu_emit({"progress": 50, "message": msg})
+
+        devices: list[GPUDevice] = []
+        if profile.gpu_count:
+            try:
+                devices = await self.allocator.acquire(
+                    key, profile.gpu_model, profile.gpu_count, timeout=self.queue_timeout, on_position=on_position
+                )
+            except QueueTimeout as e:
+                raise SpawnException(str(e), reason="gpu_queue_timeout", status_code=503) from None
+            except QueueCancelled:
+                # stopped while waiting (JupyterHub's User.stop clears the state of a server that does not run
+                # yet): a spawn failure, so that JupyterHub cleans up instead of waiting for a server
+                raise self._gpu_stopped_while_starting() from None
+            except AllocationError as e:
+                raise SpawnException(str(e), reason="gpu_unavailable", status_code=503) from None
+        try:
+            if self._gpu_abort:
+                raise self._gpu_stopped_while_starting()
+            if waited:
+                # The budget again after the wait: other servers of the same budgets ran meanwhile. The first
+                # check holds this spawn's minimum until its start is recorded, so concurrent spawns that
+                # did not wait cannot all pass on the same remaining budget either.
+                refusal = await self.gpu_budget_refusal(profile, reserve=True)
+                if refusal:
+                    raise SpawnException(refusal, reason="budget", status_code=403)
+        except BaseException:
+            if devices:
+                self.allocator.release(key)
+            raise
+        self._gpu_devices = devices
+        self._gpu_granted_at = utcnow()  # the GPUs are held (and billed) from now
 
     _gpu_job_id: str | None = None
 
@@ -511,31 +713,19 @@ class GPUSpawnerMixin(Configurable):
         return job_server_option(self.name, options, isinstance(requester, Service))
 
     async def start(self):
-        profile = self._gpu_profile
-        if profile is None:  # start() called without the hub's spawn sequence
+        if self._gpu_profile is None or not self._gpu_in_start:  # start() without the hub's spawn sequence
             await self.run_pre_spawn_hook()
-            profile = self._gpu_profile
-        self._gpu_events = []
-        key = self._gpu_key
-        simulated = any(d.simulated for d in self.allocator.matching(profile.gpu_model)) if profile.gpu_count else False
-
-        def on_position(position, length):
-            msg = queue_message(profile.gpu_model, profile.gpu_count, simulated, position, length)
-            self.log.info("%s: %s", key, msg)
-            self._gpu_emit({"progress": 10, "message": msg})
-
-        devices: list[GPUDevice] = []
-        if profile.gpu_count:
-            try:
-                devices = await self.allocator.acquire(
-                    key, profile.gpu_model, profile.gpu_count, timeout=self.queue_timeout, on_position=on_position
-                )
-            except QueueTimeout as e:
-                raise SpawnException(str(e), reason="gpu_queue_timeout", status_code=503) from None
-            except AllocationError as e:
-                raise SpawnException(str(e), reason="gpu_unavailable", status_code=503) from None
+        profile = self._gpu_profile
+        devices = list(self._gpu_devices)
+        self._gpu_devices = []
+        self._gpu_launching = True
+        self._gpu_recorded = False
+        self._gpu_last_alive = None
+        launched = False
         try:
-            started = utcnow()
+            if self._gpu_abort:
+                raise self._gpu_stopped_while_starting()
+            started = self._gpu_granted_at or utcnow()
             uuids = [d.uuid for d in devices]
             self._gpu_session = {
                 "profile": profile.slug,
@@ -566,16 +756,45 @@ class GPUSpawnerMixin(Configurable):
             rate = self.gpu_currency.format_rate(profile.rate_per_minute)
             what = ", ".join(f"{d.name} ({d.uuid})" for d in devices) or "no GPU"
             message = f"Assigned {what}; starting {profile.display_name} at {rate}/min"
-            self._gpu_emit({"progress": 40, "message": message})
+            self._gpu_emit({"progress": 60, "message": message})
             self._gpu_session["groups"] = sorted(self._gpu_group_names())
             self._gpu_session["pool"] = self._gpu_pool  # the one group that pays (checked at the pre-spawn hook)
             await self.gpu_prepare(profile, devices)
+            if self._gpu_abort:
+                raise self._gpu_stopped_while_starting()
             result = await super().start()
+            launched = True
+            await self.gpu_confirm_start()
             await self._gpu_record_start()
+            if self._gpu_abort:
+                # stopped while it was launching: JupyterHub's stop found nothing running and left it
+                raise self._gpu_stopped_while_starting()
             return result
         except BaseException:
+            session = dict(self._gpu_session)
+            if launched and self._gpu_abort:
+                try:
+                    self._gpu_stopping = True
+                    await super().stop(now=True)
+                except Exception:
+                    self.log.exception("could not stop %s, stopped while starting", self._log_name)
+                finally:
+                    self._gpu_stopping = False
+            if self._gpu_recorded and session:
+                await self._gpu_record_stop(session, utcnow(), "stopped")
             self._gpu_release()
             raise
+        finally:
+            self._gpu_launching = False
+            self._gpu_in_start = False
+            _drop_reservation(self)
+
+    async def gpu_confirm_start(self) -> None:
+        """Hook run when the server is up, before its start is recorded: set when billing really began.
+
+        The default keeps the moment the GPUs were assigned. Kubernetes moves it to the moment the pod
+        was bound to a node: time spent unscheduled waiting for a GPU is not billed.
+        """
 
     def _gpu_session_start(self, gpu: dict):
         """The ledger's SessionStart of a session kept in this spawner's state."""
@@ -588,7 +807,11 @@ class GPUSpawnerMixin(Configurable):
         ledger = self.ledger
         if ledger is None or not self._gpu_session:
             return
-        await asyncio.to_thread(ledger.record_start, self._gpu_session_start(self._gpu_session))
+        # under the check's lock: a concurrent check sees this spawn either held or recorded, never both
+        async with _reserve_lock():
+            await asyncio.to_thread(ledger.record_start, self._gpu_session_start(self._gpu_session))
+            self._gpu_recorded = True
+            _drop_reservation(self)  # the recorded session counts from now on
 
     async def _gpu_record_stop(self, session: dict, stopped: datetime, reason: str) -> None:
         ledger = self.ledger
@@ -653,10 +876,58 @@ class GPUSpawnerMixin(Configurable):
         """
         session = dict(self._gpu_session)
         status = await super().poll()
-        if status is not None and session and not self._gpu_stopping:
-            stopped_at = await self.gpu_stopped_at()
-            await self._gpu_record_stop(session, stopped_at or utcnow(), "exited")
+        if self._gpu_launching:
+            return status  # start() owns the session until it returns
+        if status is None:
+            if session:
+                self._gpu_last_alive = utcnow()
+        elif session and not self._gpu_stopping:
+            await self._gpu_record_stop(session, await self._gpu_end_of(session), "exited")
         return status
+
+    sample_push_interval = Float(
+        30,
+        help="""
+        Seconds between the servers' pushes of GPU samples to the gpu service (the
+        server extension's ``push_interval``). A server found ended whose real end
+        is unknown is billed to its last pushed sample plus this (docs/service.md).
+        """,
+    ).tag(config=True)
+
+    async def _gpu_end_of(self, session: dict) -> datetime:
+        """When the server of ``session``, found ended, really ended (docs/service.md, billing rule).
+
+        The end the backend knows (:meth:`gpu_stopped_at`) where it falls inside the session, so a stale
+        exit time of an earlier server never closes a later session; otherwise the last evidence that it
+        was alive: the last poll of this hub process that found it running, its last pushed sample plus
+        one push interval, or the service's last listing of it before this hub process started; never
+        later than now, and never the moment a restarted hub found it gone.
+        """
+        now = utcnow()
+        started = datetime.fromisoformat(session["started"].replace("Z", "+00:00"))
+        try:
+            known = await self.gpu_stopped_at()
+        except Exception:
+            self.log.exception("could not read when %s ended", self._log_name)
+            known = None
+        if known is not None:
+            if started <= known <= now:
+                return known
+            self.log.warning(
+                "%s: end time %s is outside its session (started %s); not used", self._log_name, known, started
+            )
+        evidence = [started]
+        if self._gpu_last_alive is not None:
+            evidence.append(self._gpu_last_alive)
+        ledger = self.ledger
+        if ledger is not None:
+            try:
+                evidence += await asyncio.to_thread(
+                    _last_evidence, ledger, session.get("session_id", ""), self.sample_push_interval
+                )
+            except Exception:
+                self.log.exception("could not read the last samples of %s", self._log_name)
+        return min(max(evidence), now)
 
     def get_env(self):
         env = super().get_env()
@@ -665,8 +936,22 @@ class GPUSpawnerMixin(Configurable):
             env["JUPYTERHUB_GPU_JOB_ID"] = self._gpu_job_id  # the server runs this job (serverext/jobs.py)
         return env
 
+    _gpu_in_stop = False
+
     async def stop(self, now=False):
+        if self._gpu_in_stop:
+            # re-entered from the backend's own poll (KubeSpawner's poll stops a pod that ended)
+            return await super().stop(now=now)
+        self._gpu_in_stop = True
+        try:
+            return await self._gpu_stop(now)
+        finally:
+            self._gpu_in_stop = False
+
+    async def _gpu_stop(self, now):
         self.allocator.cancel(self._gpu_key)  # still waiting in the queue
+        if self._gpu_in_start:
+            self._gpu_abort = True  # start() gives up at its next step
         session = dict(self._gpu_session)
         reason = "stopped"
         stopped_at = None
@@ -674,7 +959,7 @@ class GPUSpawnerMixin(Configurable):
             try:
                 if await self.poll() is not None:
                     reason = "exited"  # the server ended on its own
-                    stopped_at = await self.gpu_stopped_at()
+                    stopped_at = await self._gpu_end_of(session)
             except Exception:
                 self.log.debug("poll before stop failed", exc_info=True)
         self._gpu_stopping = True  # the spawner's own polls while stopping are not an exit
@@ -713,6 +998,15 @@ class GPUSpawnerMixin(Configurable):
 
     def clear_state(self):
         super().clear_state()
+        # JupyterHub's User.stop() calls stop() only for a server that runs; one still waiting in the
+        # queue or launching only has its state cleared: take it out of the queue, and let start() give up
+        self.allocator.cancel(self._gpu_key)
+        if self._gpu_in_start:
+            self._gpu_abort = True
+        if self._gpu_launching:
+            return  # start() releases the GPUs as it unwinds: never two servers on one GPU meanwhile
+        _drop_reservation(self)
+        self._gpu_devices = []
         self._gpu_release()
 
     @property

@@ -9,7 +9,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.spawners.allocator import GPUAllocator
+from jupyterhub_gpu.spawners.allocator import GPUAllocator, QueueCancelled
 from jupyterhub_gpu.spawners.inventory import simulated_inventory, static_inventory
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from jupyterhub_gpu.spawners.mixin import _templates, check_config, describe_profile, queue_message
@@ -103,7 +103,7 @@ async def test_describe_follows_the_allocator():
     assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — 1 of 2 free (1 waiting)"
     await alloc.acquire("bob/", "A100", 1)
     alloc.cancel("pair/")
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(QueueCancelled):
         await pair
     await alloc.acquire("carol/", "T4", 1)
     assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — none free"

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from jupyterhub_gpu.spawners.allocator import AllocationError, QueueTimeout
+from jupyterhub_gpu.spawners.allocator import AllocationError, QueueCancelled, QueueTimeout
 from jupyterhub_gpu.spawners.kube_inventory import (
     ClusterAllocator,
     ClusterInventory,
@@ -269,7 +269,7 @@ async def test_queue_timeout_and_cancel_leave_nothing_behind():
     await until(lambda: alloc.position("bob/"))
     assert alloc.position("bob/") == (1, 1)
     assert alloc.cancel("bob/")
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(QueueCancelled):
         await waiting
     assert alloc.counts("A100")["waiting"] == 0 and alloc.held_by("bob/") is None
 
