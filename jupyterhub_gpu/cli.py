@@ -164,9 +164,16 @@ def make_parser() -> argparse.ArgumentParser:
     usage = commands.add_parser("usage", help="sessions and their cost (your own, or with --user/--group/--all)")
     usage.add_argument("--user", type=name_type, help="another user's sessions (admins)")
     usage.add_argument("--group", type=name_type, help="a group's sessions (admins)")
+    usage.add_argument(
+        "--paid", action="store_true", help="with --group: only the sessions the group paid for (its budget pool)"
+    )
     usage.add_argument("--all", action="store_true", help="every user's sessions (admins)")
-    usage.add_argument("--since", type=moment_type, help="sessions started on or after this date (or date and time)")
-    usage.add_argument("--until", type=moment_type, help="sessions started up to this date (inclusive) or time")
+    usage.add_argument(
+        "--since",
+        type=moment_type,
+        help="minutes on or after this date (or date and time); a minute counts where it starts",
+    )
+    usage.add_argument("--until", type=moment_type, help="minutes up to this date (inclusive) or time")
     output = usage.add_mutually_exclusive_group()
     output.add_argument("--csv", action="store_true", help="print CSV (a header row, one row per session)")
     output.add_argument("--json", action="store_true", help="print the API's JSON")
@@ -207,6 +214,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             parser.error("--term-start and --term-end are only for --period term")
     if args.command == "usage" and args.all and (args.user or args.group):
         parser.error("--all lists every user's sessions; do not combine it with --user or --group")
+    if args.command == "usage" and args.paid and not args.group:
+        parser.error("--paid lists the sessions a group paid for: give --group too")
     if not (args.token or os.environ.get("JUPYTERHUB_API_TOKEN")):
         parser.error("no token: pass --token or set $JUPYTERHUB_API_TOKEN")
 
@@ -350,6 +359,8 @@ def cmd_usage(client: Client, args, out) -> None:
             params[name] = getattr(args, name)
     if args.all:
         params["all"] = "true"
+    if args.paid:
+        params["paid"] = "true"
     if args.csv:
         params["format"] = "csv"
         _status, raw, _type = client.request("GET", "usage", params=params)

@@ -9,6 +9,7 @@ never slept on.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import threading
 from datetime import date, datetime, timedelta, timezone
@@ -693,3 +694,22 @@ def test_usage_by_paying_group_adds_up_to_the_total_spend(ledger):
     for bad, message in (({"paid": [b"true"]}, "give group= too"), ({"group": [b"x"], "paid": [b"yes"]}, "paid must")):
         with pytest.raises(api.BadRequest, match=message):
             api.parse_usage_query(bad, SHANGHAI)
+
+
+def test_the_cli_asks_for_what_a_group_paid_for(monkeypatch, capsys):
+    from jupyterhub_gpu import cli
+    from tests.unit.test_cli import FakeService
+
+    server = FakeService()
+    monkeypatch.setenv("JUPYTERHUB_GPU_URL", server.url)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "t")
+    try:
+        server.answers.append((200, b"id\r\n"))
+        assert cli.main(["usage", "--group", "thesis", "--paid", "--csv"], out=io.StringIO()) == 0
+        assert server.requests[0]["path"] == "/services/gpu/api/v1/usage?group=thesis&paid=true&format=csv"
+        with pytest.raises(SystemExit) as e:
+            cli.main(["usage", "--paid"], out=io.StringIO())
+        assert e.value.code == 2 and "give --group too" in capsys.readouterr().err
+        assert len(server.requests) == 1
+    finally:
+        server.close()
