@@ -11,12 +11,13 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-lab test-docker lint format venv docker-setup postgres-setup browser-setup test-image tf-test-image image clean
+.PHONY: help demo test test-quick test-contract test-lab test-docker lint format venv docker-setup postgres-setup browser-setup test-image tf-test-image image clean
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
 	@echo "make test        set everything up (Docker engine and test image included) and run every test"
 	@echo "make test-quick  unit and hub tests only (no Docker, no browser)"
+	@echo "make test-contract  JupyterHub's own spawner tests with GPULocalSpawner (part of make test)"
 	@echo "make lint        ruff check and format check"
 	@echo "make image       build the GPU single-user image jupyterhub-gpu/tensorflow:2.15 (docs/images.md)"
 
@@ -63,6 +64,11 @@ test: venv postgres-setup test-image tf-test-image browser-setup test-lab
 
 test-quick: venv test-lab
 	$(BIN)/pytest -q -m "not docker and not browser and not chaos" $(PYTEST_ARGS)
+
+# JupyterHub's own spawner tests (from the installed jupyterhub package) with GPULocalSpawner swapped in under
+# their MockSpawner, in a pytest of their own (tests/jupyterhub_contract); make test and test-quick run it too
+test-contract: venv
+	$(BIN)/pytest -q -m "" tests/jupyterhub_contract $(PYTEST_ARGS)
 
 test-docker: venv test-image tf-test-image
 	$(BIN)/pytest -q -m docker $(PYTEST_ARGS)

