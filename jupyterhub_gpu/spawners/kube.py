@@ -382,7 +382,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         else:
             message = "Asking Kubernetes for a CPU-only pod"
         self._gpu_pod_requested = True
-        self._gpu_emit({"progress": 45, "message": message})
+        self._gpu_emit({"progress": 65, "message": message})
 
     def _as_list(self, value) -> list:
         if isinstance(value, dict):
@@ -454,14 +454,14 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         """Billing starts when the pod was bound to a node, the moment its GPUs are held.
 
         Time the pod waited unscheduled for a GPU (``PodScheduled`` False) is not billed. When the
-        binding time cannot be read, the moment the pod was found running (now) is taken instead.
+        binding cannot be read (no pod reflector), the moment the pod was asked for is kept.
         """
         await super().gpu_confirm_start()
         if not self._gpu_session:
             return
         requested = datetime.fromisoformat(self._gpu_session["started"].replace("Z", "+00:00"))
         now = utcnow()
-        bound = pod_bound_at(self.gpu_pod()) or now
+        bound = pod_bound_at(self.gpu_pod()) or requested
         started = min(max(bound, requested), now)
         if started != requested:
             self.log.info("%s: billed from the pod's binding at %s (asked at %s)", self._log_name, started, requested)

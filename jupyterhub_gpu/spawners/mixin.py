@@ -894,6 +894,12 @@ class GPUSpawnerMixin(Configurable):
         """,
     ).tag(config=True)
 
+    @validate("sample_push_interval")
+    def _valid_push_interval(self, proposal):
+        if not 0 < proposal.value <= 3600:
+            raise ValueError(f"sample_push_interval must be between 0 and 3600 seconds, got {proposal.value}")
+        return proposal.value
+
     async def _gpu_end_of(self, session: dict) -> datetime:
         """When the server of ``session``, found ended, really ended (docs/service.md, billing rule).
 

@@ -69,12 +69,17 @@ def test_eight_concurrent_named_spawns_on_a_budget_with_room_for_two(make_hub, t
     assert "6 of 8 free" in hub.login("stu").get(f"{hub.url}/hub/spawn/stu/another", timeout=30).text
 
 
-def test_named_server_limit_of_the_reference_demo_config():
-    """The reference demo config limits named servers (the Docker and Kubernetes ones: tests/unit/test_configs.py)."""
+def test_the_reference_configs_limit_named_servers():
+    """Each reference configuration that allows named servers limits them (notebook jobs count too)."""
+    import yaml
     from traitlets.config import PyFileConfigLoader
 
     from tests.conftest import ROOT
 
-    config = PyFileConfigLoader("demo_config.py", path=str(ROOT / "config")).load_config()
-    assert config.JupyterHub.allow_named_servers is True
-    assert 1 <= config.JupyterHub.named_server_limit_per_user <= 5
+    for name in ("demo_config.py", "docker_host_config.py"):
+        config = PyFileConfigLoader(name, path=str(ROOT / "config")).load_config()
+        assert config.JupyterHub.allow_named_servers is True, name
+        assert 3 <= config.JupyterHub.named_server_limit_per_user <= 5, name
+    values = yaml.safe_load((ROOT / "config" / "kubernetes" / "values.yaml").read_text())
+    hub = values["hub"]["config"]["JupyterHub"]
+    assert hub["allow_named_servers"] is True and 3 <= hub["named_server_limit_per_user"] <= 5
