@@ -145,6 +145,7 @@ def parse_sample(data) -> Sample:
     last = data.get("last_kernel_activity")
     activity = data.get("last_activity")
     _seconds(data.get("interval_seconds"), "interval_seconds")
+    _count(data, "memory_used_avg_mib")  # not kept, but checked like the rest: no field is taken unseen
     return Sample(
         session_id=session_id,
         sampled_until=_moment(data.get("sampled_until"), "sampled_until"),

@@ -127,6 +127,7 @@ def test_sample_times_outside_the_session_and_overflowing_values_are_refused(env
         ({"samples": 10**30}, "samples"),
         ({"utilization_avg": 10**400}, "utilization_avg"),
         ({"interval_seconds": -5}, "interval_seconds"),
+        ({"memory_used_avg_mib": 10**40}, "memory_used_avg_mib"),
         ({"gpus": [{"uuid": "GPU-a", "utilization_avg": 1}, {"uuid": "GPU-b", "utilization_avg": 1}]}, "holds 1"),
     ]:
         r = env.post(token, "api/v1/samples", sample("forge-times", now, **fields))
