@@ -1003,14 +1003,16 @@ class GPUSpawnerMixin(Configurable):
             self.log.error("GPU inventory unavailable while restoring %s: %s", self._gpu_key, e)
 
     def clear_state(self):
-        super().clear_state()
         # JupyterHub's User.stop() calls stop() only for a server that runs; one still waiting in the
         # queue or launching only has its state cleared: take it out of the queue, and let start() give up
         self.allocator.cancel(self._gpu_key)
         if self._gpu_in_start:
             self._gpu_abort = True
         if self._gpu_launching:
-            return  # start() releases the GPUs as it unwinds: never two servers on one GPU meanwhile
+            # start() stops what it launched and releases the GPUs as it unwinds: the backend keeps its
+            # handle (pid, container id) until then, and no GPU is handed on while the server may run
+            return
+        super().clear_state()
         _drop_reservation(self)
         self._gpu_devices = []
         self._gpu_release()

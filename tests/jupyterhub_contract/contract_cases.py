@@ -99,3 +99,34 @@ async def test_stop_while_queued_fails_the_spawn_so_jupyterhub_cleans_up(app, on
     await holder.stop()
     await asyncio.sleep(0.3)
     assert spawner.allocator.held_by(spawner._gpu_key) == []
+
+
+class GatedPrepareSpawner(OneT4Spawner):
+    """Holds its launch in ``gpu_prepare`` (after the GPU is assigned, before the process starts)."""
+
+    gate: asyncio.Event | None = None
+    entered: asyncio.Event | None = None
+
+    async def gpu_prepare(self, profile, devices):
+        await super().gpu_prepare(profile, devices)
+        type(self).entered.set()
+        await type(self).gate.wait()
+
+
+async def test_user_stop_while_launching_leaves_no_server_and_frees_the_gpu_only_after(app):
+    GatedPrepareSpawner.gate, GatedPrepareSpawner.entered = asyncio.Event(), asyncio.Event()
+    with mock.patch.dict(app.tornado_settings, {"spawner_class": GatedPrepareSpawner}):
+        user = add_user(app.db, app, name="launch-stopper")
+        spawn = asyncio.ensure_future(user.spawn())
+        spawner = user.spawner
+        spawner._spawn_future, spawner._spawn_pending = spawn, True
+        await asyncio.wait_for(GatedPrepareSpawner.entered.wait(), 10)
+        await user.stop()  # nothing runs yet: JupyterHub only clears the state
+        # the launch still holds its GPU until it has unwound: never handed on while a server may start
+        assert spawner.allocator.held_by(spawner._gpu_key) != []
+        GatedPrepareSpawner.gate.set()
+        with pytest.raises(SpawnException, match="stopped while it was starting"):
+            await asyncio.wait_for(spawn, 10)
+    assert spawner.allocator.held_by(spawner._gpu_key) == []
+    assert spawner.proc is None and not spawner.pid  # nothing was launched
+    assert spawner.server is None and not user.running

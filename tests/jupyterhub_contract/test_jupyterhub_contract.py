@@ -27,7 +27,7 @@ MODULES = ["jupyterhub.tests.test_spawner", "jupyterhub.tests.test_named_servers
 SELECTION = "(spawn or stop or progress or server or start) and not service"
 EXPECTED_TOTAL = 111
 #: our own cases (contract_cases.py): stops while queued, start_timeout
-CASES = 3
+CASES = 4
 #: the deliberate differences (gpu_contract_plugin.XFAIL), as JUnit names them
 EXPECTED_XFAIL = {
     "test_spawner_insert_api_token",
