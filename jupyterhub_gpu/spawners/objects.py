@@ -208,6 +208,13 @@ def network_isolation_problem(info: dict) -> str | None:
     icc = str((info.get("Options") or {}).get(ICC_OPTION, "true")).strip().lower()
     if icc not in {"false", "0", "f"}:
         return f"Docker network {name!r} lets containers reach each other: it needs {ICC_OPTION}=false"
+    if info.get("EnableIPv6"):
+        # enable_icc=false is an iptables (IPv4) rule: without ip6tables rules (Docker 20.10 has none by
+        # default) the containers of an IPv6 network reach each other's IPv6 addresses unhindered
+        return (
+            f"Docker network {name!r} has IPv6 enabled: {ICC_OPTION}=false does not stop its containers"
+            " from reaching each other over IPv6; use a network without IPv6"
+        )
     return None
 
 

@@ -1,0 +1,43 @@
+"""An adversary's review of issue 14 (sections 3-5, 7, 8): each hole a student could use, reproduced.
+
+Each test here failed on the code before its fix (the commit that added it says how it was
+found); the pure parts are tested without Docker, the real-container side of each network
+case is in tests/docker/test_adversary_network.py.
+"""
+
+from __future__ import annotations
+
+from jupyterhub_gpu.spawners.objects import ICC_OPTION, network_isolation_problem
+
+
+def inspected(**extra) -> dict:
+    """An inspected network as the hub's own spec creates it (bridge, enable_icc=false, IPv4 subnet)."""
+    info = {
+        "Name": "jupyterhub-gpu",
+        "Driver": "bridge",
+        "Internal": True,
+        "EnableIPv6": False,
+        "Options": {ICC_OPTION: "false"},
+        "IPAM": {"Config": [{"Subnet": "10.213.0.0/24", "Gateway": "10.213.0.1"}]},
+    }
+    info.update(extra)
+    return info
+
+
+def test_the_hubs_own_network_isolates():
+    assert network_isolation_problem(inspected()) is None
+
+
+def test_a_network_with_ipv6_does_not_pass_for_isolated():
+    """enable_icc=false is IPv4 only: on an IPv6 network server B reached server A's [::] listener.
+
+    Reproduced on real containers (tests/docker/test_adversary_network.py): Docker 20.10, a bridge
+    ``--ipv6 --internal -o enable_icc=false``, B's TCP connection to A's IPv4 address timed out and
+    to A's IPv6 address was answered. The hub's check accepted that network.
+    """
+    info = inspected(
+        EnableIPv6=True,
+        IPAM={"Config": [{"Subnet": "10.213.0.0/24", "Gateway": "10.213.0.1"}, {"Subnet": "fd7a:adf0:1::/64"}]},
+    )
+    problem = network_isolation_problem(info)
+    assert problem is not None and "IPv6" in problem and "'jupyterhub-gpu'" in problem
