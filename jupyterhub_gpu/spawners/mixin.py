@@ -772,7 +772,9 @@ class GPUSpawnerMixin(Configurable):
             return result
         except BaseException:
             session = dict(self._gpu_session)
-            if launched and self._gpu_abort:
+            if launched:
+                # stopped while launching, or its start could not be recorded: what was launched must not
+                # run on once its GPUs are released (JupyterHub's own stop may have found nothing running)
                 try:
                     self._gpu_stopping = True
                     await super().stop(now=True)
