@@ -759,15 +759,20 @@ def summary(
 
     ``potential_saving`` is the sum of the per-session savings (the
     counterfactual cost subtracted from the billed cost) of the advised sessions.
+    A session counts once, for the group that paid (its pool): ``group`` narrows
+    to what that group paid for, and the per-group rows add up to the total
+    (less the sessions of users in no group), as the spend does.
     """
     s, a = SessionRecord, SessionAdvice
     query = (
-        select(a, s.user, s.groups, s.started)
+        select(a, s.user, s.groups, s.started, s.pool)
         .join(s, s.id == a.session_id)
         .where(a.final.is_(True), a.reason.in_(JUDGED))
         .order_by(s.started, s.id)
     )
-    query = sessions_started(query, since, until, group)
+    query = sessions_started(query, since, until)
+    if group is not None:
+        query = query.where(s.pool == group)
     total = Tally()
     by_group: dict[str, Tally] = {}
     by_profile: dict[str, Tally] = {}
@@ -775,22 +780,21 @@ def summary(
     with ledger.Session() as db:
         rows = list(db.execute(query))
     names = {p["slug"]: p["display_name"] for p in ledger.pricing()}
-    for row, user, groups, started in rows:
+    for row, user, groups, started, pool in rows:
         group_list = json.loads(groups or "[]")
-        if group is not None and group not in group_list:
-            continue
         if row.currency != currency.code:
             continue  # a currency changed mid-way is not summed with the current one
         total.add(row)
         by_profile.setdefault(row.profile, Tally()).add(row)
-        for g in group_list if group is None else [group]:
-            by_group.setdefault(g, Tally()).add(row)
+        if pool is not None:  # once, for the group that paid: a student in two groups is not counted twice
+            by_group.setdefault(pool, Tally()).add(row)
         if row.reason == "advised":
             sessions.append(
                 {
                     "session_id": row.session_id,
                     "user": user,
                     "groups": group_list,
+                    "pool": pool,
                     "started": _aware(started).isoformat().replace("+00:00", "Z"),
                     **advice_json(row, currency),
                 }

@@ -84,6 +84,10 @@ CSV_COLUMNS = (
     "currency",
     "stop_reason",
     "running",
+    # the session's part inside the report's window (minutes counted where they start, as budgets count
+    # them): summed, they are the page's and GET usage's totals; cost is the whole session's charge
+    "minutes_in_window",
+    "cost_in_window",
 )
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DIGITS_RE = re.compile(r"^[0-9]{1,18}$")
@@ -232,7 +236,11 @@ def _csv_safe(value) -> str:
 
 
 def usage_csv(sessions: list[dict]) -> str:
-    """Sessions as CSV with a header row; one row per session, no totals row."""
+    """Sessions as CSV with a header row; one row per session, no totals row.
+
+    The ``*_in_window`` columns add up to the window's totals (a session crossing
+    the window's edge counts only its minutes inside it there).
+    """
     out = io.StringIO()
     writer = _csv_writer(out)  # every cell escaped, not only the ones named here
     writer.writerow(CSV_COLUMNS)
@@ -253,6 +261,8 @@ def usage_csv(sessions: list[dict]) -> str:
                 s["currency"],
                 _csv_safe(s["stop_reason"]),
                 "true" if s["running"] else "false",
+                s.get("minutes_in_window", s["minutes_billed"]),  # without its window's part: counts whole
+                s.get("cost_in_window", s["cost"]),
             ]
         )
     return out.getvalue()
@@ -987,12 +997,15 @@ def load_culling_inputs(
         s.started,
         s.stopped,
         s.stop_reason,
+        s.pool,
     ).where(s.started < _naive(until))
     if since is not None:
         query = query.where(or_(s.stopped.is_(None), s.stopped >= _naive(since)))
     facts = []
     with ledger.engine.connect() as db:
-        for sid, user, server, groups, profile, gpus, rate, currency, started, stopped, reason in db.execute(query):
+        for sid, user, server, groups, profile, gpus, rate, currency, started, stopped, reason, pool in db.execute(
+            query
+        ):
             facts.append(
                 SessionFacts(
                     id=sid,
@@ -1006,9 +1019,11 @@ def load_culling_inputs(
                     groups=tuple(json.loads(groups or "[]")),
                     profile=profile,
                     server_name=server or "",
+                    pool=pool,
                 )
             )
-    ids = [f.id for f in facts if f.gpu_count and (group is None or group in f.groups)]
+    # a group's report counts the sessions it paid for (each session once, for its pool)
+    ids = [f.id for f in facts if f.gpu_count and (group is None or f.pool == group)]
     u = UsageMinute
     sampled = func.sum(case((u.samples > 0, 1), else_=0))
     # mean utilization under the threshold: Σ(tenths) / 10 / samples < IDLE_UTIL_PERCENT, in integers

@@ -94,6 +94,7 @@ class SessionFacts:
     groups: tuple[str, ...] = ()
     profile: str = ""
     server_name: str = ""
+    pool: str | None = None  # the one group that paid (a group's report counts the sessions it paid for)
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,8 @@ def culling_report(
 
     ``sessions``: every session that ran in the window, of every user (a user's
     next start is looked up among them, whatever ``group`` says). ``group``:
-    report only the sessions whose user was in the group at their start.
+    report only the sessions the group paid for (its pool), so that a student
+    in two groups counts once and the groups' reports add up to the whole.
     ``usage``: per session id, its sampled and idle minutes in the window.
     """
     if horizon < timedelta(0):
@@ -244,7 +246,7 @@ def culling_report(
     sessions = list(sessions)
     end = now if until is None else min(until, now)
     upcoming = next_starts(sessions)
-    reported = [s for s in sessions if group is None or group in s.groups]
+    reported = [s for s in sessions if group is None or s.pool == group]
 
     savings = []
     billed = idle = sampled = 0

@@ -370,7 +370,7 @@ def test_usage_as_csv(env):
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert r.text.splitlines()[0] == (
         "id,user,server_name,profile,gpus,gpu_count,started,stopped,minutes_billed,rate_per_minute,cost,currency,"
-        "stop_reason,running"
+        "stop_reason,running,minutes_in_window,cost_in_window"
     )
     assert [row["id"] for row in rows] == ["seed-a", "seed-b", "seed-c", "seed-d"]
     c = rows[2]

@@ -305,11 +305,13 @@ def test_closed_sessions_get_final_advice_and_the_report_sums_their_savings(ledg
     assert sum(Decimal(s["saving"]) for s in report["sessions"]) == Decimal(report["total"]["potential_saving"])
     assert report["total"]["sessions_judged"] == 4  # the 5-minute session was not judged
     groups = {g["group"]: g for g in report["by_group"]}
-    assert groups["cs231n"]["potential_saving"] == "18" and groups["thesis"]["potential_saving"] == "6"
+    # b (cs231n and thesis) paid from cs231n, its default pool: counted there only, so the groups add up
+    assert groups["cs231n"]["potential_saving"] == "18" and groups["thesis"]["potential_saving"] == "0"
     profiles = {p["profile"]: p for p in report["by_profile"]}
     assert profiles["a100"]["sessions_advised"] == 2 and profiles["a100"]["oversized"] is True
     assert profiles["a100"]["suggested"] == {"t4": 2}
-    assert summary(ledger, None, None, "thesis", CNY)["total"]["potential_saving"] == "6"
+    assert summary(ledger, None, None, "thesis", CNY)["total"]["potential_saving"] == "0"
+    assert summary(ledger, None, None, "cs231n", CNY)["total"]["potential_saving"] == "18"
 
 
 def test_the_service_refuses_bad_advice_settings_at_startup(tmp_path, monkeypatch, capsys):

@@ -46,6 +46,7 @@ def facts(sid, user, started, stopped=None, reason=None, gpus=1, rate=T4, groups
         currency=currency,
         groups=tuple(groups),
         profile="t4" if gpus == 1 else "a100x2",
+        pool=min(groups, default=None),  # the ledger's default pool: the first group by name
     )
 
 
@@ -231,7 +232,7 @@ def test_now_bounds_the_window_and_running_sessions_are_billed_until_now():
     assert (cut.ended_by, cut.minutes) == ("now", 30)
 
 
-def test_a_group_report_keeps_its_members_but_finds_next_starts_anywhere():
+def test_a_group_report_keeps_what_it_paid_for_but_finds_next_starts_anywhere():
     sessions = [
         facts("a1", "ann", "2026-11-02T09:00:00", "2026-11-02T10:00:00", "gpu_idle", groups=("cs231n",)),
         # ann's next start is in another group (she left cs231n): she still came back at 11:00
