@@ -264,6 +264,30 @@ def draws_from(rule: BudgetRule, user: str, pool: str | None) -> bool:
     return pool is not None and rule.subject == pool
 
 
+def binding_groups(rules, rate_micros: int, gpu_count: int, now: datetime, tz: ZoneInfo) -> set[str]:
+    """The groups whose budget binds a session of this rate and GPU count now.
+
+    That is a group budget whose period contains ``now`` (not a term that ended
+    or has yet to begin) and that draws from the profile (a money budget from a
+    priced one, a GPU-hour budget from one with GPUs). Only these count as
+    budgeted when a student chooses the group that pays: a group whose budget
+    binds nothing would be a way out of one that binds. A damaged rule (no
+    period can be computed) binds nothing, as in :meth:`.ledger.Ledger.statuses_of`.
+    """
+    groups = set()
+    for rule in rules:
+        if rule.scope != "group":
+            continue
+        try:
+            start, end = rule_window(rule, now, tz)
+        except (ValueError, TypeError):
+            continue
+        charges = rate_micros > 0 if rule.unit == "money" else gpu_count > 0
+        if charges and window_state(start, end, now) == CURRENT:
+            groups.add(rule.subject)
+    return groups
+
+
 def window_state(start: datetime, end: datetime, now: datetime) -> str:
     if now < start:
         return UPCOMING

@@ -432,8 +432,19 @@ class GPUSpawnerMixin(Configurable):
 
         ledger = self.ledger
         rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
-        budgeted = {r.subject for r in rules if r.scope == "group"}
-        return choose_pool(options, profile, self._gpu_group_names(), budgeted)
+        return choose_pool(options, profile, self._gpu_group_names(), self._gpu_binding_groups(rules, profile))
+
+    def _gpu_binding_groups(self, rules, profile: Profile) -> set[str]:
+        """The groups whose budget binds this profile now: only they count as budgeted for the pool choice.
+
+        A term budget that ended (or has not begun), or a GPU-hour budget under a
+        CPU profile, binds nothing; counting its group as budgeted let a student
+        choose it and escape the budget of their other group.
+        """
+        from ..service.metering import binding_groups, to_micros
+
+        rate = to_micros(profile.rate_per_minute)
+        return binding_groups(rules, rate, profile.gpu_count, utcnow(), ZoneInfo(self.budget_timezone))
 
     async def gpu_budget_refusal(self, profile: Profile, pool: str | None = None, reserve: bool = False) -> str | None:
         """Why the budgets this session would draw from cannot afford ``budget_min_minutes`` of ``profile``, or None.
@@ -568,9 +579,9 @@ class GPUSpawnerMixin(Configurable):
 
         ledger = self.ledger
         rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
-        budgeted = {r.subject for r in rules if r.scope == "group"}
         groups = self._gpu_group_names()
-        return list(dict.fromkeys(g for p in allowed for g in pool_choices(p, groups, budgeted)))
+        choices = (pool_choices(p, groups, self._gpu_binding_groups(rules, p)) for p in allowed)
+        return list(dict.fromkeys(g for some in choices for g in some))
 
     @default("options_from_form")
     def _gpu_options_from_form_default(self):

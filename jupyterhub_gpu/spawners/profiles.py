@@ -234,8 +234,10 @@ def pool_choices(profile: Profile, user_groups, budgeted_groups=()) -> list[str]
 
     The user's groups the profile is allowed for (all of the user's groups for a
     profile open to everyone), in the profile's ``allowed_groups`` order, then by
-    name. When some of them have a group budget, only those: a budget binds its
-    members, so a group without a budget cannot be chosen to escape it.
+    name. When some of them have a group budget that binds the profile now
+    (``budgeted_groups``: :func:`.service.metering.binding_groups`), only those: a
+    budget binds its members, so a group without one, or whose budget binds
+    nothing now, cannot be chosen to escape it.
     """
     mine = set(user_groups)
     if profile.allowed_groups:

@@ -1,0 +1,124 @@
+"""A student who wants free GPU time against the budgets (issue 14, sections 1-2, looked at as an adversary).
+
+Each test reproduces a way out of a budget that worked, through the real code
+path: the real GPULocalSpawner of a JupyterHub User (its pre-spawn hook, the
+spawn check, the pool choice), the real ledger (sqlite) and the real tick.
+The clock is moved, never slept on. Checks that found the rules sound are
+listed in the report of the review, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pytest
+from jupyterhub.spawner import SpawnException
+from test_budget_periods import DEC, LATE, StopHub, at, make_spawner, start
+
+from jupyterhub_gpu.service.ledger import Ledger
+from jupyterhub_gpu.service.metering import BudgetRule, minutes_in_window, period_window
+
+UTC = timezone.utc
+
+
+@pytest.fixture
+def hub():
+    server = StopHub()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    yield ledger
+    ledger.close()
+
+
+def spawn(spawner, options, now):
+    spawner.user_options = options
+    asyncio.run(at(now, spawner.run_pre_spawn_hook()))
+    pool = spawner._gpu_pool
+    from jupyterhub_gpu.spawners.mixin import _drop_reservation
+
+    _drop_reservation(spawner)  # the start is not recorded here: free the hold for the next attempt
+    return pool
+
+
+# -- the pool a student picks --------------------------------------------------------------------------------------
+
+
+def test_a_group_whose_budget_binds_nothing_now_cannot_be_chosen_to_escape_one_that_binds(ledger, hub):
+    """A student in cs231n (monthly budget, used up) and in last term's course (a term budget that ended).
+
+    Before: the ended course was a "budgeted group", so it could be chosen (and,
+    sorting first, was even the default), its budget refused nothing and the tick
+    never stopped the session: unlimited GPU time while cs231n's budget was used up.
+    """
+    ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("1")), LATE)
+    ended = BudgetRule("group", "algo-fall", "term", "money", Decimal("100"), date(2026, 9, 1), date(2026, 11, 30))
+    ledger.set_budget(ended, LATE)
+    start(ledger, "used", "bob", DEC, groups=("cs231n",), pool="cs231n")
+    ledger.record_stop("used", DEC + timedelta(minutes=30), "stopped")  # ¥1.50 of cs231n's ¥1
+    now = DEC + timedelta(hours=2)
+    spawner = make_spawner(ledger, "ann", ("algo-fall", "cs231n"))
+    form = asyncio.run(at(now, spawner._render_gpu_options_form()))
+    assert '<option value="algo-fall">' not in form
+    for options in ({"profile": "t4"}, {"profile": "t4", "pool": "algo-fall"}):
+        with pytest.raises(SpawnException) as refused:
+            spawn(spawner, options, now)
+        assert "cs231n" in str(refused.value), (options, str(refused.value))
+    # an upcoming term binds nothing yet either: it is no way out before it starts
+    spring = BudgetRule("group", "algo-fall", "term", "money", Decimal("100"), date(2027, 2, 1), date(2027, 6, 30))
+    ledger.set_budget(spring, now)
+    with pytest.raises(SpawnException, match="cs231n"):
+        spawn(spawner, {"profile": "t4", "pool": "algo-fall"}, now)
+    assert ledger.open_sessions() == []
+
+
+def test_a_group_budget_in_gpu_hours_is_no_way_out_of_a_money_budget_for_a_cpu_profile(ledger):
+    """A GPU-hour budget draws nothing from a CPU-only profile: choosing its group made a paid CPU server free."""
+    ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("1")), LATE)
+    ledger.set_budget(BudgetRule("group", "astro", "month", "gpu_hours", Decimal("10")), LATE)
+    start(ledger, "used", "bob", DEC, groups=("cs231n",), rate=10_000, gpus=0)
+    ledger.record_stop("used", DEC + timedelta(minutes=100), "stopped")  # ¥1.00 of cs231n's ¥1
+    now = DEC + timedelta(hours=2)
+    spawner = make_spawner(ledger, "ann", ("astro", "cs231n"))
+    for options in ({"profile": "cpu"}, {"profile": "cpu", "pool": "astro"}):
+        with pytest.raises(SpawnException, match="cs231n"):
+            spawn(spawner, options, now)
+    # for a GPU profile both budgets bind, and the student may choose either
+    assert spawn(spawner, {"profile": "t4", "pool": "astro"}, now) == "astro"
+
+
+# -- period boundaries in the lab's time zone ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Asia/Shanghai", "Australia/Lord_Howe"])
+def test_periods_tile_the_time_line_across_dst_changes(zone):
+    """Every instant is in exactly one week and one month, and the minutes of a session across a change add up."""
+    tz = ZoneInfo(zone)
+    for period in ("week", "month"):
+        moment = datetime(2026, 1, 1, tzinfo=UTC)
+        windows = []
+        while moment < datetime(2027, 1, 10, tzinfo=UTC):
+            windows.append(period_window(period, moment, tz))
+            moment = windows[-1][1]
+        for (a, b), (c, _) in itertools.pairwise(windows):
+            assert b == c and a < b
+            assert b.astimezone(tz).hour == 0 and b.astimezone(tz).minute == 0
+            if period == "week":
+                assert b.astimezone(tz).weekday() == 0
+            for probe in (b - timedelta(microseconds=1), b, b + timedelta(minutes=59, seconds=59)):
+                lo, hi = period_window(period, probe, tz)
+                assert lo <= probe < hi
+        # a session running across each boundary: its minutes add up over the periods
+        for _, boundary in windows[:-1]:
+            started = boundary - timedelta(minutes=7, seconds=30)
+            minutes = 600
+            parts = [minutes_in_window(started, minutes, a, b) for a, b in windows]
+            assert sum(parts) == minutes
