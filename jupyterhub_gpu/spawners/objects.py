@@ -132,7 +132,8 @@ def screen_extras(extra_create: dict | None, extra_host: dict | None) -> tuple[d
         # (net.ipv6.conf.all.disable_ipv6=0: link-local IPv6 to the other containers, which the
         # IPv4-only isolation rules do not see)
         sysctls = dict(host.pop("sysctls") or {})
-        for key in [k for k in sysctls if str(k).strip().startswith("net.")]:
+        # runc reads '/' as '.' ("net/ipv6/conf/all/disable_ipv6" is the same sysctl): judge the dotted name
+        for key in [k for k in sysctls if str(k).strip().replace("/", ".").startswith("net.")]:
             dropped.append(f"extra_host_config['sysctls'] {key}={sysctls.pop(key)!r}")
         if sysctls:
             host["sysctls"] = sysctls

@@ -76,3 +76,110 @@ def test_an_ipv6_network_is_refused_since_icc_false_does_not_isolate_ipv6(own_do
         for cid in daemon.docker("ps", "-aq", "--filter", f"network={network}", check=False).split():
             daemon.docker("rm", "-f", cid, check=False)
         daemon.docker("network", "rm", network, check=False)
+
+
+#: server A: listens on [::] and writes its link-local IPv6 address (from /proc/net/if_inet6) to its log
+LISTEN_LINK_LOCAL = """
+import socket
+for line in open("/proc/net/if_inet6"):
+    hexaddr, index, _, scope, _, dev = line.split()
+    if dev == "eth0" and hexaddr.startswith("fe80"):
+        print(":".join(hexaddr[i:i + 4] for i in range(0, 32, 4)) + "%eth0", flush=True)
+s = socket.socket(socket.AF_INET6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.bind(("::", 8888))
+s.listen()
+while True:
+    c, _ = s.accept()
+    c.sendall(b"A's data")
+    c.close()
+"""
+
+CONNECT_LINK_LOCAL = """
+import socket, sys, time
+info = socket.getaddrinfo(sys.argv[1], 8888, socket.AF_INET6, socket.SOCK_STREAM)[0]
+for attempt in range(20):  # a fresh link-local address is tentative for a moment (duplicate detection)
+    s = socket.socket(socket.AF_INET6)
+    s.settimeout(3)
+    try:
+        s.connect(info[4])
+        print("reached", s.recv(100).decode())
+        break
+    except OSError as e:
+        print("blocked", type(e).__name__, e)
+        if e.errno != 99:
+            break
+        time.sleep(0.5)
+"""
+
+
+def builder_container(client, network: str, name: str, command: list[str], sysctls: dict) -> str:
+    """A container made from the builder's arguments with the admin's ``sysctls`` extra (as create_object does)."""
+    from jupyterhub_gpu.spawners.objects import make_container_spec
+
+    create, host = make_container_spec(
+        name=name,
+        image=IMAGE,
+        command=command,
+        env={},
+        labels={"jupyterhub-gpu.managed": "true"},
+        container_user="1000:100",
+        port=8888,
+        network_mode=network,
+        binds={},
+        device_uuids=[],
+        pids_limit=64,
+        extra_host={"sysctls": dict(sysctls)},
+        publish_port=False,
+    )
+    create["host_config"] = client.create_host_config(**host)
+    cid = client.create_container(**create)["Id"]
+    client.start(cid)
+    return cid
+
+
+@pytest.mark.docker
+def test_slash_spelled_net_sysctls_cannot_turn_ipv6_on_around_the_isolation(own_dockerd):  # noqa: F811
+    """Docker (runc) takes ``net/ipv6/conf/all/disable_ipv6`` as ``net.ipv6.conf.all.disable_ipv6``.
+
+    Before the fix the builder screened only names starting with ``net.``: with the slash spelling
+    in the extras, every server had a link-local IPv6 address, and B reached A's [::] listener at
+    ``fe80::...%eth0`` on a network with enable_icc=false.
+    """
+    import time
+
+    daemon = own_dockerd
+    subnet = unused_subnet()
+    network = f"jhgpu-advsys-{uuid.uuid4().hex[:6]}"
+    daemon.docker(
+        "network", "create", "--internal", "--subnet", str(subnet), "-o", f"{ICC_OPTION}=false",
+        "--label", "jupyterhub-gpu.managed=true", network,
+    )  # fmt: skip
+    client = docker_py.APIClient(base_url=daemon.host)
+    sysctls = {"net/ipv6/conf/all/disable_ipv6": "0", "net/ipv6/conf/default/disable_ipv6": "0"}
+    made = []
+    try:
+        a = builder_container(client, network, f"{network}-a", ["python3", "-c", LISTEN_LINK_LOCAL], sysctls)
+        made.append(a)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            state = client.inspect_container(a)["State"]
+            logs = client.logs(a).decode().split()
+            if logs or not state["Running"]:
+                break
+            time.sleep(0.3)
+        running = client.inspect_container(a)["State"]["Running"]
+        assert running, client.logs(a).decode()
+        if logs:  # only with IPv6 on; with the fix A has no IPv6 address at all
+            b = builder_container(
+                client, network, f"{network}-b", ["python3", "-c", CONNECT_LINK_LOCAL, logs[0]], sysctls
+            )
+            made.append(b)
+            client.wait(b, timeout=30)
+            out = client.logs(b).decode()
+            assert "reached" not in out, out
+        assert client.inspect_container(a)["HostConfig"].get("Sysctls") in (None, {}), "the extra reached Docker"
+    finally:
+        for cid in made:
+            client.remove_container(cid, force=True)
+        daemon.docker("network", "rm", network, check=False)

@@ -7,7 +7,22 @@ case is in tests/docker/test_adversary_network.py.
 
 from __future__ import annotations
 
-from jupyterhub_gpu.spawners.objects import ICC_OPTION, network_isolation_problem
+import pytest
+
+from jupyterhub_gpu.spawners.objects import ICC_OPTION, make_container_spec, network_isolation_problem, screen_extras
+
+SPEC = dict(
+    name="jupyter-alice",
+    image="img",
+    command=["jupyterhub-singleuser"],
+    env={},
+    labels={},
+    container_user="1000:100",
+    port=8888,
+    network_mode="jupyterhub-gpu",
+    binds={},
+    device_uuids=[],
+)
 
 
 def inspected(**extra) -> dict:
@@ -41,3 +56,19 @@ def test_a_network_with_ipv6_does_not_pass_for_isolated():
     )
     problem = network_isolation_problem(info)
     assert problem is not None and "IPv6" in problem and "'jupyterhub-gpu'" in problem
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "net/ipv6/conf/all/disable_ipv6",  # runc reads '/' as '.'
+        "net/ipv6/conf/default/disable_ipv6",
+        " net.ipv6.conf.all.disable_ipv6",
+        "net.ipv4.conf.all.route_localnet",
+    ],
+)
+def test_no_spelling_of_a_net_sysctl_reaches_the_container(key):
+    _create, host = make_container_spec(**SPEC, extra_host={"sysctls": {key: "0", "kernel.shmmax": "65536"}})
+    assert host["sysctls"] == {"kernel.shmmax": "65536"}  # IPC sysctls of the container's own namespace stay
+    dropped = screen_extras({}, {"sysctls": {key: "0"}})[2]
+    assert len(dropped) == 1 and key.strip() in dropped[0]
