@@ -100,6 +100,17 @@ def screen_security_opt(options) -> tuple[list[str], list[str]]:
     return kept, dropped
 
 
+def _is_root_group(group) -> bool:
+    """Whether a ``group_add`` entry is gid 0: runc parses a number as Go's ``ParseInt`` does (``00``, ``+0``)."""
+    text = str(group).strip()
+    if text.lower() == "root":
+        return True
+    try:
+        return int(text, 10) == 0
+    except ValueError:
+        return False
+
+
 def screen_extras(extra_create: dict | None, extra_host: dict | None) -> tuple[dict, dict, list[str]]:
     """The admin's extras without anything that could weaken a container, and what was dropped.
 
@@ -121,7 +132,7 @@ def screen_extras(extra_create: dict | None, extra_host: dict | None) -> tuple[d
             continue
         dropped.append(f"extra_host_config[{key!r}]={value!r}")
     if "group_add" in host:
-        groups = [g for g in host["group_add"] or [] if str(g).strip().lower() not in {"0", "root"}]
+        groups = [g for g in host["group_add"] or [] if not _is_root_group(g)]
         if len(groups) != len(host["group_add"] or []):
             dropped.append(f"extra_host_config['group_add'] root group in {host['group_add']!r}")
         host["group_add"] = groups

@@ -183,3 +183,34 @@ def test_slash_spelled_net_sysctls_cannot_turn_ipv6_on_around_the_isolation(own_
         for cid in made:
             client.remove_container(cid, force=True)
         daemon.docker("network", "rm", network, check=False)
+
+
+@pytest.mark.docker
+def test_the_root_group_cannot_be_added_in_another_spelling(own_dockerd):  # noqa: F811
+    """``group_add: ["00", "+0"]`` in the extras: before the fix the server ran with ``groups=100,0,...``."""
+    daemon = own_dockerd
+    client = docker_py.APIClient(base_url=daemon.host)
+    from jupyterhub_gpu.spawners.objects import make_container_spec
+
+    create, host = make_container_spec(
+        name=f"jhgpu-advgrp-{uuid.uuid4().hex[:6]}",
+        image=IMAGE,
+        command=["id", "-G"],
+        env={},
+        labels={"jupyterhub-gpu.managed": "true"},
+        container_user="1000:100",
+        port=8888,
+        network_mode="none",
+        binds={},
+        device_uuids=[],
+        extra_host={"group_add": ["00", "+0", "1001"]},
+    )
+    create["host_config"] = client.create_host_config(**host)
+    cid = client.create_container(**create)["Id"]
+    try:
+        client.start(cid)
+        assert client.wait(cid, timeout=30)["StatusCode"] == 0, client.logs(cid).decode()
+        groups = client.logs(cid).decode().split()
+        assert groups == ["100", "1001"], groups
+    finally:
+        client.remove_container(cid, force=True)

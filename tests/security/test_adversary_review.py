@@ -72,3 +72,11 @@ def test_no_spelling_of_a_net_sysctl_reaches_the_container(key):
     assert host["sysctls"] == {"kernel.shmmax": "65536"}  # IPC sysctls of the container's own namespace stay
     dropped = screen_extras({}, {"sysctls": {key: "0"}})[2]
     assert len(dropped) == 1 and key.strip() in dropped[0]
+
+
+@pytest.mark.parametrize("group", ["00", "000", "+0", "-0", " 0", 0, "root", "ROOT"])
+def test_no_spelling_of_the_root_group_is_added(group):
+    """``group_add: ["00"]`` or ``"+0"`` gave the server ``groups=...,0(root)`` (test_adversary_network.py)."""
+    _create, host = make_container_spec(**SPEC, extra_host={"group_add": [group, "1001"]})
+    assert host["group_add"] == ["1001"]
+    assert "root group" in screen_extras({}, {"group_add": [group]})[2][0]
