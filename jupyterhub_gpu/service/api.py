@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
@@ -275,6 +276,15 @@ def _reject_constant(name: str):
     raise BadRequest(f"The body is not valid JSON: {name} is not a number")
 
 
+def _finite_float(text: str) -> float:
+    # 1e400 is no NaN or Infinity literal, yet json.loads makes it inf, which json.dumps writes back as
+    # the non-JSON "Infinity" (stored job parameters would break every later GET jobs)
+    value = float(text)
+    if math.isinf(value):
+        raise BadRequest(f"The body is not valid JSON: {text[:40]} is too large a number")
+    return value
+
+
 def _unique_keys(pairs):
     keys = [k for k, _ in pairs]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
@@ -294,7 +304,9 @@ def parse_json_body(body: bytes, allow_empty: bool = False):
     except UnicodeDecodeError:
         raise BadRequest("The body is not UTF-8 text") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        return json.loads(
+            text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
     except json.JSONDecodeError as e:
         raise BadRequest(f"The body is not valid JSON: {e}") from None
     except BadRequest:  # NaN, Infinity, a key given twice

@@ -80,3 +80,22 @@ def test_no_spelling_of_the_root_group_is_added(group):
     _create, host = make_container_spec(**SPEC, extra_host={"group_add": [group, "1001"]})
     assert host["group_add"] == ["1001"]
     assert "root group" in screen_extras({}, {"group_add": [group]})[2][0]
+
+
+def test_a_number_too_large_for_a_float_is_a_400_not_a_stored_infinity():
+    """``{"parameters": {"lr": 1e400}}`` was taken as inf; the stored job then came back as ``"lr": Infinity``.
+
+    (Not JSON: a browser's ``JSON.parse`` of ``GET jobs`` fails, ``GET jobs?all=true`` too, for the admins.)
+    """
+    import json
+
+    from jupyterhub_gpu.service.api import BadRequest, parse_json_body
+    from jupyterhub_gpu.service.jobs import parse_job_request
+
+    for body in (b'{"notebook": "a.ipynb", "parameters": {"lr": 1e400}}', b'{"x": -1E+309}', b"[1.5e99999]"):
+        with pytest.raises(BadRequest, match="too large a number"):
+            parse_json_body(body)
+    data = parse_json_body(b'{"notebook": "a.ipynb", "parameters": {"lr": 1e-3, "big": 1e308, "tiny": 1e-400}}')
+    request = parse_job_request(data, max_minutes=60, default_minutes=30)
+    assert request.parameters == {"lr": 0.001, "big": 1e308, "tiny": 0.0}
+    json.loads(json.dumps(request.parameters), parse_constant=lambda name: pytest.fail(f"{name} in the output"))
