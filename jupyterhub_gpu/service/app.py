@@ -435,7 +435,10 @@ class GPUService(Application):
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
-        server = HTTPServer(self.make_web_app(), xheaders=True)
+        from .api import MAX_BODY_BYTES
+
+        # a larger body is refused before it is read (tornado's own default is 100 MB)
+        server = HTTPServer(self.make_web_app(), xheaders=True, max_body_size=MAX_BODY_BYTES)
         server.listen(url.port or 80, url.hostname or "127.0.0.1")
         self.log.info("jupyterhub-gpu service %s listening on %s%s", __version__, url.geturl(), self.prefix)
         stop = asyncio.Event()

@@ -99,3 +99,53 @@ def test_a_number_too_large_for_a_float_is_a_400_not_a_stored_infinity():
     request = parse_job_request(data, max_minutes=60, default_minutes=30)
     assert request.parameters == {"lr": 0.001, "big": 1e308, "tiny": 0.0}
     json.loads(json.dumps(request.parameters), parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+
+
+def test_a_body_over_the_limit_is_refused_unparsed():
+    from jupyterhub_gpu.service.api import MAX_BODY_BYTES, BadRequest, parse_json_body
+
+    assert parse_json_body(b" " * (MAX_BODY_BYTES - 2) + b"{}") == {}
+    with pytest.raises(BadRequest, match="larger than 1024 KiB"):
+        parse_json_body(b" " * (MAX_BODY_BYTES - 1) + b"{}")
+
+
+@pytest.mark.hub
+def test_the_service_refuses_a_body_over_1_mib_and_stores_nothing(tmp_path):
+    """Any user's token could make the gpu service parse a 100 MB body (tornado's limit): 21 s of its one
+    event loop for ``[{"a": 0}, ...]``, the metering tick (budget stops, culling) and every other user's
+    requests waiting behind it. A valid sample padded to 2 MiB was stored."""
+    from datetime import datetime, timezone
+
+    import requests
+
+    from jupyterhub_gpu.clock import isoformat
+    from jupyterhub_gpu.service.ledger import Ledger, SessionStart
+    from jupyterhub_gpu.service.usage import session_minutes
+    from tests.conftest import Hub, wait_for
+    from tests.service.conftest import gpu_hub_config
+
+    hub = Hub(tmp_path / "hub", gpu_hub_config(tmp_path))
+    hub.start()
+    try:
+        hub.create_users("stu1")
+        url = f"{hub.url}/services/gpu/api/v1/"
+        wait_for(lambda: requests.get(url + "openapi.yaml", timeout=5).status_code == 200, 60, what="the service")
+        ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+        now = datetime.now(timezone.utc)
+        start = SessionStart("big-body", "stu1", "", (), "t4", ("GPU-sim-t4-0",), 50_000, "CNY", now, True)
+        assert ledger.record_start(start)
+        scopes = ["servers!server=stu1/", "access:servers!server=stu1/", "access:services!service=gpu"]
+        r = hub.api("POST", "/users/stu1/tokens", json={"note": "server", "scopes": scopes})
+        headers = {"Authorization": f"token {r.json()['token']}", "Content-Type": "application/json"}
+        body = f'{{"session_id": "big-body", "sampled_until": "{isoformat(now)}", "samples": 2}}'.encode()
+        padded = b" " * (2 * 1024 * 1024) + body
+        try:
+            answer = requests.post(url + "samples", data=padded, headers=headers, timeout=30).status_code
+        except requests.ConnectionError:  # the service may close the connection before the upload ends
+            answer = "closed"
+        assert answer in (400, 413, "closed"), answer
+        assert session_minutes(ledger, "big-body") == []
+        # the same sample at its own size is taken: the service is still there
+        assert requests.post(url + "samples", data=body, headers=headers, timeout=30).status_code == 201
+    finally:
+        hub.cleanup()
