@@ -122,3 +122,43 @@ def test_periods_tile_the_time_line_across_dst_changes(zone):
             minutes = 600
             parts = [minutes_in_window(started, minutes, a, b) for a, b in windows]
             assert sum(parts) == minutes
+
+
+# -- concurrent named servers on different pools ----------------------------------------------------------------------
+
+
+def test_concurrent_named_spawns_split_over_two_pools_still_fit_the_users_own_budget(ledger):
+    """Eight named servers at once, four on each of two group pools: the user's own budget holds them all."""
+    from jupyterhub_gpu.spawners.mixin import _drop_reservation
+
+    # room for 2 × 20 minutes (budget_min_minutes) of ¥0.05 in ann's own budget; the pools have plenty
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("2.5")), LATE)
+    ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("100")), LATE)
+    ledger.set_budget(BudgetRule("group", "thesis", "month", "money", Decimal("100")), LATE)
+    first = make_spawner(ledger, "ann", ("cs231n", "thesis"))
+    user = first.user
+    from jupyterhub import orm
+
+    for i in range(8):
+        user.db.add(orm.Spawner(user=user.orm_user, name=f"s{i}"))
+    user.db.commit()
+    spawners = [user.spawners[f"s{i}"] for i in range(8)]
+
+    async def one(i, spawner):
+        spawner.user_options = {"profile": "t4", "pool": "cs231n" if i % 2 else "thesis"}
+        try:
+            await spawner.run_pre_spawn_hook()
+        except SpawnException as e:
+            assert "Budget" in str(e) and "your budget" in str(e), str(e)
+            return False
+        return True
+
+    async def all_at_once():
+        return await asyncio.gather(*(one(i, s) for i, s in enumerate(spawners)))
+
+    now = DEC + timedelta(hours=1)
+    started = asyncio.run(at(now, all_at_once()))
+    assert sum(started) == 2, started
+    for s in spawners:
+        _drop_reservation(s)
+        s.allocator.release(s._gpu_key)
