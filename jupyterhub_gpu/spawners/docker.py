@@ -227,6 +227,15 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         # a fresh container per session: the GPU assignment differs each time
         return True
 
+    @validate("remove")
+    def _valid_remove(self, proposal):
+        if not proposal.value:
+            # DockerSpawner would start the user's earlier container again: its environment, labels and
+            # device request still name the earlier session's GPUs, session id and rate, and its
+            # State.FinishedAt is the earlier run's exit
+            raise ValueError("GPUDockerSpawner.remove must stay True: each session needs a fresh container")
+        return proposal.value
+
     @property
     def work_volume(self) -> str:
         return self.work_volume_template.format(username=self.escaped_name)
