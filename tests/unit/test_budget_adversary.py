@@ -45,7 +45,8 @@ def spawn(spawner, options, now):
     pool = spawner._gpu_pool
     from jupyterhub_gpu.spawners.mixin import _drop_reservation
 
-    _drop_reservation(spawner)  # the start is not recorded here: free the hold for the next attempt
+    _drop_reservation(spawner)  # the start is not recorded here: free the hold and the GPUs for the next attempt
+    spawner.allocator.release(spawner._gpu_key)
     return pool
 
 
