@@ -163,3 +163,13 @@ def test_concurrent_named_spawns_split_over_two_pools_still_fit_the_users_own_bu
     for s in spawners:
         _drop_reservation(s)
         s.allocator.release(s._gpu_key)
+
+
+@pytest.mark.parametrize("forged", [" cs231n", "cs231n ", "CS231N", "cs231n\u200b", "cs231n\x00", "", "algo-fall"])
+def test_a_pool_name_that_is_not_exactly_a_binding_group_of_the_user_starts_nothing(ledger, forged):
+    ledger.set_budget(BudgetRule("group", "cs231n", "month", "money", Decimal("100")), LATE)
+    ledger.set_budget(BudgetRule("group", "thesis", "month", "money", Decimal("100")), LATE)
+    spawner = make_spawner(ledger, "ann", ("cs231n", "thesis", "algo-fall"))
+    with pytest.raises(SpawnException, match=r"pool|cannot pay"):
+        spawn(spawner, {"profile": "t4", "pool": forged}, DEC)
+    assert ledger.open_sessions() == []
