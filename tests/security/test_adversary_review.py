@@ -143,7 +143,8 @@ def test_the_service_refuses_a_body_over_1_mib_and_stores_nothing(tmp_path):
             answer = requests.post(url + "samples", data=padded, headers=headers, timeout=30).status_code
         except requests.ConnectionError:  # the service may close the connection before the upload ends
             answer = "closed"
-        assert answer in (400, 413, "closed"), answer
+        # the service answers 400 unread, or hangs up mid-upload (then the proxy in front answers 502/503)
+        assert answer in (400, 413, 502, 503, "closed"), answer
         assert session_minutes(ledger, "big-body") == []
         # the same sample at its own size is taken: the service is still there
         assert requests.post(url + "samples", data=body, headers=headers, timeout=30).status_code == 201
