@@ -43,7 +43,7 @@ def run_service(tmp_path, *args, port=None):
         (["--tick-interval=-5"], "tick_interval must be positive"),
         (["--GPUService.webhook_url=ftp://x"], "webhook_url"),
         (["--GPUService.smtp_host=mail.example.edu", "--GPUService.mail_from=nobody"], "mail_from"),
-        (["--GPUService.alert_thresholds=[80, 120]"], "alert_thresholds must be percentages"),
+        (["--GPUService.alert_thresholds=[80, 120]"], "alert_thresholds must be whole percentages from 1 to 99"),
     ],
 )
 def test_bad_configuration_stops_the_service_with_a_message(tmp_path, args, message):
