@@ -253,7 +253,12 @@ class GPUAllocator(FairQueue):
         if count <= 0:
             return []
         if key in self._held:
-            return self.held_by(key)
+            held = self.held_by(key)
+            if len(held) == count and all(model_matches(model, d.name) for d in held):
+                return held
+            # a key still holding other GPUs (an earlier start of this server with another profile) must not
+            # run the new profile, priced by its own model and count, on them: give them back and take a turn
+            self.release(key)
         total = len(self.matching(model))
         if count > total:
             raise AllocationError(

@@ -110,6 +110,18 @@ async def test_assignments_returns_a_copy():
     assert len(alloc.held_by("alice/")) == 1
 
 
+async def test_a_key_holding_other_gpus_gets_what_it_now_asks_for():
+    alloc = make_allocator(t4=4, a100=1)
+    t4 = await alloc.acquire("alice/", "T4", 1)
+    assert await alloc.acquire("alice/", "T4", 1) == t4  # the same request again: the same GPU
+    a100 = await alloc.acquire("alice/", "A100", 1)
+    assert [d.uuid for d in a100] == uuids_of(alloc, "A100")
+    two = await alloc.acquire("alice/", "T4", 2)
+    assert len(two) == 2 and all("T4" in d.name for d in two)
+    check_invariants(alloc)
+    assert alloc.free("A100") and len(alloc.free("T4")) == 2
+
+
 async def test_zero_gpus_is_a_no_op():
     alloc = make_allocator()
     assert await alloc.acquire("cpu/", "", 0) == []
