@@ -84,26 +84,25 @@ async def enforce_budgets(
         if st is not None and _aware(a.period_start) < st.period_start and _aware(a.sent) + grace > st.period_start:
             k = (a.user, a.budget_key, a.revision or "")
             promised[k] = min(promised.get(k, _aware(a.sent)), _aware(a.sent))
+    budget_pass = _BudgetPass(
+        ledger=ledger,
+        hub=hub,
+        now=now,
+        notify=notify,
+        user_rules=user_rules,
+        group_rules=group_rules,
+        status_of=status_of,
+        sent=sent,
+        thresholds=thresholds,
+        grace=grace,
+        channels=channels,
+        result=result,
+        promised=promised,
+    )
     for user, sessions in by_user.items():
         result.users_checked += 1
         try:
-            await _enforce_user(
-                ledger,
-                hub,
-                now,
-                notify,
-                user,
-                sessions,
-                user_rules,
-                group_rules,
-                status_of,
-                sent,
-                thresholds,
-                grace,
-                channels,
-                result,
-                promised,
-            )
+            await _enforce_user(budget_pass, user, sessions)
         except Exception:
             log.exception("budget check of %s failed in this tick; the other users are checked all the same", user)
     return result
@@ -123,31 +122,36 @@ def _session_statuses(session, user_rules, group_rules, status_of) -> list[Budge
     return [st for st in statuses if st.active and st.charges(session.rate_micros, session.gpu_count)]
 
 
-async def _enforce_user(
-    ledger,
-    hub,
-    now,
-    notify,
-    user,
-    sessions,
-    user_rules,
-    group_rules,
-    status_of,
-    sent,
-    thresholds,
-    grace,
-    channels,
-    result,
-    promised=None,
-) -> None:
+@dataclass
+class _BudgetPass:
+    """What one tick's budget check reads once and shares between the users it checks."""
+
+    ledger: Ledger
+    hub: HubClient
+    now: datetime
+    notify: Notify
+    user_rules: dict
+    group_rules: dict
+    status_of: dict[str, BudgetStatus]
+    sent: dict
+    thresholds: tuple[int, ...]
+    grace: timedelta
+    channels: tuple[str, ...] | None
+    result: TickResult
+    promised: dict
+
+
+async def _enforce_user(tick: _BudgetPass, user: str, sessions) -> None:
+    """Alerts and stops for one user's running sessions (a failure here leaves the other users alone)."""
+    ledger, hub, now, sent, grace, channels = tick.ledger, tick.hub, tick.now, tick.sent, tick.grace, tick.channels
     groups = tuple(sorted({g for s in sessions for g in s.group_list}))
-    per_session = {s.id: _session_statuses(s, user_rules, group_rules, status_of) for s in sessions}
+    per_session = {s.id: _session_statuses(s, tick.user_rules, tick.group_rules, tick.status_of) for s in sessions}
     statuses = list({st.rule.key: st for sts in per_session.values() for st in sts}.values())
     statuses.sort(key=_fraction, reverse=True)
     for status in statuses:
         rule = status.rule
         try:
-            crossed = crossed_thresholds(status, (*thresholds, 100))
+            crossed = crossed_thresholds(status, (*tick.thresholds, 100))
             if not crossed:
                 continue
             key = (user, rule.key, status.period_start)
@@ -157,8 +161,8 @@ async def _enforce_user(
                         ledger.claim_alert(user, rule.key, status.period_start, lower, channel, now, rule.revision)
             if channels is not None and all((*key, crossed[-1], ch, rule.revision) in sent for ch in channels):
                 continue
-            await notify(user, groups, status, crossed[-1])
-            result.alerts.append((user, rule.key, crossed[-1]))
+            await tick.notify(user, groups, status, crossed[-1])
+            tick.result.alerts.append((user, rule.key, crossed[-1]))
         except Exception:
             log.exception("budget alert %s of %s failed in this tick; its stops and the others go on", rule.key, user)
 
@@ -192,7 +196,7 @@ async def _enforce_user(
                 log.error("budget %s cannot be judged (limit %r); it stops nothing", st.rule.key, st.limit)
         told = [t for t in map(final_notice, exhausted) if t is not None]
         for st in per_session[s.id]:  # told before the reset, while this session ran: the promised stop
-            before = (promised or {}).get((user, st.rule.key, st.rule.revision))
+            before = tick.promised.get((user, st.rule.key, st.rule.revision))
             if before is not None and _aware(s.started) <= before:
                 told.append(before)
         if not told or now - min(told) < grace:
@@ -204,7 +208,7 @@ async def _enforce_user(
             log.error("could not stop %s/%s for its budget: %s", s.user, s.server_name, e)
             continue
         log.info("stopped %s/%s: budget used up", s.user, s.server_name)
-        result.stopped.append((s.user, s.server_name))
+        tick.result.stopped.append((s.user, s.server_name))
 
 
 @dataclass
