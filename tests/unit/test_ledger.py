@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -90,6 +92,31 @@ def test_migrations_build_the_schema_from_an_empty_database(db_url):
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:
         ledger.close()
+
+
+CHECK_AUTOGENERATE = """
+import sys
+from alembic import command
+from alembic.config import Config
+from jupyterhub_gpu.service.ledger import MIGRATIONS, Ledger
+Ledger(sys.argv[1]).close()
+ledger = Ledger(sys.argv[1], migrate=False)
+cfg = Config()
+cfg.set_main_option("script_location", str(MIGRATIONS))
+with ledger.engine.begin() as connection:
+    cfg.attributes["connection"] = connection
+    command.check(cfg)  # what `alembic revision --autogenerate` would propose, through the real env.py
+print("nothing to propose")
+"""
+
+
+def test_autogenerate_against_a_fresh_ledger_proposes_nothing(db_url):
+    # a fresh interpreter: the migrations must see every table themselves, whatever was imported before
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK_AUTOGENERATE, db_url], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "nothing to propose" in proc.stdout
 
 
 def test_migrating_again_is_a_no_op_and_keeps_the_data(db_url):

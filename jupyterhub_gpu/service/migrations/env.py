@@ -2,9 +2,9 @@
 
 from alembic import context
 
-from jupyterhub_gpu.service.ledger import Base
+from jupyterhub_gpu.service.tables import metadata
 
 connection = context.config.attributes.get("connection")
-context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
+context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
 with context.begin_transaction():
     context.run_migrations()

@@ -1,0 +1,15 @@
+"""Every table of the ledger in one metadata, for the migrations.
+
+The tables are declared next to the code that owns them (``ledger``, ``access``, ``jobs``, ``advice``), on
+the one ``ledger.Base``; a table joins ``Base.metadata`` only when its module is imported. Alembic's
+environment imports this module, so that ``alembic revision --autogenerate`` compares the database with
+every table, not only those some earlier import happened to load (it proposed dropping the jobs and
+price-override tables).
+"""
+
+from __future__ import annotations
+
+from . import access, advice, jobs  # noqa: F401  (imported for their tables)
+from .ledger import Base
+
+metadata = Base.metadata
