@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jupyterhub.services.auth import HubOAuth
 from tornado.httpserver import HTTPServer
 from tornado.web import Application as WebApplication
-from traitlets import Bool, Dict, Float, Int, List, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
 from traitlets.config import Application
 
 from .. import __version__
@@ -242,9 +242,14 @@ class GPUService(Application):
 
     # -- wiring --------------------------------------------------------------------
     def initialize(self, argv=None):
-        super().initialize(argv)
-        if os.path.exists(self.config_file):
-            self.load_config_file(self.config_file)
+        try:
+            super().initialize(argv)
+            if os.path.exists(self.config_file):
+                self.load_config_file(self.config_file)
+        except (TraitError, ValueError) as e:
+            # a setting's own validation names the setting and what it accepts: say that, not a traceback
+            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
+            self.exit(1)
         try:
             self.currency_info = Currency.from_config(self.currency, self.currency_symbol)
         except MoneyError as e:

@@ -51,6 +51,7 @@ def test_bad_configuration_stops_the_service_with_a_message(tmp_path, args, mess
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert message in out
+    assert "configuration error" in out and "Traceback" not in out, out
 
 
 def test_config_file_is_read(tmp_path):
