@@ -71,3 +71,8 @@ class HubClient:
         if server_name:
             path = f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
         await self.request("DELETE", path)
+
+    async def remove_server(self, user: str, server_name: str) -> None:
+        """Stop a named server and delete it, as a job's server is when the job is over."""
+        path = f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
+        await self.request("DELETE", path, body={"remove": True})

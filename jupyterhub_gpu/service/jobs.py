@@ -319,11 +319,7 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
     for job, session in ended_jobs_still_running(ledger, now):
         ledger.set_pending_stop_reason(session.id, REASON_JOB)
         try:
-            await hub.request(
-                "DELETE",
-                f"/users/{quote(job.user, safe='')}/servers/{quote(job.server_name, safe='')}",
-                body={"remove": True},
-            )
+            await hub.remove_server(job.user, job.server_name)
         except HubAPIError as e:
             log.error("could not stop the server of ended job %s: %s", job.id, e)
             continue
@@ -343,11 +339,7 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
                 ledger.set_pending_stop_reason(session.id, REASON_JOB_TIME_LIMIT)
             error = f"Stopped by the service: over the time limit of {job.time_limit_seconds // 60} minute(s)."
             try:
-                await hub.request(
-                    "DELETE",
-                    f"/users/{quote(job.user, safe='')}/servers/{quote(job.server_name, safe='')}",
-                    body={"remove": True},
-                )
+                await hub.remove_server(job.user, job.server_name)
             except HubAPIError as e:
                 log.error("could not stop job %s over its time limit: %s", job.id, e)
                 continue
@@ -582,11 +574,7 @@ def make_job_handlers(api: str) -> list:
                 self.ledger.set_pending_stop_reason(session.id, REASON_JOB_CANCELLED)
             update_job(self.ledger, job.id, state="cancelled", finished=self.now(), error="Cancelled by its owner.")
             try:
-                await self.service.hub.request(
-                    "DELETE",
-                    f"/users/{quote(job.user, safe='')}/servers/{quote(job.server_name, safe='')}",
-                    body={"remove": True},
-                )
+                await self.service.hub.remove_server(job.user, job.server_name)
             except HubAPIError as e:
                 self.log.error("could not stop the server of cancelled job %s: %s", job.id, e)
             self.show(get_job(self.ledger, job.id))
