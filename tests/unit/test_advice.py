@@ -323,6 +323,8 @@ def test_the_service_refuses_bad_advice_settings_at_startup(tmp_path, monkeypatc
         GPUService().initialize([db, "--GPUService.advice_headroom_percent=-5"])
     assert exit_info.value.code == 1
     assert "GPUService.advice_headroom_percent must be a whole number from 0 to 400, got -5" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="advice_digest_weekday must be empty or one of monday"):
+    with pytest.raises(SystemExit) as exit_info:
         GPUService().initialize([db, "--GPUService.advice_digest_weekday=funday"])
+    assert exit_info.value.code == 1
+    assert "advice_digest_weekday must be empty or one of monday" in capsys.readouterr().err
     assert not (tmp_path / "ledger.sqlite").exists()  # nothing was created

@@ -388,15 +388,18 @@ def test_any_accepted_threshold_is_delivered(ledger, hub):
 
 
 @pytest.mark.parametrize("threshold", [[0], [150], ["x"], [80.5]])
-def test_the_service_does_not_start_with_bad_thresholds(tmp_path, monkeypatch, threshold):
+def test_the_service_does_not_start_with_bad_thresholds(tmp_path, monkeypatch, capsys, threshold):
     from jupyterhub_gpu.service.app import GPUService
 
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "config.py"
     config.write_text(f"c.GPUService.alert_thresholds = {threshold!r}\n")
     db = f"--GPUService.db_url=sqlite:///{tmp_path / 'ledger.sqlite'}"
-    with pytest.raises(ValueError, match=r"GPUService\.alert_thresholds must be whole percentages from 1 to 99"):
+    with pytest.raises(SystemExit) as exit_info:  # one line naming the setting, not a traceback
         GPUService().initialize([db, f"--config={config}"])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "configuration error: GPUService.alert_thresholds must be whole percentages from 1 to 99" in err
     assert not (tmp_path / "ledger.sqlite").exists()  # nothing was started
     assert GPUService().alert_thresholds == [80, 95]
 
