@@ -14,6 +14,29 @@ from aiosmtpd.controller import Controller
 from tests.conftest import free_port
 
 
+class ServiceUsers:
+    """A hub with the gpu service and its ledger, and tokens made as the hub makes them for users and servers."""
+
+    #: the part of the service's URL the test's requests go to
+    path = ""
+
+    def __init__(self, hub, ledger):
+        self.hub = hub
+        self.ledger = ledger
+        self.url = f"{hub.url}/services/gpu/{self.path}"
+
+    def token(self, user: str, *scopes: str) -> str:
+        """A token of ``user`` with these scopes (none: everything the user may do), as the hub makes it."""
+        body = {"note": "test"} | ({"scopes": [*scopes, "access:services!service=gpu"]} if scopes else {})
+        r = self.hub.api("POST", f"/users/{user}/tokens", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+    def server_token(self, user: str, server: str = "") -> str:
+        """What JupyterHub gives the server ``user/server`` (the spawner's server_token_scopes)."""
+        return self.token(user, f"servers!server={user}/{server}", f"access:servers!server={user}/{server}")
+
+
 class Mailbox:
     """An aiosmtpd handler that keeps every message it accepts."""
 

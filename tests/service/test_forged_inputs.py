@@ -31,7 +31,7 @@ from jupyterhub_gpu.service.advice import AdviceSettings, advice_of, update_advi
 from jupyterhub_gpu.service.ledger import Ledger, SessionStart
 from jupyterhub_gpu.service.usage import MAX_CLOCK_SKEW, MAX_SAMPLES_PER_MINUTE, Sample, record_sample, session_minutes
 from tests.conftest import Hub, wait_for
-from tests.service.conftest import gpu_hub_config
+from tests.service.conftest import ServiceUsers, gpu_hub_config
 
 pytestmark = pytest.mark.hub
 
@@ -48,23 +48,7 @@ c.GPULocalSpawner.profiles = c.GPULocalSpawner.profiles + [
 """
 
 
-class Env:
-    def __init__(self, hub: Hub, ledger: Ledger):
-        self.hub = hub
-        self.ledger = ledger
-        self.url = f"{hub.url}/services/gpu/"
-
-    def token(self, user: str, *scopes: str) -> str:
-        """A token of ``user`` with these scopes (none: everything the user may do), as the hub makes it."""
-        body = {"note": "test"} | ({"scopes": [*scopes, "access:services!service=gpu"]} if scopes else {})
-        r = self.hub.api("POST", f"/users/{user}/tokens", json=body)
-        assert r.status_code == 201, r.text
-        return r.json()["token"]
-
-    def server_token(self, user: str, server: str = "") -> str:
-        """What JupyterHub gives the server ``user/server`` (the spawner's server_token_scopes)."""
-        return self.token(user, f"servers!server={user}/{server}", f"access:servers!server={user}/{server}")
-
+class Env(ServiceUsers):
     def post(self, token: str, path: str, body=None, data: bytes | None = None) -> requests.Response:
         headers = {"Authorization": f"token {token}"}
         if data is not None:

@@ -32,7 +32,7 @@ from jupyterhub_gpu.service.jobs import (
 )
 from jupyterhub_gpu.service.ledger import Ledger, SessionStart
 from tests.conftest import Hub, wait_for
-from tests.service.conftest import gpu_hub_config
+from tests.service.conftest import ServiceUsers, gpu_hub_config
 
 UTC = timezone.utc
 CNY = Currency.from_config("CNY")
@@ -43,21 +43,8 @@ c.JupyterHub.load_roles.append({"name": "gpu-jobs", "services": ["gpu"], "scopes
 """
 
 
-class Env:
-    def __init__(self, hub: Hub, ledger: Ledger):
-        self.hub = hub
-        self.ledger = ledger
-        self.url = f"{hub.url}/services/gpu/api/v1/"
-
-    def token(self, user: str, *scopes: str) -> str:
-        body = {"note": "test"} | ({"scopes": [*scopes, "access:services!service=gpu"]} if scopes else {})
-        r = self.hub.api("POST", f"/users/{user}/tokens", json=body)
-        assert r.status_code == 201, r.text
-        return r.json()["token"]
-
-    def server_token(self, user: str, server: str = "") -> str:
-        """What JupyterHub gives the server ``user/server`` (the spawner's server_token_scopes)."""
-        return self.token(user, f"servers!server={user}/{server}", f"access:servers!server={user}/{server}")
+class Env(ServiceUsers):
+    path = "api/v1/"
 
     def post(self, token: str, path: str, body=None) -> requests.Response:
         return requests.post(self.url + path, json=body, headers={"Authorization": f"token {token}"}, timeout=30)
