@@ -54,11 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import delete, insert
 
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.ledger.store import AlertSent, Budget, Ledger, Notice, SessionRecord
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.alerts import AlertSettings, BudgetAlert, deliver
+from jupyterhub_gpu.service.domain.alerts import AlertSettings, BudgetAlert, deliver
+from jupyterhub_gpu.service.domain.metering import BudgetRule, budget_status, charge
 from jupyterhub_gpu.service.hubapi import HubClient
-from jupyterhub_gpu.service.ledger import AlertSent, Budget, Ledger, Notice, SessionRecord
-from jupyterhub_gpu.service.metering import BudgetRule, budget_status, charge
 from jupyterhub_gpu.service.tick import Reconciler, enforce_budgets
 
 #: The moment of the first tick (a Friday afternoon in Shanghai), so that every run sees the same periods.

@@ -10,8 +10,8 @@ login (any user name, password "demo"). Everything else is the real code.
 import os
 import sys
 
-from jupyterhub_gpu.service.api import CUSTOM_SCOPES
-from jupyterhub_gpu.service.pages import HUB_TEMPLATES
+from jupyterhub_gpu.service.web.api import CUSTOM_SCOPES
+from jupyterhub_gpu.service.web.pages import HUB_TEMPLATES
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)

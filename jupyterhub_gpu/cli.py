@@ -30,8 +30,8 @@ from datetime import date
 from decimal import Decimal, InvalidOperation
 from urllib.parse import quote, urlencode
 
-from . import __version__
-from .money import Currency, MoneyError
+from jupyterhub_gpu import __version__
+from jupyterhub_gpu.money import Currency, MoneyError
 
 DEFAULT_URL = "http://127.0.0.1:8000/services/gpu/"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -15,6 +15,6 @@ RUN set -eux; \
     wheel="$(ls /tmp/wheels/jupyterhub_gpu-*.whl)"; \
     pip install --no-cache-dir "${wheel}[kubernetes]" "psycopg[binary]>=3.1"; \
     rm -rf /tmp/wheels; \
-    python -c "import jupyterhub_gpu.spawners.kube, psycopg"
+    python -c "import jupyterhub_gpu.spawners.kube.spawner, psycopg"
 # the chart runs the hub as uid 1000 (jovyan) whatever the image says
 USER 1000

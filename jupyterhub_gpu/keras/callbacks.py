@@ -14,8 +14,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from .budget import budget_view, read_stats, stop_reason
-from .plateau import PlateauTracker
+from jupyterhub_gpu.keras.budget import budget_view, read_stats, stop_reason
+from jupyterhub_gpu.keras.plateau import PlateauTracker
 
 #: the CheckpointAndResume of each model, so PlateauStop and BudgetGuard save through it
 _CHECKPOINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -6,6 +6,6 @@ def _jupyter_server_extension_points():
 
 
 def _load_jupyter_server_extension(serverapp):
-    from .extension import load
+    from jupyterhub_gpu.serverext.extension import load
 
     serverapp.jupyterhub_gpu = load(serverapp)

@@ -21,12 +21,12 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
-from ..clock import isoformat, utcnow
-from ..money import Currency
-from ..tensorboard import tensorboard_url
-from . import startup
-from .sampler import DeviceInfo, KernelActivity, NVMLReader, Sampler, SimulatedReader
-from .stopwhendone import hub_stop_request
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.serverext import startup
+from jupyterhub_gpu.serverext.sampler import DeviceInfo, KernelActivity, NVMLReader, Sampler, SimulatedReader
+from jupyterhub_gpu.serverext.stopwhendone import hub_stop_request
+from jupyterhub_gpu.tensorboard import tensorboard_url
 
 
 class GPUStats(Configurable):
@@ -75,7 +75,7 @@ def session_from_env(env=os.environ) -> dict | None:
 def devices_from_env(env=os.environ) -> list[DeviceInfo]:
     if env.get("JUPYTERHUB_GPU_DEVICE_DISCOVERY") == "nvml":
         # Kubernetes: the device plugin chose the GPUs and made only those visible to this pod
-        from ..spawners.inventory import InventoryError, nvml_inventory
+        from jupyterhub_gpu.gpus.inventory import InventoryError, nvml_inventory
 
         try:
             return [DeviceInfo(d.index, d.uuid, d.name, d.memory_mib) for d in nvml_inventory()]
@@ -90,7 +90,7 @@ def devices_from_env(env=os.environ) -> list[DeviceInfo]:
 
 def session_cost(session: dict, now: datetime) -> tuple[int, Decimal]:
     """(minutes billed, cost so far): every started minute, the first at the start."""
-    from ..service.metering import billed_minutes
+    from jupyterhub_gpu.service.domain.metering import billed_minutes
 
     started = datetime.fromisoformat(session["started"].replace("Z", "+00:00"))
     minutes = billed_minutes(started, max(now, started))
@@ -382,7 +382,7 @@ def load(serverapp) -> GPUExtension:
     )
     extension.start()
     startup.start(serverapp)  # the user's ~/work/.jupyterhub-gpu/startup.sh (docs/images.md)
-    from . import jobs, stopwhendone
+    from jupyterhub_gpu.serverext import jobs, stopwhendone
 
     stopwhendone.load(serverapp, extension)  # "stop when done" (docs/jobs.md)
     jobs.load_handlers(serverapp)  # the Lab's "Run notebook as a GPU job" and job list

@@ -35,8 +35,8 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import HTTPClientError
 
-from ..clock import isoformat, utcnow
-from .stopwhendone import stop_own_server
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.serverext.stopwhendone import stop_own_server
 
 
 class JobLog:

@@ -36,7 +36,7 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Float
 from traitlets.config import Configurable
 
-from ..clock import isoformat, utcnow
+from jupyterhub_gpu.clock import isoformat, utcnow
 
 STATES = ("off", "armed", "saving", "stopping")
 

@@ -1,6 +1,6 @@
 """``python -m jupyterhub_gpu.service``: run the gpu service (JupyterHub starts it)."""
 
-from .app import main
+from jupyterhub_gpu.service.app import main
 
 if __name__ == "__main__":
     main()

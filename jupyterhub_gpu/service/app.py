@@ -20,15 +20,22 @@ from tornado.web import Application as WebApplication
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
 from traitlets.config import Application
 
-from .. import __version__
-from ..clock import isoformat, utcnow
-from ..money import Currency, MoneyError
-from .alerts import AlertSettings, BudgetAlert, deliver, post_webhook, send_email, webhook_body
-from .hubapi import HubAPIError, HubClient
-from .jobs import announce_finished_runs, enforce_jobs
-from .ledger import Ledger
-from .metering import BudgetStatus, from_micros
-from .tick import Reconciler, enforce_budgets, enforce_culling
+from jupyterhub_gpu import __version__
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.money import Currency, MoneyError
+from jupyterhub_gpu.service.domain.alerts import (
+    AlertSettings,
+    BudgetAlert,
+    deliver,
+    post_webhook,
+    send_email,
+    webhook_body,
+)
+from jupyterhub_gpu.service.domain.jobs import announce_finished_runs, enforce_jobs
+from jupyterhub_gpu.service.domain.metering import BudgetStatus, from_micros
+from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
+from jupyterhub_gpu.service.tick import Reconciler, enforce_budgets, enforce_culling
 
 
 class GPUService(Application):
@@ -196,7 +203,7 @@ class GPUService(Application):
 
     @validate("advice_digest_weekday")
     def _valid_weekday(self, proposal):
-        from .advice import WEEKDAYS
+        from jupyterhub_gpu.service.domain.advice import WEEKDAYS
 
         value = proposal.value.strip().lower()
         if value and value not in WEEKDAYS:
@@ -211,7 +218,7 @@ class GPUService(Application):
 
     @validate("cull_rules")
     def _valid_cull_rules(self, proposal):
-        from .culling import parse_config
+        from jupyterhub_gpu.service.domain.culling import parse_config
 
         parse_config(proposal.value, "GPUService.cull_rules")
         return proposal.value
@@ -232,7 +239,7 @@ class GPUService(Application):
 
     @validate("alert_thresholds")
     def _valid_thresholds(self, proposal):
-        from .alerts import parse_thresholds
+        from jupyterhub_gpu.service.domain.alerts import parse_thresholds
 
         return list(parse_thresholds(proposal.value, "GPUService.alert_thresholds"))
 
@@ -278,10 +285,10 @@ class GPUService(Application):
             self.alert_channels += ("email",)
         if self.alert_settings.webhook_enabled:
             self.alert_channels += ("webhook",)
-        from .culling import parse_config
+        from jupyterhub_gpu.service.domain.culling import parse_config
 
         self.cull_config = parse_config(self.cull_rules, "GPUService.cull_rules")
-        from .advice import AdviceError, AdviceSettings
+        from jupyterhub_gpu.service.domain.advice import AdviceError, AdviceSettings
 
         try:
             self.advice_settings = AdviceSettings(
@@ -306,7 +313,7 @@ class GPUService(Application):
         self.ticks = 0
 
     def make_web_app(self) -> WebApplication:
-        from .api import make_handlers
+        from jupyterhub_gpu.service.web.api import make_handlers
 
         return WebApplication(
             make_handlers(self.prefix, self),
@@ -355,7 +362,7 @@ class GPUService(Application):
 
     async def announce_run(self, session, job, channel: str) -> None:
         """A finished job or stop-when-done run, with its cost, on one channel (raises if not delivered)."""
-        from .jobs import run_message
+        from jupyterhub_gpu.service.domain.jobs import run_message
 
         subject, text = run_message(session, job, self.currency_info)
         settings = self.alert_settings
@@ -426,7 +433,7 @@ class GPUService(Application):
 
     async def advice_tick(self, now) -> None:
         """Right-sizing advice for closed and long-running sessions, and the weekly digest (docs/advice.md)."""
-        from .advice import WEEKDAYS, send_digests, update_advice
+        from jupyterhub_gpu.service.domain.advice import WEEKDAYS, send_digests, update_advice
 
         try:
             update_advice(self.ledger, now, self.advice_settings, self.currency_info)
@@ -440,7 +447,7 @@ class GPUService(Application):
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
-        from .api import MAX_BODY_BYTES
+        from jupyterhub_gpu.service.web.api import MAX_BODY_BYTES
 
         # a larger body is refused before it is read (tornado's own default is 100 MB)
         server = HTTPServer(self.make_web_app(), xheaders=True, max_body_size=MAX_BODY_BYTES)

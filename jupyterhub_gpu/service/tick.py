@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from .alerts import CHANNELS
-from .hubapi import HubAPIError, HubClient
-from .ledger import Ledger, SessionStart, _aware
-from .metering import BudgetStatus, crossed_thresholds
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart, _aware
+from jupyterhub_gpu.service.domain.alerts import CHANNELS
+from jupyterhub_gpu.service.domain.metering import BudgetStatus, crossed_thresholds
+from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
 
 log = logging.getLogger("jupyterhub_gpu.service")
 
@@ -265,7 +265,7 @@ def session_start_from_state(user: str, server_name: str, groups, gpu: dict) -> 
     """A SessionStart from the ``gpu`` part of a spawner's state."""
     from decimal import Decimal
 
-    from .metering import to_micros
+    from jupyterhub_gpu.service.domain.metering import to_micros
 
     started = datetime.fromisoformat(gpu["started"].replace("Z", "+00:00"))
     return SessionStart(
@@ -291,8 +291,8 @@ NotifyCull = Callable[[object, object], Awaitable[None]]
 
 def session_signals(ledger: Ledger, session, now: datetime) -> list:
     """The minute signals of a session, from the samples its server pushed, oldest first."""
-    from .culling import MAX_MINUTES, MinuteSignal
-    from .usage import session_minutes
+    from jupyterhub_gpu.service.domain.culling import MAX_MINUTES, MinuteSignal
+    from jupyterhub_gpu.service.web.usage import session_minutes
 
     since = max(_aware(session.started), now - timedelta(minutes=MAX_MINUTES))
     signals = []
@@ -328,7 +328,7 @@ async def enforce_culling(
     forgets a warning nor stops a server it has not warned. The stop reason is
     the rule (``gpu_idle``, ``inactive``, ``max_age``).
     """
-    from .culling import evaluate, gpu_memory_high, memory_notice, rules_for
+    from jupyterhub_gpu.service.domain.culling import evaluate, gpu_memory_high, memory_notice, rules_for
 
     result = TickResult()
     for s in ledger.open_sessions():

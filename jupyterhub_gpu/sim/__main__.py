@@ -10,8 +10,17 @@ import argparse
 import json
 import sys
 
-from ..money import MoneyError, parse_amount
-from .replay import BASELINES, DEFAULT_RATE, OURS, PolicyError, TraceError, read_trace, report, resolve_policy
+from jupyterhub_gpu.money import MoneyError, parse_amount
+from jupyterhub_gpu.sim.replay import (
+    BASELINES,
+    DEFAULT_RATE,
+    OURS,
+    PolicyError,
+    TraceError,
+    read_trace,
+    report,
+    resolve_policy,
+)
 
 
 def _gpus(text: str) -> tuple[str, int]:

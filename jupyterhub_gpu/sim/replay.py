@@ -5,7 +5,7 @@ entry per started minute of what the session would do if nothing stopped it.
 A policy decides, minute by minute, whether to stop it:
 
 - ``ours`` (or a JSON file of cull rules): the service's real
-  :func:`~jupyterhub_gpu.service.culling.evaluate`, called at the end of every
+  :func:`~jupyterhub_gpu.service.domain.culling.evaluate`, called at the end of every
   minute as the service's tick would, with the warning it sent last; a warned
   user answers only through what the trace shows them doing.
 - ``idle-culler-T``: a model of jupyterhub-idle-culler with ``--timeout=T``:
@@ -20,7 +20,7 @@ A policy decides, minute by minute, whether to stop it:
 - ``always-on``: never stopped; a session with ``end: null`` runs to the end of
   its minutes.
 
-Billing is the real :func:`~jupyterhub_gpu.service.metering.billed_minutes`:
+Billing is the real :func:`~jupyterhub_gpu.service.domain.metering.billed_minutes`:
 every started minute until the stop (or the natural end). A minute is *idle*
 when its ``gpu_util`` is under 5%; a *false cull* is a culled session whose
 trace shows a busy kernel or GPU utilization of 5% or more after the stop.
@@ -37,8 +37,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from ..service.culling import MinuteSignal, evaluate, gpu_memory_high, parse_config, rules_for
-from ..service.metering import billed_minutes
+from jupyterhub_gpu.service.domain.culling import MinuteSignal, evaluate, gpu_memory_high, parse_config, rules_for
+from jupyterhub_gpu.service.domain.metering import billed_minutes
 
 #: A minute under this GPU utilization (percent) is idle, for every policy's accounting.
 IDLE_UTIL_PERCENT = 5

@@ -5,7 +5,7 @@ GPU configuration (profiles, currency, inventory): a bad profile stops the hub
 at startup with a message naming it, instead of failing a student's spawn later.
 """
 
-from .mixin import GPUSpawnerMixin, check_config, config_probe
+from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin, check_config, config_probe
 
 __all__ = ["GPUDockerSpawner", "GPULocalSpawner", "GPUSpawnerMixin", "check_config"]
 
@@ -30,20 +30,20 @@ def publish_pricing(app, spawner_class) -> None:
     """Write the static profiles and their rates to the ledger, for the service's ``GET pricing``."""
     from dataclasses import asdict
 
-    from ..clock import utcnow
-    from ..money import Currency
-    from .profiles import parse_profiles
+    from jupyterhub_gpu.clock import utcnow
+    from jupyterhub_gpu.money import Currency
+    from jupyterhub_gpu.spawners.profiles import parse_profiles
 
     probe = config_probe(app.config, spawner_class)
     if not probe.ledger_db_url or callable(probe.profiles):
         return
-    from ..service.ledger import shared_ledger
+    from jupyterhub_gpu.ledger.store import shared_ledger
 
     profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
     currency = Currency.from_config(probe.currency, probe.currency_symbol).code
     rows = [asdict(p) for p in profiles]
     try:  # one GPU's memory per profile from the host inventory, for right-sizing advice (never a server's report)
-        from .mixin import shared_allocator
+        from jupyterhub_gpu.spawners.mixin import shared_allocator
 
         allocator = shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
         for row, p in zip(rows, profiles, strict=True):

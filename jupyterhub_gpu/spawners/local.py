@@ -15,8 +15,8 @@ import time
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import default
 
-from ..clock import utcnow
-from .mixin import GPUSpawnerMixin
+from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
 
 
 class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):

@@ -43,12 +43,25 @@ from traitlets import (
 )
 from traitlets.config import Configurable
 
-from ..clock import isoformat, utcnow
-from ..money import Currency, MoneyError
-from .allocator import AllocationError, AssignmentConflict, GPUAllocator, QueueCancelled, QueueTimeout
-from .inventory import BACKENDS, GPUDevice, InventoryError, make_inventory
-from .objects import make_gpu_env
-from .profiles import OptionsError, Profile, ProfileError, choose_profile, options_from_form, parse_profiles
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.gpus.inventory import BACKENDS, GPUDevice, InventoryError, make_inventory
+from jupyterhub_gpu.money import Currency, MoneyError
+from jupyterhub_gpu.spawners.assign.host import (
+    AllocationError,
+    AssignmentConflict,
+    GPUAllocator,
+    QueueCancelled,
+    QueueTimeout,
+)
+from jupyterhub_gpu.spawners.docker.objects import make_gpu_env
+from jupyterhub_gpu.spawners.profiles import (
+    OptionsError,
+    Profile,
+    ProfileError,
+    choose_profile,
+    options_from_form,
+    parse_profiles,
+)
 
 # One allocator per inventory per hub process: every spawner of the hub shares it.
 _ALLOCATORS: dict[tuple, GPUAllocator] = {}
@@ -141,8 +154,8 @@ def minimums_held(statuses: list, sessions, reservations, min_minutes: int, now:
     to the use of every budget they draw from, so that concurrent spawns are checked against what is
     really left. Nothing is charged for it: this is only the spawn check's view.
     """
-    from ..service.ledger import _aware, default_pool
-    from ..service.metering import draws_from, from_micros
+    from jupyterhub_gpu.ledger.store import _aware, default_pool
+    from jupyterhub_gpu.service.domain.metering import draws_from, from_micros
 
     if min_minutes <= 0:
         return list(statuses)
@@ -173,7 +186,7 @@ def _last_evidence(ledger, session_id: str, push_interval: float) -> list[dateti
     """
     from sqlalchemy import func, select
 
-    from ..service.ledger import SessionRecord, UsageMinute, _aware
+    from jupyterhub_gpu.ledger.store import SessionRecord, UsageMinute, _aware
 
     found = []
     with ledger.Session() as db:
@@ -420,7 +433,7 @@ class GPUSpawnerMixin(Configurable):
         """The shared ledger of this hub, or None when billing is off."""
         if not self.ledger_db_url:
             return None
-        from ..service.ledger import shared_ledger
+        from jupyterhub_gpu.ledger.store import shared_ledger
 
         return shared_ledger(self.ledger_db_url)
 
@@ -428,7 +441,7 @@ class GPUSpawnerMixin(Configurable):
 
     async def gpu_choose_pool(self, options, profile: Profile) -> str | None:
         """The one group that pays for this session (``pool`` in the options, else the default; docs/admin.md)."""
-        from .profiles import choose_pool
+        from jupyterhub_gpu.spawners.profiles import choose_pool
 
         ledger = self.ledger
         rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
@@ -441,7 +454,7 @@ class GPUSpawnerMixin(Configurable):
         CPU profile, binds nothing; counting its group as budgeted let a student
         choose it and escape the budget of their other group.
         """
-        from ..service.metering import binding_groups, to_micros
+        from jupyterhub_gpu.service.domain.metering import binding_groups, to_micros
 
         rate = to_micros(profile.rate_per_minute)
         return binding_groups(rules, rate, profile.gpu_count, utcnow(), ZoneInfo(self.budget_timezone))
@@ -462,7 +475,7 @@ class GPUSpawnerMixin(Configurable):
         ledger = self.ledger
         if ledger is None:
             return None
-        from ..service.metering import draws_from, spawn_refusal, to_micros
+        from jupyterhub_gpu.service.domain.metering import draws_from, spawn_refusal, to_micros
 
         pool = self._gpu_pool if pool is None else pool
         tz = ZoneInfo(self.budget_timezone)
@@ -533,7 +546,7 @@ class GPUSpawnerMixin(Configurable):
         if ledger is None:
             return profiles
         # prices and allowed groups edited by admins on the usage pages (service/access.py)
-        from ..service.access import apply_overrides, load_overrides
+        from jupyterhub_gpu.service.domain.overrides import apply_overrides, load_overrides
 
         return apply_overrides(profiles, await asyncio.to_thread(load_overrides, ledger))
 
@@ -575,7 +588,7 @@ class GPUSpawnerMixin(Configurable):
 
     async def _gpu_pool_options(self, allowed: list[Profile]) -> list[str]:
         """The groups the form offers to pay (any profile's choices); shown only when there is a choice."""
-        from .profiles import pool_choices
+        from jupyterhub_gpu.spawners.profiles import pool_choices
 
         ledger = self.ledger
         rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
@@ -717,7 +730,7 @@ class GPUSpawnerMixin(Configurable):
         """Take ``job_id`` out of the options: ``job-`` servers are the gpu service's job servers (docs/jobs.md)."""
         from jupyterhub.orm import Service
 
-        from .profiles import job_server_option
+        from jupyterhub_gpu.spawners.profiles import job_server_option
 
         # who asked the hub for this spawn: only a service (the gpu service's POST jobs) starts a job's server
         requester = getattr(getattr(self, "handler", None), "current_user", None)
@@ -811,7 +824,7 @@ class GPUSpawnerMixin(Configurable):
 
     def _gpu_session_start(self, gpu: dict):
         """The ledger's SessionStart of a session kept in this spawner's state."""
-        from ..service.tick import session_start_from_state
+        from jupyterhub_gpu.service.tick import session_start_from_state
 
         return session_start_from_state(self.user.name, self.name, (), gpu)
 

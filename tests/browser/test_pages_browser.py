@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart, UsageMinute, _naive
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart, UsageMinute, _naive
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -9,7 +9,7 @@ from datetime import timezone
 import nbformat
 import pytest
 
-from jupyterhub_gpu.service.ledger import Ledger
+from jupyterhub_gpu.ledger.store import Ledger
 from tests.browser.conftest import shot
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config

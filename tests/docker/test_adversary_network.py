@@ -11,8 +11,8 @@ import uuid
 import docker as docker_py
 import pytest
 
-from jupyterhub_gpu.spawners.docker import ensure_isolated_network
-from jupyterhub_gpu.spawners.objects import ICC_OPTION
+from jupyterhub_gpu.spawners.docker.objects import ICC_OPTION
+from jupyterhub_gpu.spawners.docker.spawner import ensure_isolated_network
 from tests.docker.test_docker_spawner import IMAGE
 from tests.docker.test_network_isolation import own_dockerd, unused_subnet  # noqa: F401 (the fixture)
 
@@ -115,7 +115,7 @@ for attempt in range(20):  # a fresh link-local address is tentative for a momen
 
 def builder_container(client, network: str, name: str, command: list[str], sysctls: dict) -> str:
     """A container made from the builder's arguments with the admin's ``sysctls`` extra (as create_object does)."""
-    from jupyterhub_gpu.spawners.objects import make_container_spec
+    from jupyterhub_gpu.spawners.docker.objects import make_container_spec
 
     create, host = make_container_spec(
         name=name,
@@ -190,7 +190,7 @@ def test_the_root_group_cannot_be_added_in_another_spelling(own_dockerd):  # noq
     """``group_add: ["00", "+0"]`` in the extras: before the fix the server ran with ``groups=100,0,...``."""
     daemon = own_dockerd
     client = docker_py.APIClient(base_url=daemon.host)
-    from jupyterhub_gpu.spawners.objects import make_container_spec
+    from jupyterhub_gpu.spawners.docker.objects import make_container_spec
 
     create, host = make_container_spec(
         name=f"jhgpu-advgrp-{uuid.uuid4().hex[:6]}",

@@ -37,7 +37,7 @@ def _load(relpath: str, name: str):
     return module
 
 
-inventory = _load("jupyterhub_gpu/spawners/inventory.py", "_gpu_inventory")
+inventory = _load("jupyterhub_gpu/gpus/inventory.py", "_gpu_inventory")
 sampler = _load("jupyterhub_gpu/serverext/sampler.py", "_gpu_sampler")
 
 

@@ -25,10 +25,10 @@ from types import SimpleNamespace
 from traitlets.config import Config
 
 from jupyterhub_gpu.clock import isoformat
-from jupyterhub_gpu.service.ledger import _aware, shared_ledger
-from jupyterhub_gpu.service.usage import parse_sample, record_sample
-from jupyterhub_gpu.spawners import kube as kube_module
+from jupyterhub_gpu.ledger.store import _aware, shared_ledger
+from jupyterhub_gpu.service.web.usage import parse_sample, record_sample
 from jupyterhub_gpu.spawners import mixin as mixin_module
+from jupyterhub_gpu.spawners.kube import spawner as kube_module
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from tests.unit.test_kube_spawner import Cluster, RecordingKubeSpawner, kubeconfig, make_config, make_spawner, spawn
 

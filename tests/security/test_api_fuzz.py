@@ -1,6 +1,6 @@
 """Schemathesis against the gpu service's OpenAPI document, served by a real hub and the real service.
 
-Every operation of ``jupyterhub_gpu/service/openapi.yaml``, with valid inputs
+Every operation of ``jupyterhub_gpu/service/web/openapi.yaml``, with valid inputs
 (schemathesis' positive mode) and invalid ones (negative mode: wrong types,
 missing fields, out-of-range values, odd path parameters), as three callers:
 anonymous, a student and an admin. The properties: no 5xx response at all, and
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from jupyterhub_gpu.service.api import OPENAPI
+from jupyterhub_gpu.service.web.api import OPENAPI
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from jupyterhub_gpu.spawners.objects import make_container_spec
+from jupyterhub_gpu.spawners.docker.objects import make_container_spec
 
 DANGEROUS = {
     "privileged": True,

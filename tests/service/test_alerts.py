@@ -14,9 +14,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service import alerts
-from jupyterhub_gpu.service.alerts import (
+from jupyterhub_gpu.service.domain import alerts
+from jupyterhub_gpu.service.domain.alerts import (
     AlertSettings,
     BudgetAlert,
     WebhookError,
@@ -28,8 +29,7 @@ from jupyterhub_gpu.service.alerts import (
     send_email,
     webhook_payload,
 )
-from jupyterhub_gpu.service.ledger import Ledger
-from jupyterhub_gpu.service.metering import BudgetRule, BudgetStatus
+from jupyterhub_gpu.service.domain.metering import BudgetRule, BudgetStatus
 from tests.service.conftest import SMTPServer
 
 CNY = Currency.from_config("CNY")

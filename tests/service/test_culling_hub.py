@@ -13,7 +13,7 @@ import requests
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
-from jupyterhub_gpu.service.ledger import Ledger
+from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -25,11 +25,17 @@ import pytest
 import requests
 
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.access import Override, load_overrides, save_override
-from jupyterhub_gpu.service.advice import AdviceSettings, advice_of, update_advice
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart
-from jupyterhub_gpu.service.usage import MAX_CLOCK_SKEW, MAX_SAMPLES_PER_MINUTE, Sample, record_sample, session_minutes
+from jupyterhub_gpu.service.domain.advice import AdviceSettings, advice_of, update_advice
+from jupyterhub_gpu.service.domain.overrides import Override, load_overrides, save_override
+from jupyterhub_gpu.service.web.usage import (
+    MAX_CLOCK_SKEW,
+    MAX_SAMPLES_PER_MINUTE,
+    Sample,
+    record_sample,
+    session_minutes,
+)
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import ServiceUsers, gpu_hub_config
 

@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.hubapi import HubClient
-from jupyterhub_gpu.service.jobs import (
+from jupyterhub_gpu.service.domain.jobs import (
     JobRequest,
     active_jobs,
     announce_finished_runs,
@@ -30,7 +30,7 @@ from jupyterhub_gpu.service.jobs import (
     run_message,
     update_job,
 )
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart
+from jupyterhub_gpu.service.hubapi import HubClient
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import ServiceUsers, gpu_hub_config
 

@@ -16,8 +16,9 @@ import nbformat
 import pytest
 import requests
 
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.jobs import (
+from jupyterhub_gpu.service.domain.jobs import (
     JobError,
     JobRequest,
     announce_finished_runs,
@@ -27,7 +28,6 @@ from jupyterhub_gpu.service.jobs import (
     run_message,
     update_job,
 )
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -22,17 +22,17 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
 from jupyterhub_gpu.service import i18n
-from jupyterhub_gpu.service.access import AccessError, apply_overrides, load_overrides, parse_override
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart
-from jupyterhub_gpu.service.pages import daily_series, table_csv, totals_by
+from jupyterhub_gpu.service.domain.overrides import AccessError, apply_overrides, load_overrides, parse_override
+from jupyterhub_gpu.service.web.pages import daily_series, table_csv, totals_by
 from jupyterhub_gpu.spawners.profiles import parse_profiles
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
-SERVICE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "service"
+WEB = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "service" / "web"
 
 # -- without a hub ----------------------------------------------------------------------------------
 
@@ -53,7 +53,7 @@ def test_language_comes_from_the_cookie_then_accept_language():
 
 def test_every_text_of_the_pages_has_its_chinese():
     texts = set()
-    for path in [SERVICE / "pages.py", *sorted((SERVICE / "templates").glob("*.html"))]:
+    for path in [*sorted(WEB.rglob("*.py")), *sorted((WEB / "templates").glob("*.html"))]:
         source = path.read_text()
         texts.update(re.findall(r'_\(\s*"((?:[^"\\]|\\.)+)"', source))
         texts.update(re.findall(r"_\(\s*'((?:[^'\\]|\\.)+)'", source))
@@ -141,7 +141,7 @@ def test_profile_edits_are_validated_and_applied_over_the_configuration():
 # -- with a hub --------------------------------------------------------------------------------------
 
 INSTRUCTOR = """
-from jupyterhub_gpu.service.pages import HUB_TEMPLATES
+from jupyterhub_gpu.service.web.pages import HUB_TEMPLATES
 c.JupyterHub.template_paths = [HUB_TEMPLATES]
 c.JupyterHub.load_roles.append({
     "name": "instructors-cs231n",

@@ -8,8 +8,9 @@ from decimal import Decimal
 
 import pytest
 
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart, UsageMinute
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.advice import (
+from jupyterhub_gpu.service.domain.advice import (
     AdviceError,
     AdviceSettings,
     GPUUse,
@@ -26,8 +27,7 @@ from jupyterhub_gpu.service.advice import (
     summary,
     update_advice,
 )
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart, UsageMinute
-from jupyterhub_gpu.service.metering import to_micros
+from jupyterhub_gpu.service.domain.metering import to_micros
 
 CNY = Currency.from_config("CNY")
 GB = 1024

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyterhub_gpu.spawners import allocator as allocator_module
-from jupyterhub_gpu.spawners.allocator import (
+from jupyterhub_gpu.gpus.inventory import simulated_inventory
+from jupyterhub_gpu.spawners.assign import host as allocator_module
+from jupyterhub_gpu.spawners.assign.host import (
     AllocationError,
     AssignmentConflict,
     GPUAllocator,
@@ -18,7 +19,6 @@ from jupyterhub_gpu.spawners.allocator import (
     QueueTimeout,
     _seconds,
 )
-from jupyterhub_gpu.spawners.inventory import simulated_inventory
 
 
 def make_allocator(t4: int = 4, a100: int = 1) -> GPUAllocator:

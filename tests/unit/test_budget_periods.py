@@ -22,12 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jupyterhub.spawner import SpawnException
 
+from jupyterhub_gpu.ledger.store import Budget, Ledger, SessionStart
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service import api
-from jupyterhub_gpu.service.alerts import AlertSettings, BudgetAlert, deliver, parse_thresholds
-from jupyterhub_gpu.service.hubapi import HubClient
-from jupyterhub_gpu.service.ledger import Budget, Ledger, SessionStart
-from jupyterhub_gpu.service.metering import (
+from jupyterhub_gpu.service.domain.alerts import AlertSettings, BudgetAlert, deliver, parse_thresholds
+from jupyterhub_gpu.service.domain.metering import (
     BudgetRule,
     billed_minutes,
     minutes_in_window,
@@ -35,7 +33,9 @@ from jupyterhub_gpu.service.metering import (
     rule_statuses,
     spawn_refusal,
 )
+from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.tick import enforce_budgets
+from jupyterhub_gpu.service.web import api
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -495,7 +495,7 @@ def test_the_migration_gives_old_sessions_the_first_group_of_their_list(tmp_path
     from alembic.config import Config
     from sqlalchemy import text
 
-    from jupyterhub_gpu.service.ledger import MIGRATIONS, make_engine
+    from jupyterhub_gpu.ledger.store import MIGRATIONS, make_engine
 
     engine = make_engine(f"sqlite:///{tmp_path / 'old.sqlite'}")
     cfg = Config()
@@ -579,7 +579,7 @@ def test_the_spawner_lets_a_user_choose_the_pool_and_refuses_a_forged_one(ledger
 
 
 def test_usage_reports_of_consecutive_windows_add_up_and_agree_with_the_budget(ledger):
-    from jupyterhub_gpu.service.pages import daily_series, totals_by
+    from jupyterhub_gpu.service.web.pages import daily_series, totals_by
 
     ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("100")), LATE)
     start(ledger, "late", "ann", LATE)
@@ -611,7 +611,7 @@ def test_the_service_tick_goes_on_past_a_poisoned_budget(tmp_path, monkeypatch, 
 
     from jupyterhub_gpu.clock import utcnow
     from jupyterhub_gpu.service.app import GPUService
-    from jupyterhub_gpu.service.culling import parse_config
+    from jupyterhub_gpu.service.domain.culling import parse_config
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")  # the service's own (no hub behind it here)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from traitlets.config.loader import PyFileConfigLoader
 
-from jupyterhub_gpu.spawners.docker import GPUDockerSpawner
+from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from jupyterhub_gpu.spawners.mixin import check_config
 

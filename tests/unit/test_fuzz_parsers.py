@@ -16,7 +16,9 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpu.service.api import (
+from jupyterhub_gpu.service.domain.culling import KINDS, CullRule, parse_config
+from jupyterhub_gpu.service.domain.metering import PERIODS, UNITS, period_window, to_micros
+from jupyterhub_gpu.service.web.api import (
     BUDGET_FIELDS,
     CULLING_PARAMS,
     USAGE_PARAMS,
@@ -26,9 +28,7 @@ from jupyterhub_gpu.service.api import (
     parse_json_body,
     parse_usage_query,
 )
-from jupyterhub_gpu.service.culling import KINDS, CullRule, parse_config
-from jupyterhub_gpu.service.metering import PERIODS, UNITS, period_window, to_micros
-from jupyterhub_gpu.service.usage import SAMPLE_FIELDS, SampleError, parse_sample
+from jupyterhub_gpu.service.web.usage import SAMPLE_FIELDS, SampleError, parse_sample
 from jupyterhub_gpu.spawners.profiles import (
     PROFILE_FIELDS,
     OptionsError,

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyterhub_gpu.spawners.inventory import (
+from jupyterhub_gpu.gpus.inventory import (
     BACKENDS,
     GPUDevice,
     InventoryError,

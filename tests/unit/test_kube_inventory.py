@@ -10,8 +10,7 @@ import asyncio
 
 import pytest
 
-from jupyterhub_gpu.spawners.allocator import AllocationError, QueueCancelled, QueueTimeout
-from jupyterhub_gpu.spawners.kube_inventory import (
+from jupyterhub_gpu.spawners.assign.cluster import (
     ClusterAllocator,
     ClusterInventory,
     ClusterSnapshot,
@@ -21,6 +20,7 @@ from jupyterhub_gpu.spawners.kube_inventory import (
     products_for,
     take_snapshot,
 )
+from jupyterhub_gpu.spawners.assign.host import AllocationError, QueueCancelled, QueueTimeout
 
 A100_40 = "NVIDIA-A100-SXM4-40GB"
 A100_80 = "NVIDIA-A100-SXM4-80GB"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.spawners.kube_objects import (
+from jupyterhub_gpu.spawners.kube.objects import (
     SchemaError,
     enforce_pod_policy,
     format_cpu,

@@ -25,8 +25,8 @@ from jupyterhub.spawner import SpawnException
 from jupyterhub.user import User
 from traitlets.config import Config
 
-from jupyterhub_gpu.spawners.kube import GPUKubeSpawner
-from jupyterhub_gpu.spawners.kube_objects import validate_object
+from jupyterhub_gpu.spawners.kube.objects import validate_object
+from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -409,7 +409,7 @@ async def test_several_gpus_profile_and_its_ledger_session(tmp_path):
         mem=str(128 * GIB),
     )
     # the ledger counts the session's GPUs (GPU-hour budgets) from its placeholders
-    from jupyterhub_gpu.service.ledger import shared_ledger
+    from jupyterhub_gpu.ledger.store import shared_ledger
 
     record = shared_ledger(ledger_url).get_session(spawner.gpu_session["session_id"])
     assert (record.user, record.profile, record.gpu_count) == ("alice", "a100x2", 2)
@@ -585,7 +585,7 @@ def test_startup_check_needs_no_host_gpu():
 def test_the_hub_startup_check_takes_the_kubernetes_check_and_publishes_prices(tmp_path):
     from jupyterhub.app import JupyterHub
 
-    from jupyterhub_gpu.service.ledger import shared_ledger
+    from jupyterhub_gpu.ledger.store import shared_ledger
     from jupyterhub_gpu.spawners import _startup_check
 
     ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"

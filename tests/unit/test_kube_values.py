@@ -17,9 +17,9 @@ import tomllib
 import yaml
 from traitlets.config import Config
 
-from jupyterhub_gpu.service.api import CUSTOM_SCOPES
-from jupyterhub_gpu.spawners.kube import GPUKubeSpawner
-from jupyterhub_gpu.spawners.kube_objects import gpu_resource_for, validate_object
+from jupyterhub_gpu.service.web.api import CUSTOM_SCOPES
+from jupyterhub_gpu.spawners.kube.objects import gpu_resource_for, validate_object
+from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 from jupyterhub_gpu.spawners.profiles import parse_profiles
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, inspect, text
 
-from jupyterhub_gpu.service.ledger import MIGRATIONS, Base, Ledger, SessionRecord, SessionStart, upgrade
-from jupyterhub_gpu.service.metering import BudgetRule
+from jupyterhub_gpu.ledger.store import MIGRATIONS, Base, Ledger, SessionRecord, SessionStart, upgrade
+from jupyterhub_gpu.service.domain.metering import BudgetRule
 
 T0 = datetime(2026, 11, 29, 19, 46, 4, 123456, tzinfo=timezone.utc)
 T4_RATE = 50_000  # ¥0.05 per minute, in micro-units
@@ -81,7 +81,6 @@ def row_count(ledger: Ledger, table: str = "gpu_sessions") -> int:
 
 def test_migrations_build_the_schema_from_an_empty_database(db_url):
     # the modules that add their own tables to the ledger (advice, profile access, jobs)
-    from jupyterhub_gpu.service import access, advice, jobs  # noqa: F401
 
     ledger = Ledger(db_url)
     try:
@@ -98,7 +97,7 @@ CHECK_AUTOGENERATE = """
 import sys
 from alembic import command
 from alembic.config import Config
-from jupyterhub_gpu.service.ledger import MIGRATIONS, Ledger
+from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger
 Ledger(sys.argv[1]).close()
 ledger = Ledger(sys.argv[1], migrate=False)
 cfg = Config()

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.metering import (
+from jupyterhub_gpu.service.domain.metering import (
     BudgetRule,
     UsageRow,
     billed_minutes,
@@ -135,7 +135,7 @@ def test_gpu_hour_budget_does_not_limit_cpu_profiles_until_used_up():
 
 
 def test_rule_statuses_equal_budget_status_for_every_rule():
-    from jupyterhub_gpu.service.metering import rule_statuses
+    from jupyterhub_gpu.service.domain.metering import rule_statuses
 
     rules = [
         BudgetRule("user", "a", "month", "money", Decimal("100")),

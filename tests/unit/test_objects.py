@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from jupyterhub_gpu.clock import isoformat, utcnow
-from jupyterhub_gpu.spawners.objects import (
+from jupyterhub_gpu.spawners.docker.objects import (
     make_container_spec,
     make_device_requests,
     make_gpu_env,
@@ -531,7 +531,7 @@ def test_network_isolation_problem():
 def test_a_root_container_user_stops_the_hub_at_startup_with_a_clear_message(value):
     from traitlets.config import Config
 
-    from jupyterhub_gpu.spawners.docker import GPUDockerSpawner
+    from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 
     c = Config()
     c.GPUDockerSpawner.network_name = "host"  # no Docker engine needed for this check

@@ -18,12 +18,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart, UsageMinute
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service import api
-from jupyterhub_gpu.service.advice import AdviceSettings, summary, update_advice
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart, UsageMinute
-from jupyterhub_gpu.service.metering import to_micros
-from jupyterhub_gpu.service.savings import culling_report
+from jupyterhub_gpu.service.domain.advice import AdviceSettings, summary, update_advice
+from jupyterhub_gpu.service.domain.metering import to_micros
+from jupyterhub_gpu.service.domain.savings import culling_report
+from jupyterhub_gpu.service.web import api
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")

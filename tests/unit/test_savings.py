@@ -9,10 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.service import api
-from jupyterhub_gpu.service.api import BadRequest, parse_culling_query
-from jupyterhub_gpu.service.ledger import Ledger, SessionStart
-from jupyterhub_gpu.service.savings import (
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.service.domain.savings import (
     DEFAULT_HORIZON,
     MinuteCounts,
     SessionFacts,
@@ -21,7 +19,9 @@ from jupyterhub_gpu.service.savings import (
     minutes_in_window,
     next_starts,
 )
-from jupyterhub_gpu.service.usage import Sample, record_sample
+from jupyterhub_gpu.service.web import api
+from jupyterhub_gpu.service.web.api import BadRequest, parse_culling_query
+from jupyterhub_gpu.service.web.usage import Sample, record_sample
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from tornado import web
 
-from jupyterhub_gpu.service import api
-from jupyterhub_gpu.service.api import BadRequest, parse_budget, parse_json_body, parse_moment, parse_usage_query
-from jupyterhub_gpu.service.ledger import Ledger
-from jupyterhub_gpu.service.metering import BudgetRule, budget_status
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.service.domain.metering import BudgetRule, budget_status
+from jupyterhub_gpu.service.web import api
+from jupyterhub_gpu.service.web.api import BadRequest, parse_budget, parse_json_body, parse_moment, parse_usage_query
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 
@@ -255,7 +255,7 @@ def test_the_openapi_document_is_valid():
 
 
 def test_current_statuses_agree_with_budget_status_over_every_session(tmp_path):
-    from jupyterhub_gpu.service.ledger import SessionStart
+    from jupyterhub_gpu.ledger.store import SessionStart
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
     now = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)

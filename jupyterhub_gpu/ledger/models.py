@@ -9,7 +9,7 @@ price-override tables).
 
 from __future__ import annotations
 
-from . import access, advice, jobs  # noqa: F401  (imported for their tables)
-from .ledger import Base
+from jupyterhub_gpu.ledger.store import Base
+from jupyterhub_gpu.service.domain import advice, jobs, overrides  # noqa: F401  (imported for their tables)
 
 metadata = Base.metadata

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from alembic import op
 
 # registers the model on the ledger's Base, so that the migrated schema compares equal to the models
-import jupyterhub_gpu.service.advice  # noqa: F401
+import jupyterhub_gpu.service.domain.advice  # noqa: F401
 
 revision = "0005"
 down_revision = "0004"

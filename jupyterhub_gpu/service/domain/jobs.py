@@ -46,9 +46,9 @@ from sqlalchemy import DateTime, Integer, String, Text, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 from tornado import web
 
-from ..clock import isoformat
-from .hubapi import HubAPIError, HubClient
-from .ledger import Base, Ledger, SessionRecord, _aware, _naive
+from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.ledger.store import Base, Ledger, SessionRecord, _aware, _naive
+from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 
@@ -253,7 +253,7 @@ def job_session(ledger: Ledger, job: JobRecord) -> SessionRecord | None:
 
 def job_json(job: JobRecord, session: SessionRecord | None, now: datetime, currency, prefix: str = "/") -> dict:
     """A job as the API shows it: state, times, duration, the billed minutes and cost, and its output."""
-    from .api import session_json
+    from jupyterhub_gpu.service.web.api import session_json
 
     billing = session_json(session, now, currency) if session is not None else None
     started = _aware(job.started)
@@ -400,7 +400,7 @@ async def announce_finished_runs(
 
 def run_message(session: SessionRecord, job: JobRecord | None, currency) -> tuple[str, str]:
     """(subject, text) of a finished run's notice, with its billed minutes and cost."""
-    from .metering import from_micros
+    from jupyterhub_gpu.service.domain.metering import from_micros
 
     cost = currency.format(from_micros(session.cost_micros or 0))
     minutes = session.minutes or 0
@@ -443,8 +443,8 @@ def make_job_handlers(api: str) -> list:
     """The routes under ``api/v1/``: jobs (create, list, show, cancel, the runner's reports) and stop-when-done."""
     from jupyterhub.utils import url_path_join
 
-    from .api import SCOPE_USAGE_READ, BaseHandler
-    from .usage import is_server_token
+    from jupyterhub_gpu.service.web.api import SCOPE_USAGE_READ, BaseHandler
+    from jupyterhub_gpu.service.web.usage import is_server_token
 
     class JobBase(BaseHandler):
         def job_or_404(self, job_id: str, write: bool = False) -> JobRecord:
@@ -479,7 +479,7 @@ def make_job_handlers(api: str) -> list:
 
         @web.authenticated
         def get(self):
-            from .api import BadRequest, query_values
+            from jupyterhub_gpu.service.web.api import BadRequest, query_values
 
             try:
                 values = query_values(self.request.query_arguments, ("user", "all"))

@@ -22,10 +22,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from tornado import web
 
-from ..clock import utcnow
-from .api import SCOPE_METRICS_READ, BaseHandler, current_statuses
-from .ledger import Ledger
-from .metering import MICROS
+from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.service.domain.metering import MICROS
+from jupyterhub_gpu.service.web.api import SCOPE_METRICS_READ, BaseHandler, current_statuses
 
 NAMESPACE = "jupyterhub_gpu"
 

@@ -63,7 +63,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .metering import billed_minutes
+from jupyterhub_gpu.service.domain.metering import billed_minutes
 
 #: The stop reasons of cull rules, in report order.
 CULL_REASONS = ("gpu_idle", "inactive", "max_age")

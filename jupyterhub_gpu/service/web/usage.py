@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from tornado import web
 
-from .ledger import Ledger, SessionRecord, UsageMinute, _aware, _naive
+from jupyterhub_gpu.ledger.store import Ledger, SessionRecord, UsageMinute, _aware, _naive
 
 #: How far a server's clock may run ahead of the service's (its sample times are refused beyond this).
 MAX_CLOCK_SKEW = timedelta(seconds=60)
@@ -287,7 +287,7 @@ def is_server_token(caller: dict | None, user: str, server_name: str) -> bool:
 
 
 def samples_handler():
-    from .api import BaseHandler
+    from jupyterhub_gpu.service.web.api import BaseHandler
 
     class Samples(BaseHandler):
         """``POST samples``: a running server reports its GPU usage (its own session only)."""

@@ -13,7 +13,7 @@ import re
 from datetime import datetime
 from decimal import Decimal
 
-from ..clock import isoformat
+from jupyterhub_gpu.clock import isoformat
 
 LABEL_PREFIX = "jupyterhub-gpu"
 HARDENED_CAP_DROP = ["ALL"]

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from .inventory import GPUDevice, model_matches
+from jupyterhub_gpu.gpus.inventory import GPUDevice, model_matches
 
 log = logging.getLogger("jupyterhub_gpu.allocator")
 

@@ -27,9 +27,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from .allocator import AllocationError, FairQueue, Waiter, _seconds
-from .inventory import GPUDevice, model_matches
-from .kube_objects import MEMORY_LABEL, PRODUCT_LABEL, SESSION_LABEL, gpu_resource_for
+from jupyterhub_gpu.gpus.inventory import GPUDevice, model_matches
+from jupyterhub_gpu.spawners.assign.host import AllocationError, FairQueue, Waiter, _seconds
+from jupyterhub_gpu.spawners.kube.objects import MEMORY_LABEL, PRODUCT_LABEL, SESSION_LABEL, gpu_resource_for
 
 log = logging.getLogger("jupyterhub_gpu.kube_inventory")
 

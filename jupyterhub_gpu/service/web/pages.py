@@ -35,9 +35,19 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.log import app_log
 
-from .access import AccessError, Override, delete_override, load_overrides, parse_override, save_override
-from .advice import summary as advice_summary
-from .api import (
+from jupyterhub_gpu.service.domain.advice import summary as advice_summary
+from jupyterhub_gpu.service.domain.metering import applies_to, from_micros, minutes_in_window, to_micros
+from jupyterhub_gpu.service.domain.overrides import (
+    AccessError,
+    Override,
+    delete_override,
+    load_overrides,
+    parse_override,
+    save_override,
+)
+from jupyterhub_gpu.service.domain.savings import CULL_REASONS, DEFAULT_HORIZON, IDLE_UTIL_PERCENT, culling_report
+from jupyterhub_gpu.service.i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, negotiate, translator
+from jupyterhub_gpu.service.web.api import (
     SCOPE_BUDGETS_WRITE,
     SCOPE_USAGE_READ,
     BadRequest,
@@ -53,9 +63,6 @@ from .api import (
     usage_totals,
     validate_subject,
 )
-from .i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, negotiate, translator
-from .metering import applies_to, from_micros, minutes_in_window, to_micros
-from .savings import CULL_REASONS, DEFAULT_HORIZON, IDLE_UTIL_PERCENT, culling_report
 
 TEMPLATES = Path(__file__).with_name("templates")
 STATIC = Path(__file__).with_name("static")
@@ -156,7 +163,7 @@ def totals_by(sessions: list[dict], key) -> list[dict]:
 
 def table_csv(columns: list[str], rows: list[dict]) -> str:
     """A table as CSV: a header row, then one row per dict (text a spreadsheet would run is quoted away)."""
-    from .usage import FormulaSafeWriter
+    from jupyterhub_gpu.service.web.usage import FormulaSafeWriter
 
     out = io.StringIO()
     writer = FormulaSafeWriter(out)  # every text cell, whichever column: a budget's subject is a name too
@@ -479,7 +486,7 @@ class UserPage(PageHandler):
 
     async def groups_of(self, name: str, sessions: list[dict]) -> tuple[str, ...]:
         """A user's groups now (from the hub), with those of their sessions in the window."""
-        from .hubapi import HubAPIError
+        from jupyterhub_gpu.service.hubapi import HubAPIError
 
         groups = set()
         for s in sessions:
@@ -598,7 +605,7 @@ class AdminView(PageHandler):
 
     def profiles(self) -> list[dict]:
         """The published profiles with the admins' edits (``GET pricing``'s view) and the edit's fields."""
-        from .access import apply_to_pricing
+        from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
 
         overrides = load_overrides(self.ledger)
         published = self.ledger.pricing()

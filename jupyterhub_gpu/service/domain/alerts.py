@@ -37,9 +37,9 @@ from urllib.parse import urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from ..clock import isoformat, utcnow
-from ..money import Currency, parse_amount
-from .metering import UNITS, BudgetStatus
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.money import Currency, parse_amount
+from jupyterhub_gpu.service.domain.metering import UNITS, BudgetStatus
 
 log = logging.getLogger("jupyterhub_gpu.alerts")
 

@@ -26,8 +26,8 @@ from decimal import Decimal
 from sqlalchemy import DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from ..money import MoneyError, parse_amount, profile_rate
-from .ledger import Base, Ledger, _naive
+from jupyterhub_gpu.ledger.store import Base, Ledger, _naive
+from jupyterhub_gpu.money import MoneyError, parse_amount, profile_rate
 
 log = logging.getLogger("jupyterhub_gpu.access")
 

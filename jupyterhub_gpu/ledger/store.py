@@ -38,7 +38,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from .metering import (
+from jupyterhub_gpu.service.domain.metering import (
     BudgetRule,
     BudgetStatus,
     UsageRow,
@@ -754,8 +754,8 @@ class Ledger:
         hub's inventory); other keys are ignored, so the fields of a spawner
         ``Profile`` can be passed as they are.
         """
-        from ..money import parse_amount
-        from .metering import to_micros
+        from jupyterhub_gpu.money import parse_amount
+        from jupyterhub_gpu.service.domain.metering import to_micros
 
         def part(profile: dict, name: str) -> str | None:
             value = profile.get(name)
@@ -790,7 +790,7 @@ class Ledger:
 
     def pricing(self) -> list[dict]:
         """The published profiles in their configured order, rates as decimal strings."""
-        from .metering import from_micros
+        from jupyterhub_gpu.service.domain.metering import from_micros
 
         with self.Session() as db:
             records = list(db.scalars(select(PriceRecord).order_by(PriceRecord.position, PriceRecord.slug)))

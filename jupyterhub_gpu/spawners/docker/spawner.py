@@ -26,8 +26,7 @@ from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import random_port
 from traitlets import Bool, Int, Unicode, default, validate
 
-from .mixin import GPUSpawnerMixin, check_config, config_probe
-from .objects import (
+from jupyterhub_gpu.spawners.docker.objects import (
     LABEL_PREFIX,
     make_container_spec,
     make_labels,
@@ -39,6 +38,7 @@ from .objects import (
     parse_subnet,
     screen_extras,
 )
+from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin, check_config, config_probe
 
 HOST_NETWORK_WARNING = (
     "INSECURE: %s runs on the host network: every server shares the host's loopback, so any user can"

@@ -37,9 +37,9 @@ from decimal import Decimal
 from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text, and_, or_, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from ..money import Currency
-from .ledger import Base, Ledger, SessionRecord, _aware, _naive, sessions_started
-from .metering import billed_minutes, from_micros
+from jupyterhub_gpu.ledger.store import Base, Ledger, SessionRecord, _aware, _naive, sessions_started
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.service.domain.metering import billed_minutes, from_micros
 
 log = logging.getLogger("jupyterhub_gpu.advice")
 
@@ -228,7 +228,7 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
     a GPU too small for their work (invariant 7). A profile whose memory stays
     unknown is never advised.
     """
-    from .metering import to_micros
+    from jupyterhub_gpu.service.domain.metering import to_micros
 
     options = []
     for p in pricing:
@@ -604,7 +604,7 @@ def judge(
     ledger: Ledger, record: SessionRecord, now: datetime, settings: AdviceSettings, currency: Currency, options
 ) -> Advice:
     """Read a session's minutes, advise, and store the advice."""
-    from .usage import session_minutes
+    from jupyterhub_gpu.service.web.usage import session_minutes
 
     facts = facts_of(record, now, options)
     advice = advise(facts, summarize(session_minutes(ledger, record.id)), options, settings, currency)
@@ -656,7 +656,7 @@ def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
     result = {"final": 0, "live": 0, "advised": 0}
     if not closed and not live:
         return result
-    from .access import apply_to_pricing, load_overrides
+    from jupyterhub_gpu.service.domain.overrides import apply_to_pricing, load_overrides
 
     # the rates and groups the spawner charges and allows: the admins' edits applied, as for GET pricing
     options = catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings)
@@ -875,7 +875,7 @@ async def send_digests(
     (once per group and week, across restarts) and released when sending fails.
     Groups with nothing advised get no mail.
     """
-    from .alerts import send_email
+    from jupyterhub_gpu.service.domain.alerts import send_email
 
     if not settings.email_enabled:
         return []

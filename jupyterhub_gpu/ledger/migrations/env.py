@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from jupyterhub_gpu.service.tables import metadata
+from jupyterhub_gpu.ledger.models import metadata
 
 connection = context.config.attributes.get("connection")
 context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)

@@ -28,11 +28,10 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated,
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..clock import isoformat, utcnow
-from ..money import MoneyError, parse_amount
-from .hubapi import HubAPIError
-from .ledger import Ledger, _aware
-from .metering import (
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.ledger.store import Ledger, _aware
+from jupyterhub_gpu.money import MoneyError, parse_amount
+from jupyterhub_gpu.service.domain.metering import (
     PERIODS,
     UNITS,
     BudgetRule,
@@ -43,7 +42,7 @@ from .metering import (
     minutes_in_window,
     to_micros,
 )
-from .savings import (
+from jupyterhub_gpu.service.domain.savings import (
     CULL_REASONS,
     DEFAULT_HORIZON,
     IDLE_UTIL_PERCENT,
@@ -53,6 +52,7 @@ from .savings import (
     Tally,
     culling_report,
 )
+from jupyterhub_gpu.service.hubapi import HubAPIError
 
 SCOPE_USAGE_READ = "custom:gpu-usage:read"  # read everyone's usage
 SCOPE_BUDGETS_WRITE = "custom:gpu-budgets:write"  # set and delete budgets
@@ -169,7 +169,7 @@ def session_json(record, now: datetime, currency, advice: dict | None = None, wi
 
 def sessions_json(ledger: Ledger, records, now: datetime, currency, window: tuple = (None, None)) -> list[dict]:
     """Sessions as the API shows them, each with its right-sizing advice (one query for all of them)."""
-    from .advice import advice_json, advice_of
+    from jupyterhub_gpu.service.domain.advice import advice_json, advice_of
 
     advice = advice_of(ledger, [r.id for r in records])
     return [session_json(r, now, currency, advice_json(advice.get(r.id), currency), window) for r in records]
@@ -224,14 +224,14 @@ def usage_totals(sessions: list[dict], default_currency: str) -> dict:
 
 
 def _csv_writer(out):
-    from .usage import FormulaSafeWriter
+    from jupyterhub_gpu.service.web.usage import FormulaSafeWriter
 
     return FormulaSafeWriter(out)
 
 
 def _csv_safe(value) -> str:
     """A text cell a spreadsheet will not run as a formula (user and server names are user input)."""
-    from .usage import csv_cell
+    from jupyterhub_gpu.service.web.usage import csv_cell
 
     return str(csv_cell(value))
 
@@ -966,7 +966,7 @@ class PricingHandler(BaseHandler):
 
     @web.authenticated
     def get(self):
-        from .access import apply_to_pricing, load_overrides
+        from jupyterhub_gpu.service.domain.overrides import apply_to_pricing, load_overrides
 
         profiles = apply_to_pricing(self.ledger.pricing(), load_overrides(self.ledger))  # admins' edits
         if not self.has_scope(SCOPE_USAGE_READ):
@@ -1001,7 +1001,7 @@ def load_culling_inputs(
     """
     from sqlalchemy import and_, case, func, or_, select
 
-    from .ledger import SessionRecord, UsageMinute, _naive
+    from jupyterhub_gpu.ledger.store import SessionRecord, UsageMinute, _naive
 
     s = SessionRecord
     query = select(
@@ -1097,7 +1097,7 @@ class AdviceHandler(BaseHandler):
 
     @web.authenticated
     def get(self):
-        from .advice import summary
+        from jupyterhub_gpu.service.domain.advice import summary
 
         if not self.instructor_groups:
             self.require_scope(SCOPE_USAGE_READ)
@@ -1148,10 +1148,10 @@ class NotFoundHandler(BaseHandler):
 
 
 def make_handlers(prefix: str, service) -> list:
-    from .jobs import make_job_handlers
-    from .metrics import MetricsHandler, make_registry
-    from .pages import page_handlers
-    from .usage import samples_handler
+    from jupyterhub_gpu.service.domain.jobs import make_job_handlers
+    from jupyterhub_gpu.service.web.metrics import MetricsHandler, make_registry
+    from jupyterhub_gpu.service.web.pages import page_handlers
+    from jupyterhub_gpu.service.web.usage import samples_handler
 
     api = url_path_join(prefix, "api/v1")
     return [

@@ -25,10 +25,10 @@ from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
-from ..clock import isoformat, utcnow
-from ..money import Currency
-from .kube_inventory import ClusterAllocator, ClusterInventory, fetch_with_kubernetes_asyncio
-from .kube_objects import (
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.spawners.assign.cluster import ClusterAllocator, ClusterInventory, fetch_with_kubernetes_asyncio
+from jupyterhub_gpu.spawners.kube.objects import (
     SchemaError,
     enforce_pod_policy,
     gpu_resource_for,
@@ -40,8 +40,8 @@ from .kube_objects import (
     make_storage,
     validate_object,
 )
-from .mixin import GPUSpawnerMixin, probe_and_check
-from .profiles import Profile, ProfileError, parse_profiles
+from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin, probe_and_check
+from jupyterhub_gpu.spawners.profiles import Profile, ProfileError, parse_profiles
 
 # One allocator per inventory configuration per hub process, shared by every spawner.
 _ALLOCATORS: dict[tuple, ClusterAllocator] = {}
