@@ -1,5 +1,5 @@
 /**
- * Pure text formatting: money, durations, percentages, memory and staleness.
+ * Pure text formatting: money, durations, clock times, percentages, memory and staleness.
  *
  * Money arrives as decimal strings ("0.6", "0.0333") and is formatted by rewriting the
  * string, never through floating-point numbers, so what the student sees is exactly what
@@ -100,6 +100,17 @@ export function formatGB(mib: number | null | undefined): string {
     return '–';
   }
   return (mib / 1024).toFixed(1);
+}
+
+/** A clock time (ms since the epoch) for an axis label, e.g. "19:48"; unknown gives "". */
+export function formatClock(t: number | undefined, tr: ILocalizer): string {
+  if (t === undefined || !Number.isFinite(t)) {
+    return '';
+  }
+  return new Date(t).toLocaleTimeString(tr.language, {
+    hour: '2-digit',
+    minute: '2-digit'
+  });
 }
 
 /** Parse an ISO 8601 timestamp to ms since the epoch; NaN when it is not one. */

@@ -1,5 +1,14 @@
 /**
- * Plugin wiring: the stats model, status bar item, side panel, notices, commands and settings.
+ * Plugin wiring only: each plugin makes its views, commands and items from the modules, and
+ * they share one stats model through the `IGpuStats` token (`tokens.ts`).
+ *
+ * - `jupyterhub-gpu:stats` provides `IGpuStats`: the stats poll, settings and language.
+ * - `jupyterhub-gpu:plugin` loads the settings (`schema/plugin.json`; overrides.json keys
+ *   name this id, so it stays) into `IGpuStats`.
+ * - `jupyterhub-gpu:statusbar`, `:panel`, `:notices`, `:jobs` and `:stop-when-done` add
+ *   the status bar item, the side panel with its commands (show it, stop the server, open
+ *   TensorBoard), the notices, notebook jobs, and the "stop when done" flag (which
+ *   provides `IStopWhenDoneModel` for the panel's toggle).
  */
 import {
   ILayoutRestorer,
@@ -11,82 +20,138 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStateDB } from '@jupyterlab/statedb';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
-import { Signal } from '@lumino/signaling';
 
-import { type ILocalizer, makeLocalizer } from './i18n';
+import { openTensorBoard, stopServer } from './actions';
+import { AdviceView } from './advice';
+import { addToPalette, CommandIDs } from './commands';
+import { GpuStats } from './gpustats';
 import { gpuIcon } from './icons';
 import { JobsWidget, notebookPathFromItem, runJobDialog } from './jobs';
-import { StatsModel } from './model';
 import { NoticeCenter } from './notices';
-import { GpuPanel, openTensorBoard, stopServer } from './panel';
-import { DEFAULT_SETTINGS, type ISettings, readSettings } from './settings';
+import { GpuPanel } from './panel';
+import { readSettings } from './settings';
 import { GpuStatusItem } from './statusbar';
 import { StopWhenDoneModel, StopWhenDoneToggle } from './stopwhendone';
+import { IGpuStats, IStopWhenDoneModel } from './tokens';
 
-/** The extension's command ids. */
-export namespace CommandIDs {
-  export const showPanel = 'jupyterhub-gpu:show-panel';
-  export const stopServer = 'jupyterhub-gpu:stop-server';
-  export const openTensorBoard = 'jupyterhub-gpu:open-tensorboard';
-  export const stopWhenDone = 'jupyterhub-gpu:stop-when-done';
-  export const runJob = 'jupyterhub-gpu:run-job';
-  export const showJobs = 'jupyterhub-gpu:show-jobs';
-}
-
-const PLUGIN_ID = 'jupyterhub-gpu:plugin';
-
-const plugin: JupyterFrontEndPlugin<void> = {
-  id: PLUGIN_ID,
+const statsPlugin: JupyterFrontEndPlugin<IGpuStats> = {
+  id: 'jupyterhub-gpu:stats',
   description:
-    'Live GPU usage and session cost: a status bar item, a side panel and notices from the gpu service.',
+    'The live GPU stats of this server (one poll), with the settings and language every view uses.',
   autoStart: true,
   requires: [ITranslator],
-  optional: [
-    IStatusBar,
-    ISettingRegistry,
-    ICommandPalette,
-    IStateDB,
-    ILayoutRestorer
-  ],
+  provides: IGpuStats,
+  activate: (app: JupyterFrontEnd, translator: ITranslator): IGpuStats => {
+    const stats = new GpuStats({ translator });
+    // command labels follow the language
+    stats.settingsChanged.connect(() => app.commands.notifyCommandChanged());
+    return stats;
+  }
+};
+
+const settingsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterhub-gpu:plugin',
+  description:
+    'The settings of the GPU usage and cost views (poll interval, status bar parts, language).',
+  autoStart: true,
+  requires: [IGpuStats],
+  optional: [ISettingRegistry],
+  activate: (
+    _app: JupyterFrontEnd,
+    stats: IGpuStats,
+    settingRegistry: ISettingRegistry | null
+  ): void => {
+    if (!settingRegistry) {
+      return;
+    }
+    settingRegistry
+      .load(settingsPlugin.id)
+      .then(loaded => {
+        stats.configure(readSettings(loaded.composite));
+        loaded.changed.connect(() =>
+          stats.configure(readSettings(loaded.composite))
+        );
+      })
+      .catch(reason => {
+        console.error('jupyterhub-gpu: could not load the settings', reason);
+      });
+  }
+};
+
+const statusBarPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterhub-gpu:statusbar',
+  description:
+    'The status bar item: GPU, utilization, memory, cost and budget; a click opens the panel.',
+  autoStart: true,
+  requires: [IGpuStats],
+  optional: [IStatusBar],
   activate: (
     app: JupyterFrontEnd,
-    translator: ITranslator,
-    statusBar: IStatusBar | null,
-    settingRegistry: ISettingRegistry | null,
-    palette: ICommandPalette | null,
-    state: IStateDB | null,
-    restorer: ILayoutRestorer | null
+    stats: IGpuStats,
+    statusBar: IStatusBar | null
   ): void => {
-    let settings: ISettings = { ...DEFAULT_SETTINGS };
-    let tr: ILocalizer = makeLocalizer(translator, settings.language);
-    const localizer = (): ILocalizer => tr;
-    const settingsChanged = new Signal<unknown, void>(plugin);
+    if (!statusBar) {
+      return;
+    }
+    const item = new GpuStatusItem({
+      model: stats.model,
+      settings: () => stats.settings,
+      localizer: stats.localizer,
+      onClick: () => void app.commands.execute(CommandIDs.showPanel)
+    });
+    stats.settingsChanged.connect(() => item.render());
+    statusBar.registerStatusItem('jupyterhub-gpu:status', {
+      item,
+      align: 'left',
+      rank: 100,
+      isActive: () => stats.settings.showStatusBar,
+      activeStateChanged: stats.settingsChanged
+    });
+  }
+};
 
-    const model = new StatsModel({ interval: settings.pollInterval });
-
+const panelPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterhub-gpu:panel',
+  description:
+    'The side panel (charts of GPU utilization and memory, cost, budget, advice) and its actions: stop the server, open TensorBoard.',
+  autoStart: true,
+  requires: [IGpuStats],
+  optional: [ILayoutRestorer, ICommandPalette, IStopWhenDoneModel],
+  activate: (
+    app: JupyterFrontEnd,
+    stats: IGpuStats,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    stopWhenDone: StopWhenDoneModel | null
+  ): void => {
+    const tr = stats.localizer;
     const panel = new GpuPanel({
-      model,
-      localizer,
+      model: stats.model,
+      localizer: tr,
       onStop: () => void app.commands.execute(CommandIDs.stopServer),
       onOpenTensorBoard: () =>
-        void app.commands.execute(CommandIDs.openTensorBoard)
+        void app.commands.execute(CommandIDs.openTensorBoard),
+      sections: [new AdviceView()]
     });
     panel.title.icon = gpuIcon;
     app.shell.add(panel, 'right', { rank: 900 });
     restorer?.add(panel, panel.id);
+    stats.settingsChanged.connect(() => panel.render());
 
     app.commands.addCommand(CommandIDs.showPanel, {
-      label: () => tr.__('GPU: Show usage panel'),
-      caption: () => tr.__('Show GPU usage and cost'),
+      label: () => tr().__('GPU: Show usage panel'),
+      caption: () => tr().__('Show GPU usage and cost'),
       icon: gpuIcon,
       execute: () => app.shell.activateById(panel.id)
     });
+    // the panel's actions, also in the palette
+    const { model } = stats;
     app.commands.addCommand(CommandIDs.stopServer, {
-      label: () => tr.__('GPU: Stop my server (stop billing)'),
-      execute: () => stopServer(tr)
+      label: () => tr().__('GPU: Stop my server (stop billing)'),
+      execute: () => stopServer(tr())
     });
     app.commands.addCommand(CommandIDs.openTensorBoard, {
-      label: () => tr.__('GPU: Open TensorBoard'),
+      label: () => tr().__('GPU: Open TensorBoard'),
       isEnabled: () => !!model.stats?.tensorboard_url,
       execute: () => {
         const url = model.stats?.tensorboard_url;
@@ -95,8 +160,62 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
       }
     });
+    model.changed.connect(() =>
+      app.commands.notifyCommandChanged(CommandIDs.openTensorBoard)
+    );
+    addToPalette(palette, [
+      CommandIDs.showPanel,
+      CommandIDs.stopServer,
+      CommandIDs.openTensorBoard
+    ]);
 
-    // "stop when done" and notebook jobs (docs/jobs.md)
+    if (stopWhenDone) {
+      panel.addAction(
+        new StopWhenDoneToggle({ model: stopWhenDone, localizer: tr }).node
+      );
+    }
+  }
+};
+
+const noticesPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterhub-gpu:notices',
+  description:
+    'Notices from the gpu service (budget, idle stop, advice) as JupyterLab notifications.',
+  autoStart: true,
+  requires: [IGpuStats],
+  optional: [IStateDB],
+  activate: (
+    app: JupyterFrontEnd,
+    stats: IGpuStats,
+    state: IStateDB | null
+  ): void => {
+    const notices = new NoticeCenter({
+      localizer: stats.localizer,
+      state,
+      showPanel: () => void app.commands.execute(CommandIDs.showPanel)
+    });
+    stats.model.changed.connect(
+      () => void notices.update(stats.model.stats?.notices)
+    );
+  }
+};
+
+// "stop when done" and notebook jobs: docs/jobs.md
+const stopWhenDonePlugin: JupyterFrontEndPlugin<StopWhenDoneModel> = {
+  id: 'jupyterhub-gpu:stop-when-done',
+  description:
+    'Stop this server when the running cells finish: the flag, its command and status bar item.',
+  autoStart: true,
+  requires: [IGpuStats],
+  optional: [IStatusBar, ICommandPalette],
+  provides: IStopWhenDoneModel,
+  activate: (
+    app: JupyterFrontEnd,
+    stats: IGpuStats,
+    statusBar: IStatusBar | null,
+    palette: ICommandPalette | null
+  ): StopWhenDoneModel => {
+    const tr = stats.localizer;
     const stopWhenDone = new StopWhenDoneModel({
       save: () => app.commands.execute('docmanager:save-all')
     });
@@ -104,20 +223,45 @@ const plugin: JupyterFrontEndPlugin<void> = {
       app.commands.notifyCommandChanged(CommandIDs.stopWhenDone)
     );
     app.commands.addCommand(CommandIDs.stopWhenDone, {
-      label: () => tr.__('GPU: Stop this server when the running cells finish'),
+      label: () =>
+        tr().__('GPU: Stop this server when the running cells finish'),
       isToggled: () => stopWhenDone.enabled,
       execute: () => stopWhenDone.toggle()
     });
-    panel.addAction(
-      new StopWhenDoneToggle({ model: stopWhenDone, localizer }).node
-    );
+    addToPalette(palette, [CommandIDs.stopWhenDone]);
+    statusBar?.registerStatusItem('jupyterhub-gpu:stop-when-done', {
+      item: new StopWhenDoneToggle({
+        model: stopWhenDone,
+        localizer: tr,
+        compact: true
+      }),
+      align: 'left',
+      rank: 101
+    });
     void stopWhenDone.refresh().catch(() => undefined);
+    return stopWhenDone;
+  }
+};
+
+const jobsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterhub-gpu:jobs',
+  description:
+    'Notebook jobs: "Run notebook as a GPU job" and the job list (state, duration, cost, output).',
+  autoStart: true,
+  requires: [IGpuStats],
+  optional: [ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    stats: IGpuStats,
+    palette: ICommandPalette | null
+  ): void => {
+    const tr = stats.localizer;
     let jobsWidget: JobsWidget | null = null;
     app.commands.addCommand(CommandIDs.showJobs, {
-      label: () => tr.__('GPU: Show notebook jobs'),
+      label: () => tr().__('GPU: Show notebook jobs'),
       execute: () => {
         if (!jobsWidget || jobsWidget.isDisposed) {
-          jobsWidget = new JobsWidget({ localizer });
+          jobsWidget = new JobsWidget({ localizer: tr });
           jobsWidget.title.icon = gpuIcon;
         }
         if (!jobsWidget.isAttached) {
@@ -127,7 +271,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
     app.commands.addCommand(CommandIDs.runJob, {
-      label: () => tr.__('Run notebook as a GPU job'),
+      label: () => tr().__('Run notebook as a GPU job'),
       execute: async args => {
         let path = typeof args.path === 'string' ? args.path : null;
         if (!path) {
@@ -144,7 +288,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
               ? candidate
               : '';
         }
-        const job = await runJobDialog(path, tr);
+        const job = await runJobDialog(path, tr());
         if (job) {
           void app.commands.execute(CommandIDs.showJobs);
         }
@@ -160,71 +304,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
       selector: '.jp-Notebook',
       rank: 90
     });
-
-    if (palette) {
-      const category = 'GPU';
-      for (const command of Object.values(CommandIDs)) {
-        palette.addItem({ command, category });
-      }
-    }
-
-    let statusItem: GpuStatusItem | null = null;
-    if (statusBar) {
-      statusItem = new GpuStatusItem({
-        model,
-        settings: () => settings,
-        localizer,
-        onClick: () => void app.commands.execute(CommandIDs.showPanel)
-      });
-      statusBar.registerStatusItem('jupyterhub-gpu:status', {
-        item: statusItem,
-        align: 'left',
-        rank: 100,
-        isActive: () => settings.showStatusBar,
-        activeStateChanged: settingsChanged
-      });
-      statusBar.registerStatusItem('jupyterhub-gpu:stop-when-done', {
-        item: new StopWhenDoneToggle({
-          model: stopWhenDone,
-          localizer,
-          compact: true
-        }),
-        align: 'left',
-        rank: 101
-      });
-    }
-
-    const notices = new NoticeCenter({
-      localizer,
-      state,
-      showPanel: () => void app.commands.execute(CommandIDs.showPanel)
-    });
-    model.changed.connect(() => {
-      void notices.update(model.stats?.notices);
-      app.commands.notifyCommandChanged(CommandIDs.openTensorBoard);
-    });
-
-    const apply = (composite: { readonly [key: string]: unknown }): void => {
-      settings = readSettings(composite);
-      tr = makeLocalizer(translator, settings.language);
-      model.interval = settings.pollInterval;
-      statusItem?.render();
-      panel.render();
-      app.commands.notifyCommandChanged();
-      settingsChanged.emit();
-    };
-    if (settingRegistry) {
-      settingRegistry
-        .load(PLUGIN_ID)
-        .then(loaded => {
-          apply(loaded.composite);
-          loaded.changed.connect(() => apply(loaded.composite));
-        })
-        .catch(reason => {
-          console.error('jupyterhub-gpu: could not load the settings', reason);
-        });
-    }
+    addToPalette(palette, [CommandIDs.runJob, CommandIDs.showJobs]);
   }
 };
 
-export default plugin;
+const plugins: JupyterFrontEndPlugin<any>[] = [
+  statsPlugin,
+  settingsPlugin,
+  statusBarPlugin,
+  panelPlugin,
+  noticesPlugin,
+  stopWhenDonePlugin,
+  jobsPlugin
+];
+
+export default plugins;

@@ -4,13 +4,24 @@
  * server" actions.
  *
  * Plain DOM and SVG (no chart library): the skeleton is built once and only its text and
- * paths change on each poll, so buttons keep focus and nothing flickers.
+ * paths change on each poll, so buttons keep focus and nothing flickers. The charts are
+ * `chart.ts`, the actions `actions.ts`; other boxes (the right-sizing advice) are given by
+ * the plugin wiring as `sections`, so this view imports no other view.
  */
-import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
-import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
+import { usagePageUrl } from './actions';
+import { Chart, chartPaths } from './chart';
+import { el } from './dom';
 import {
+  budgetText,
+  deviceLabel,
+  historyWithNow,
+  meanUtilization,
+  totalMemory
+} from './figures';
+import {
+  formatClock,
   formatGB,
   formatMinutes,
   formatMoney,
@@ -18,158 +29,16 @@ import {
   formatSeconds,
   parseTime
 } from './format';
-import { AdviceView } from './advice';
-import { requestAPI } from './handler';
 import { type ILocalizer, serverText } from './i18n';
 import type { StatsModel } from './model';
-import {
-  budgetText,
-  deviceLabel,
-  meanUtilization,
-  totalMemory
-} from './statusbar';
-import type { IHistoryPoint, IStats } from './types';
-
-const SVG_NS = 'http://www.w3.org/2000/svg';
-
-/** Width and height of the chart's coordinate system (the SVG scales to the panel). */
-export const CHART_WIDTH = 300;
-export const CHART_HEIGHT = 80;
-
-/** One point of a chart: time (ms) and value (null for a gap). */
-export interface IChartPoint {
-  t: number;
-  v: number | null;
-}
-
-/**
- * The SVG path data of a time series: `line` for the stroke and `area` for the fill.
- *
- * Time runs left to right from the first to the last point; values run from 0 at the
- * bottom to `max` at the top (clamped). A null value breaks the line.
- */
-export function chartPaths(
-  points: IChartPoint[],
-  max: number,
-  width = CHART_WIDTH,
-  height = CHART_HEIGHT
-): { line: string; area: string } {
-  const valid = points.filter(p => Number.isFinite(p.t));
-  if (valid.length === 0 || !(max > 0)) {
-    return { line: '', area: '' };
-  }
-  const t0 = valid[0].t;
-  const span = valid[valid.length - 1].t - t0;
-  const x = (t: number): number =>
-    span > 0 ? ((t - t0) / span) * width : width;
-  const y = (v: number): number =>
-    height - (Math.min(Math.max(v, 0), max) / max) * height;
-  const round = (n: number): string => (Math.round(n * 10) / 10).toString();
-
-  const line: string[] = [];
-  const area: string[] = [];
-  let run: Array<[number, number]> = [];
-  const flush = (): void => {
-    if (run.length === 0) {
-      return;
-    }
-    if (run.length === 1) {
-      // a lone point still shows: a short flat segment
-      run.push([Math.min(run[0][0] + 1, width), run[0][1]]);
-    }
-    line.push(
-      run
-        .map(([px, py], i) => `${i ? 'L' : 'M'}${round(px)} ${round(py)}`)
-        .join(' ')
-    );
-    area.push(
-      `M${round(run[0][0])} ${height} ` +
-        run.map(([px, py]) => `L${round(px)} ${round(py)}`).join(' ') +
-        ` L${round(run[run.length - 1][0])} ${height} Z`
-    );
-    run = [];
-  };
-  for (const p of valid) {
-    if (p.v === null || !Number.isFinite(p.v)) {
-      flush();
-    } else {
-      run.push([x(p.t), y(p.v)]);
-    }
-  }
-  flush();
-  return { line: line.join(' '), area: area.join(' ') };
-}
-
-/** Open the TensorBoard of this server in a new browser tab. */
-export function openTensorBoard(url: string): void {
-  const target = /^(https?:)?\//.test(url)
-    ? url
-    : URLExt.join(PageConfig.getBaseUrl(), url);
-  window.open(target, '_blank', 'noopener');
-}
-
-/**
- * Ask for confirmation, then stop this server through the hub (which stops billing).
- *
- * @returns whether the server is being stopped
- */
-export async function stopServer(tr: ILocalizer): Promise<boolean> {
-  const result = await showDialog({
-    title: tr.__('Stop your server?'),
-    body: tr.__(
-      'This stops your JupyterLab server and all its kernels, and billing stops. Unsaved changes in open notebooks are lost: save them first. Your files stay.'
-    ),
-    buttons: [
-      Dialog.cancelButton({ label: tr.__('Cancel') }),
-      Dialog.warnButton({ label: tr.__('Stop my server') })
-    ]
-  });
-  if (!result.button.accept) {
-    return false;
-  }
-  try {
-    await requestAPI<unknown>('stop', { method: 'POST' });
-  } catch (error) {
-    Notification.error(
-      tr.__(
-        'Could not stop your server: %1',
-        (error as Error).message ?? String(error)
-      ),
-      { autoClose: false }
-    );
-    return false;
-  }
-  Notification.success(tr.__('Your server is stopping. Billing stops now.'), {
-    autoClose: 5000
-  });
-  const hubPrefix = PageConfig.getOption('hubPrefix');
-  if (hubPrefix) {
-    // The server is going away: take the student back to the hub's home page.
-    const home =
-      PageConfig.getOption('hubHost') + URLExt.join(hubPrefix, 'home');
-    window.setTimeout(() => window.location.assign(home), 3000);
-  }
-  return true;
-}
-
-/**
- * The gpu service's usage pages (sessions, spend, budgets) at the hub's
- * `/services/gpu/`, or null outside JupyterHub.
- */
-export function usagePageUrl(): string | null {
-  const hubPrefix = PageConfig.getOption('hubPrefix');
-  if (!hubPrefix) {
-    return null;
-  }
-  const base = hubPrefix.replace(/hub\/?$/, '');
-  return PageConfig.getOption('hubHost') + URLExt.join(base, 'services/gpu/');
-}
+import type { IStats } from './types';
 
 /** The side panel widget. */
 export class GpuPanel extends Widget {
   constructor(options: GpuPanel.IOptions) {
     super();
     this._options = options;
+    this._sections = options.sections ?? [];
     this.id = 'jupyterhub-gpu-panel';
     this.addClass('jp-gpu-Panel');
     this._build();
@@ -196,7 +65,9 @@ export class GpuPanel extends Widget {
     this._gpuSection.hidden = !stats || stats.gpus.length === 0;
     if (stats) {
       this._renderSummary(stats, tr);
-      this._advice.update(stats, tr);
+      for (const section of this._sections) {
+        section.update(stats, tr);
+      }
       if (stats.gpus.length > 0) {
         this._renderCharts(stats, tr);
         this._renderGpus(stats, tr);
@@ -249,15 +120,14 @@ export class GpuPanel extends Widget {
 
     this._banner = el('div', 'jp-gpu-Banner');
     this._summary = el('dl', 'jp-gpu-Summary');
-    this._advice = new AdviceView();
     this._reason = el('div', 'jp-gpu-Reason');
     this._reasonTitle = el('strong');
     this._reasonText = el('p');
     this._reason.append(this._reasonTitle, this._reasonText);
 
     this._charts = el('div', 'jp-gpu-Charts');
-    this._utilChart = new Private.Chart('jp-gpu-Chart-util');
-    this._memChart = new Private.Chart('jp-gpu-Chart-mem');
+    this._utilChart = new Chart('jp-gpu-Chart-util');
+    this._memChart = new Chart('jp-gpu-Chart-mem');
     this._charts.append(this._utilChart.node, this._memChart.node);
 
     this._gpuSection = el('div', 'jp-gpu-Gpus');
@@ -290,7 +160,7 @@ export class GpuPanel extends Widget {
       header,
       this._banner,
       this._summary,
-      this._advice.node,
+      ...this._sections.map(section => section.node),
       this._reason,
       this._charts,
       this._gpuSection,
@@ -410,7 +280,7 @@ export class GpuPanel extends Widget {
   }
 
   private _renderCharts(stats: IStats, tr: ILocalizer): void {
-    const history = Private.historyWithNow(stats);
+    const history = historyWithNow(stats);
     const util = history.map(p => ({
       t: parseTime(p.t),
       v: p.utilization_percent
@@ -425,7 +295,7 @@ export class GpuPanel extends Widget {
       ),
       paths: chartPaths(util, 100),
       top: '100%',
-      start: Private.clock(util[0]?.t, tr),
+      start: formatClock(util[0]?.t, tr),
       end: tr.__('now')
     });
 
@@ -445,7 +315,7 @@ export class GpuPanel extends Widget {
       ),
       paths: chartPaths(mem, totalMiB),
       top: tr.__('%1 GB', formatGB(totalMiB)),
-      start: Private.clock(mem[0]?.t, tr),
+      start: formatClock(mem[0]?.t, tr),
       end: tr.__('now')
     });
   }
@@ -478,17 +348,17 @@ export class GpuPanel extends Widget {
   }
 
   private _options: GpuPanel.IOptions;
+  private _sections: readonly GpuPanel.ISection[];
   private _title!: HTMLElement;
   private _badge!: HTMLElement;
   private _banner!: HTMLElement;
   private _summary!: HTMLElement;
-  private _advice!: AdviceView;
   private _reason!: HTMLElement;
   private _reasonTitle!: HTMLElement;
   private _reasonText!: HTMLElement;
   private _charts!: HTMLElement;
-  private _utilChart!: Private.Chart;
-  private _memChart!: Private.Chart;
+  private _utilChart!: Chart;
+  private _memChart!: Chart;
   private _gpuSection!: HTMLElement;
   private _gpuHeading!: HTMLElement;
   private _gpuList!: HTMLElement;
@@ -500,129 +370,22 @@ export class GpuPanel extends Widget {
 
 /** GpuPanel statics. */
 export namespace GpuPanel {
+  /**
+   * A box below the summary (the right-sizing advice), given by the plugin wiring:
+   * updated on each render while there are stats.
+   */
+  export interface ISection {
+    readonly node: HTMLElement;
+    update(stats: IStats | null, tr: ILocalizer): void;
+  }
+
   /** What the panel needs. */
   export interface IOptions {
     model: StatsModel;
     localizer: () => ILocalizer;
     onStop: () => void;
     onOpenTensorBoard: (url: string) => void;
-  }
-}
-
-/** Create an HTML element with a class and text. */
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className = '',
-  text = ''
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (className) {
-    node.className = className;
-  }
-  if (text) {
-    node.textContent = text;
-  }
-  return node;
-}
-
-namespace Private {
-  /** What one chart shows. */
-  export interface IChartView {
-    title: string;
-    caption: string;
-    paths: { line: string; area: string };
-    top: string;
-    start: string;
-    end: string;
-  }
-
-  /** One titled SVG chart with its axis labels. */
-  export class Chart {
-    constructor(className: string) {
-      this.node = el('figure', `jp-gpu-Chart ${className}`);
-      const head = el('figcaption');
-      this._title = el('span', 'jp-gpu-Chart-title');
-      this._caption = el('span', 'jp-gpu-Chart-caption');
-      head.append(this._title, this._caption);
-
-      const frame = el('div', 'jp-gpu-Chart-frame');
-      const svg = document.createElementNS(SVG_NS, 'svg');
-      svg.setAttribute('viewBox', `0 0 ${CHART_WIDTH} ${CHART_HEIGHT}`);
-      svg.setAttribute('preserveAspectRatio', 'none');
-      svg.setAttribute('role', 'img');
-      for (const fraction of [0.25, 0.5, 0.75]) {
-        const grid = document.createElementNS(SVG_NS, 'line');
-        grid.setAttribute('class', 'jp-gpu-Chart-grid');
-        grid.setAttribute('x1', '0');
-        grid.setAttribute('x2', String(CHART_WIDTH));
-        grid.setAttribute('y1', String(CHART_HEIGHT * fraction));
-        grid.setAttribute('y2', String(CHART_HEIGHT * fraction));
-        svg.appendChild(grid);
-      }
-      this._area = document.createElementNS(SVG_NS, 'path');
-      this._area.setAttribute('class', 'jp-gpu-Chart-area');
-      this._line = document.createElementNS(SVG_NS, 'path');
-      this._line.setAttribute('class', 'jp-gpu-Chart-line');
-      svg.append(this._area, this._line);
-      this._svg = svg;
-      this._top = el('span', 'jp-gpu-Chart-top');
-      frame.append(svg, this._top);
-
-      const axis = el('div', 'jp-gpu-Chart-axis');
-      this._start = el('span');
-      this._end = el('span');
-      axis.append(this._start, this._end);
-      this.node.append(head, frame, axis);
-    }
-
-    readonly node: HTMLElement;
-
-    update(view: IChartView): void {
-      this._title.textContent = view.title;
-      this._caption.textContent = view.caption;
-      this._svg.setAttribute('aria-label', `${view.title}: ${view.caption}`);
-      this._line.setAttribute('d', view.paths.line);
-      this._area.setAttribute('d', view.paths.area);
-      this._top.textContent = view.top;
-      this._start.textContent = view.start;
-      this._end.textContent = view.end;
-    }
-
-    private _title: HTMLElement;
-    private _caption: HTMLElement;
-    private _svg: SVGSVGElement;
-    private _line: SVGPathElement;
-    private _area: SVGPathElement;
-    private _top: HTMLElement;
-    private _start: HTMLElement;
-    private _end: HTMLElement;
-  }
-
-  /** The session's history, ending with the latest sample. */
-  export function historyWithNow(stats: IStats): IHistoryPoint[] {
-    const history = [...(stats.history ?? [])];
-    const memory = totalMemory(stats.gpus);
-    const last = history[history.length - 1];
-    const sampledAt = stats.sampled_at;
-    if (sampledAt && (!last || parseTime(last.t) < parseTime(sampledAt))) {
-      history.push({
-        t: sampledAt,
-        utilization_percent: meanUtilization(stats.gpus),
-        memory_used_mib: memory?.used ?? null,
-        memory_total_mib: memory?.total ?? null
-      });
-    }
-    return history;
-  }
-
-  /** A clock time for an axis label, e.g. "19:48". */
-  export function clock(t: number | undefined, tr: ILocalizer): string {
-    if (t === undefined || !Number.isFinite(t)) {
-      return '';
-    }
-    return new Date(t).toLocaleTimeString(tr.language, {
-      hour: '2-digit',
-      minute: '2-digit'
-    });
+    /** Boxes shown between the summary and the charts, in this order. */
+    sections?: readonly ISection[];
   }
 }

@@ -1,4 +1,5 @@
 import {
+  formatClock,
   formatDecimal,
   formatGB,
   formatMinutes,
@@ -127,5 +128,15 @@ describe('isStale', () => {
   it('falls back to a 2 s interval when the server sends none', () => {
     expect(isStale(sampled, 0, sampled + 5000)).toBe(false);
     expect(isStale(sampled, NaN, sampled + 7000)).toBe(true);
+  });
+});
+
+describe('formatClock', () => {
+  it('gives hours and minutes in the language, nothing when unknown', () => {
+    const t = Date.parse('2026-11-29T19:48:00Z');
+    expect(formatClock(t, en)).toMatch(/^\d{2}:48( [AP]M)?$/);
+    expect(formatClock(t, zh)).toMatch(/\d{2}:48$/);
+    expect(formatClock(undefined, en)).toBe('');
+    expect(formatClock(NaN, en)).toBe('');
   });
 });

@@ -1,4 +1,4 @@
-// panel.ts imports JupyterLab ES modules for its dialogs and page config, which these tests do not use.
+// panel.ts loads actions.ts, which imports JupyterLab ES modules for its dialogs and page config.
 jest.mock('@jupyterlab/apputils', () => ({}));
 const pageOptions: Record<string, string> = {};
 jest.mock('@jupyterlab/coreutils', () => ({
@@ -12,53 +12,12 @@ jest.mock('../handler', () => ({ requestAPI: jest.fn() }));
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { chartPaths, GpuPanel, usagePageUrl } from '../panel';
+import { GpuPanel } from '../panel';
 import type { IStats } from '../types';
 import { en, makeStats } from './helpers';
 
-describe('chartPaths', () => {
-  it('draws time left to right and values bottom to top', () => {
-    const { line, area } = chartPaths(
-      [
-        { t: 0, v: 0 },
-        { t: 50, v: 50 },
-        { t: 100, v: 100 }
-      ],
-      100,
-      200,
-      100
-    );
-    expect(line).toBe('M0 100 L100 50 L200 0');
-    expect(area).toBe('M0 100 L0 100 L100 50 L200 0 L200 100 Z');
-  });
-
-  it('breaks the line at gaps and clamps values', () => {
-    const { line } = chartPaths(
-      [
-        { t: 0, v: 150 },
-        { t: 1, v: 10 },
-        { t: 2, v: null },
-        { t: 3, v: -5 },
-        { t: 4, v: 20 }
-      ],
-      100,
-      40,
-      10
-    );
-    expect(line).toBe('M0 0 L10 9 M30 10 L40 8');
-  });
-
-  it('draws nothing without points or scale, and a stub for one point', () => {
-    expect(chartPaths([], 100)).toEqual({ line: '', area: '' });
-    expect(chartPaths([{ t: 0, v: 1 }], 0)).toEqual({ line: '', area: '' });
-    expect(chartPaths([{ t: 5, v: 50 }], 100, 300, 80).line).toBe(
-      'M300 40 L300 40'
-    );
-  });
-});
-
 describe('GpuPanel', () => {
-  function mount(stats: IStats) {
+  function mount(stats: IStats, sections: GpuPanel.ISection[] = []) {
     const model: any = { stats, stale: false, error: null, receivedAt: null };
     model.changed = new Signal(model);
     const onStop = jest.fn();
@@ -67,7 +26,8 @@ describe('GpuPanel', () => {
       model,
       localizer: () => en,
       onStop,
-      onOpenTensorBoard
+      onOpenTensorBoard,
+      sections
     });
     Widget.attach(panel, document.body);
     panel.render();
@@ -135,24 +95,21 @@ describe('GpuPanel', () => {
     );
     withUrl.panel.dispose();
   });
-});
 
-describe('usagePageUrl', () => {
-  afterEach(() => {
-    delete pageOptions.hubPrefix;
-    delete pageOptions.hubHost;
-  });
-
-  it("links the gpu service's pages next to the hub", () => {
-    pageOptions.hubPrefix = '/jh/hub/';
-    pageOptions.hubHost = 'https://gpu.example.edu';
-    expect(usagePageUrl()).toBe('https://gpu.example.edu/jh/services/gpu/');
-    pageOptions.hubPrefix = '/hub/';
-    pageOptions.hubHost = '';
-    expect(usagePageUrl()).toBe('/services/gpu/');
-  });
-
-  it('is absent outside JupyterHub', () => {
-    expect(usagePageUrl()).toBeNull();
+  it('shows the sections the wiring gives between the summary and the charts', () => {
+    const node = document.createElement('div');
+    node.className = 'jp-gpu-Advice';
+    const update = jest.fn();
+    const stats = makeStats();
+    const { panel } = mount(stats, [{ node, update }]);
+    const order = [...panel.node.children].map(child => child.className);
+    expect(order.indexOf('jp-gpu-Advice')).toBe(
+      order.indexOf('jp-gpu-Summary') + 1
+    );
+    expect(order.indexOf('jp-gpu-Reason')).toBe(
+      order.indexOf('jp-gpu-Advice') + 1
+    );
+    expect(update).toHaveBeenLastCalledWith(stats, en);
+    panel.dispose();
   });
 });

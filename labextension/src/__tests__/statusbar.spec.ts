@@ -1,5 +1,5 @@
 import { DEFAULT_SETTINGS, type ISettings } from '../settings';
-import { budgetText, deviceLabel, statusText, statusTitle } from '../statusbar';
+import { statusText, statusTitle } from '../statusbar';
 import { en, makeState, makeStats, zh } from './helpers';
 
 const settings: ISettings = { ...DEFAULT_SETTINGS };
@@ -100,28 +100,6 @@ describe('statusText', () => {
     ).toBe(
       'T4（模拟） · GPU 63% · 10.0/15.0 GB · ¥0.60（12 分钟） · 剩余 ¥87.40'
     );
-  });
-});
-
-describe('budgetText', () => {
-  it('shows GPU-hour budgets in GPU-hours', () => {
-    const session = {
-      ...makeStats().session!,
-      budget_unit: 'gpu_hours',
-      budget_remaining: '12.500000'
-    };
-    expect(budgetText(session, en)).toBe('12.5 GPU-h left');
-  });
-
-  it('shows an overspent budget with its sign', () => {
-    const session = { ...makeStats().session!, budget_remaining: '-1.2' };
-    expect(budgetText(session, en)).toBe('-¥1.20 left');
-  });
-});
-
-describe('deviceLabel', () => {
-  it('falls back to the GPU name without a session', () => {
-    expect(deviceLabel(makeStats({ session: null }), en)).toBe('Tesla T4');
   });
 });
 
