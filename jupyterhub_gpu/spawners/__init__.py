@@ -43,7 +43,7 @@ def publish_pricing(app, spawner_class) -> None:
     currency = Currency.from_config(probe.currency, probe.currency_symbol).code
     rows = [asdict(p) for p in profiles]
     try:  # one GPU's memory per profile from the host inventory, for right-sizing advice (never a server's report)
-        from jupyterhub_gpu.spawners.mixin import shared_allocator
+        from jupyterhub_gpu.spawners.assign.host import shared_allocator
 
         allocator = shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
         for row, p in zip(rows, profiles, strict=True):

@@ -44,15 +44,10 @@ from traitlets import (
 from traitlets.config import Configurable
 
 from jupyterhub_gpu.clock import isoformat, utcnow
-from jupyterhub_gpu.gpus.inventory import BACKENDS, GPUDevice, InventoryError, make_inventory
+from jupyterhub_gpu.gpus.inventory import BACKENDS, GPUDevice, InventoryError
 from jupyterhub_gpu.money import Currency, MoneyError
-from jupyterhub_gpu.spawners.assign.host import (
-    AllocationError,
-    AssignmentConflict,
-    GPUAllocator,
-    QueueCancelled,
-    QueueTimeout,
-)
+from jupyterhub_gpu.spawners.assign.host import GPUAllocator, shared_allocator
+from jupyterhub_gpu.spawners.assign.protocol import AllocationError, AssignmentConflict, QueueCancelled, QueueTimeout
 from jupyterhub_gpu.spawners.docker.objects import make_gpu_env
 from jupyterhub_gpu.spawners.profiles import (
     OptionsError,
@@ -62,9 +57,6 @@ from jupyterhub_gpu.spawners.profiles import (
     options_from_form,
     parse_profiles,
 )
-
-# One allocator per inventory per hub process: every spawner of the hub shares it.
-_ALLOCATORS: dict[tuple, GPUAllocator] = {}
 
 _templates = jinja2.Environment(
     loader=jinja2.FunctionLoader(
@@ -77,14 +69,6 @@ DEFAULT_SIMULATED_GPUS = [
     {"model": "T4", "count": 2, "memory_gb": 16},
     {"model": "A100", "count": 1, "memory_gb": 40},
 ]
-
-
-def shared_allocator(backend: str, static_gpus: list, simulated_gpus: list) -> GPUAllocator:
-    """The hub-wide allocator for this inventory configuration, created on first use."""
-    key = (backend, repr(static_gpus), repr(simulated_gpus))
-    if key not in _ALLOCATORS:
-        _ALLOCATORS[key] = GPUAllocator(make_inventory(backend, static_gpus, simulated_gpus))
-    return _ALLOCATORS[key]
 
 
 def describe_profile(profile: Profile, allocator: GPUAllocator, currency: Currency) -> str:

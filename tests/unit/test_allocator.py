@@ -10,15 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from jupyterhub_gpu.gpus.inventory import simulated_inventory
-from jupyterhub_gpu.spawners.assign import host as allocator_module
-from jupyterhub_gpu.spawners.assign.host import (
-    AllocationError,
-    AssignmentConflict,
-    GPUAllocator,
-    QueueCancelled,
-    QueueTimeout,
-    _seconds,
-)
+from jupyterhub_gpu.spawners.assign import queue as allocator_module
+from jupyterhub_gpu.spawners.assign.host import GPUAllocator
+from jupyterhub_gpu.spawners.assign.protocol import AllocationError, AssignmentConflict, QueueCancelled, QueueTimeout
+from jupyterhub_gpu.spawners.assign.queue import wait_limit_text as _seconds
 
 
 def make_allocator(t4: int = 4, a100: int = 1) -> GPUAllocator:

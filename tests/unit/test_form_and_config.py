@@ -10,7 +10,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.gpus.inventory import simulated_inventory, static_inventory
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.spawners.assign.host import GPUAllocator, QueueCancelled
+from jupyterhub_gpu.spawners.assign.host import GPUAllocator
+from jupyterhub_gpu.spawners.assign.protocol import QueueCancelled
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from jupyterhub_gpu.spawners.mixin import _templates, check_config, describe_profile, queue_message
 from jupyterhub_gpu.spawners.profiles import parse_profiles

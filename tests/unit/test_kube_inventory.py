@@ -20,7 +20,7 @@ from jupyterhub_gpu.spawners.assign.cluster import (
     products_for,
     take_snapshot,
 )
-from jupyterhub_gpu.spawners.assign.host import AllocationError, QueueCancelled, QueueTimeout
+from jupyterhub_gpu.spawners.assign.protocol import AllocationError, QueueCancelled, QueueTimeout
 
 A100_40 = "NVIDIA-A100-SXM4-40GB"
 A100_80 = "NVIDIA-A100-SXM4-80GB"

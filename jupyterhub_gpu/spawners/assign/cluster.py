@@ -13,22 +13,24 @@ allocatable GPUs (``status.allocatable``) and GPU product (the
   request, and one fetch serves every concurrent caller.
 - :class:`ClusterAllocator` keeps the hub's own claims (spawns whose pod is not
   scheduled yet) and a first-come, first-served queue per GPU kind (the
-  :class:`.allocator.FairQueue` the host allocator uses too). It has the
-  interface of :class:`.allocator.GPUAllocator` that the mixin uses; the
-  "devices" it hands out are placeholders that only count GPUs
-  (``nvidia.com/gpu:0``), never device UUIDs.
+  :class:`.queue.FairQueue` the host allocator uses too). Like
+  :class:`.host.GPUAllocator` it implements :class:`.protocol.Allocator`, what
+  the mixin uses; the "devices" it hands out are placeholders that only count
+  GPUs (``nvidia.com/gpu:0``), never device UUIDs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from jupyterhub_gpu.gpus.inventory import GPUDevice, model_matches
-from jupyterhub_gpu.spawners.assign.host import AllocationError, FairQueue, Waiter, _seconds
+from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator
+from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
 from jupyterhub_gpu.spawners.kube.objects import MEMORY_LABEL, PRODUCT_LABEL, SESSION_LABEL, gpu_resource_for
 
 log = logging.getLogger("jupyterhub_gpu.kube_inventory")
@@ -265,7 +267,7 @@ def placeholder_devices(resource: str, count: int, name: str, memory_mib: int) -
     return [GPUDevice(index=str(i), uuid=f"{resource}:{i}", name=name, memory_mib=memory_mib) for i in range(count)]
 
 
-class ClusterAllocator(FairQueue):
+class ClusterAllocator(FairQueue, Allocator):
     """The hub's claims on the cluster's GPUs and a FIFO wait queue per GPU kind.
 
     A spawn for ``count`` GPUs goes ahead (its pod is created) when the cached
@@ -314,15 +316,15 @@ class ClusterAllocator(FairQueue):
             and not (c.session_id and c.session_id in scheduled)
         )
 
-    def matching(self, gpu_model: str) -> list[GPUDevice]:
+    def matching(self, model: str) -> list[GPUDevice]:
         return []
 
-    def waiting(self, gpu_model: str) -> int:
-        return len(self._queues.get(self.kind(gpu_model), []))
+    def waiting(self, model: str) -> int:
+        return len(self._queues.get(self.kind(model), []))
 
-    def counts(self, gpu_model: str) -> dict:
+    def counts(self, model: str) -> dict:
         """Free, total and waiting GPUs of a profile's model for the form; ``known`` is False without a snapshot."""
-        resource, products = self.kind(gpu_model)
+        resource, products = self.kind(model)
         snapshot = self.inventory.snapshot
         waiting = len(self._queues.get((resource, products), []))
         if snapshot is None:
@@ -338,19 +340,19 @@ class ClusterAllocator(FairQueue):
     async def acquire(
         self,
         key: str,
-        gpu_model: str,
+        model: str,
         count: int,
         timeout: float | None = None,
         on_position: Callable[[int, int], None] | None = None,
     ) -> list[GPUDevice]:
-        """Claim ``count`` GPUs of ``gpu_model``, waiting in the queue until the cluster has them free."""
+        """Claim ``count`` GPUs of ``model``, waiting in the queue until the cluster has them free."""
         if count <= 0:
             return []
         if key in self._claims:
             c = self._claims[key]
-            return placeholder_devices(c.resource, c.count, gpu_model, 0)
+            return placeholder_devices(c.resource, c.count, model, 0)
         snapshot = await self.inventory.get()
-        resource, products = self.kind(gpu_model)
+        resource, products = self.kind(model)
         if snapshot is None:
             raise AllocationError(
                 "The cluster's GPUs cannot be read right now; nothing was started. Try again in a minute,"
@@ -358,20 +360,20 @@ class ClusterAllocator(FairQueue):
             )
         biggest = largest_node(snapshot, resource, products)
         if biggest < count:
-            where = f"no node has {count}× {gpu_model}" if biggest else f"the cluster has no {gpu_model}"
+            where = f"no node has {count}× {model}" if biggest else f"the cluster has no {model}"
             raise AllocationError(
-                f"This profile needs {count}× {gpu_model} on one node, but {where}."
+                f"This profile needs {count}× {model} on one node, but {where}."
                 " Ask your administrator to fix the profile."
             )
         return await self._take_turn(
             key,
             (resource, products),
-            gpu_model,
+            model,
             count,
             claim=Claim(resource, products, count),
             timeout=timeout,
             on_position=on_position,
-            timeout_message=f"No {gpu_model} became free in the cluster within {_seconds(timeout)};"
+            timeout_message=f"No {model} became free in the cluster within {wait_limit_text(timeout)};"
             " nothing was started. Try again later or choose another profile.",
         )
 
@@ -420,6 +422,18 @@ class ClusterAllocator(FairQueue):
             await self.inventory.get(force=True)
 
 
+# One allocator per inventory configuration per hub process, shared by every spawner.
+_ALLOCATORS: dict[tuple, ClusterAllocator] = {}
+
+
+def shared_cluster_allocator(fetch, ttl: float, products: dict) -> ClusterAllocator:
+    """The hub-wide :class:`ClusterAllocator` for this configuration, created on first use."""
+    key = (fetch, ttl, repr(sorted(products.items())))
+    if key not in _ALLOCATORS:
+        _ALLOCATORS[key] = ClusterAllocator(ClusterInventory(fetch, ttl), products)
+    return _ALLOCATORS[key]
+
+
 async def fetch_with_kubernetes_asyncio(api=None, request_timeout: float = 10) -> tuple[list[dict], list[dict]]:
     """The default fetch: every node, and every running or pending pod of the cluster, as API JSON.
 
@@ -428,7 +442,7 @@ async def fetch_with_kubernetes_asyncio(api=None, request_timeout: float = 10) -
     (config/kubernetes/hub-gpu-inventory-rbac.yaml).
     """
     if api is None:
-        from kubespawner.clients import shared_client
+        from kubespawner.clients import shared_client  # optional heavy dependency: kubernetes_asyncio's client
 
         api = shared_client("CoreV1Api")
     nodes = await api.list_node(_request_timeout=request_timeout, _preload_content=False)
@@ -437,8 +451,6 @@ async def fetch_with_kubernetes_asyncio(api=None, request_timeout: float = 10) -
         _request_timeout=request_timeout,
         _preload_content=False,
     )
-    import json
-
     node_list = json.loads(await nodes.read())
     pod_list = json.loads(await pods.read())
     return node_list.get("items") or [], pod_list.get("items") or []

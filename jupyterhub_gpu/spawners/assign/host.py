@@ -1,15 +1,9 @@
-"""Exclusive GPU assignment and the fair wait queue.
+"""Exclusive GPU assignment over a host's devices (Docker, local processes).
 
-One :class:`GPUAllocator` per hub process and inventory. Every server (a key such
-as ``"alice/"`` or ``"alice/big"``) holds zero or more whole devices; no device is
-ever held by two keys. A request that cannot be met waits in a first-come,
-first-served queue per GPU model. A waiting request blocks later requests of the
-same model even when those would fit (strict FIFO), so a two-GPU request is not
-starved by a stream of one-GPU requests.
-
-The queueing itself (order, positions, timeout, cancel) is :class:`FairQueue`,
-which the Kubernetes :class:`.kube_inventory.ClusterAllocator` shares; each
-allocator says only what a request waits in, when it fits and how it is granted.
+One :class:`GPUAllocator` per hub process and inventory (:func:`shared_allocator`).
+Every server (a key such as ``"alice/"`` or ``"alice/big"``) holds zero or more
+whole devices; no device is ever held by two keys. A request that cannot be met
+waits in the :class:`.queue.FairQueue` of its GPU model.
 
 All methods run on the hub's event loop and none of them awaits between reading
 and changing the assignment, so concurrent spawns cannot receive the same GPU.
@@ -17,175 +11,17 @@ and changing the assignment, so concurrent spawns cannot receive the same GPU.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from jupyterhub_gpu.gpus.inventory import GPUDevice, model_matches
+from jupyterhub_gpu.gpus.inventory import GPUDevice, make_inventory, model_matches
+from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator, AssignmentConflict
+from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
 
 log = logging.getLogger("jupyterhub_gpu.allocator")
 
 
-class AllocationError(RuntimeError):
-    """A request that can never be met (more GPUs than the host has of that model)."""
-
-
-class QueueTimeout(TimeoutError):
-    """A request waited longer than its timeout."""
-
-
-class QueueCancelled(AllocationError):
-    """A waiting request was taken out of the queue by :meth:`FairQueue.cancel` (its server was stopped).
-
-    Distinct from :class:`asyncio.CancelledError`, which means the waiting task itself was cancelled: a
-    spawner turns this into a spawn failure, so that JupyterHub runs its failure clean-up.
-    """
-
-
-class AssignmentConflict(RuntimeError):
-    """A restored assignment names a GPU already held by another server."""
-
-
-@dataclass(eq=False)
-class Waiter:
-    """One request in a :class:`FairQueue`."""
-
-    key: str
-    queue: Hashable  # the queue it stands in
-    model: str
-    count: int
-    seq: int
-    future: asyncio.Future
-    on_position: Callable[[int, int], None] | None = None
-    claim: object = None  # what a subclass needs to grant it (the cluster's Claim)
-    last_reported: tuple[int, int] | None = None
-    cancelled: bool = False  # taken out by cancel(), not by a cancellation of the waiting task
-
-
-class FairQueue:
-    """Strict first-come, first-served wait queues, one per kind of request.
-
-    A subclass says whether a request fits now (:meth:`_fits`) and how it is
-    granted (:meth:`_grant`: record it and return its devices); this class keeps
-    the order, reports positions, times out and cancels. A waiting request blocks
-    later ones in its queue even when those would fit.
-    """
-
-    log = log
-
-    def __init__(self):
-        self._queues: dict[Hashable, list[Waiter]] = {}
-        self._seq = itertools.count()
-
-    def _fits(self, waiter: Waiter) -> bool:
-        raise NotImplementedError
-
-    def _grant(self, waiter: Waiter) -> list[GPUDevice]:
-        raise NotImplementedError
-
-    def release(self, key: str) -> list[str]:
-        raise NotImplementedError
-
-    def _on_wait(self) -> None:
-        """Called when a request starts waiting."""
-
-    def position(self, key: str) -> tuple[int, int] | None:
-        """(1-based position, queue length) of a waiting key, else None."""
-        for queue in self._queues.values():
-            for i, w in enumerate(queue):
-                if w.key == key:
-                    return i + 1, len(queue)
-        return None
-
-    async def _take_turn(
-        self,
-        key: str,
-        queue: Hashable,
-        model: str,
-        count: int,
-        *,
-        claim: object = None,
-        timeout: float | None,
-        on_position: Callable[[int, int], None] | None,
-        timeout_message: str,
-    ) -> list[GPUDevice]:
-        """Grant at once if ``queue`` is empty and the request fits, else wait in it for a turn.
-
-        Raises QueueTimeout with ``timeout_message`` after ``timeout`` seconds, and QueueCancelled
-        when :meth:`cancel` takes the key out of the queue.
-        """
-        if self.position(key) is not None:
-            raise AllocationError(f"{key} is already waiting for a GPU")
-        waiters = self._queues.setdefault(queue, [])
-        future = asyncio.get_running_loop().create_future()
-        waiter = Waiter(key, queue, model, count, next(self._seq), future, on_position, claim)
-        if not waiters and self._fits(waiter):
-            return self._grant(waiter)
-        waiters.append(waiter)
-        self.log.info("%s waits for %d× %s (position %d)", key, count, model, len(waiters))
-        self._report_positions()
-        self._on_wait()
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as e:
-            if waiter.future.done() and not waiter.future.cancelled():
-                # granted in the same instant the wait ended: give the GPUs back
-                self.release(key)
-            else:
-                waiter.future.cancel()
-                self._remove_waiter(waiter)
-            if isinstance(e, asyncio.TimeoutError):
-                raise QueueTimeout(timeout_message) from None
-            task = asyncio.current_task()
-            if waiter.cancelled and not (task is not None and task.cancelling()):
-                raise QueueCancelled(f"{key} was stopped while it waited for a GPU; nothing was started.") from None
-            raise
-
-    def cancel(self, key: str) -> bool:
-        """Take a waiting key out of the queue (its acquire raises QueueCancelled)."""
-        for queue in self._queues.values():
-            for w in queue:
-                if w.key == key:
-                    w.cancelled = True
-                    w.future.cancel()
-                    self._remove_waiter(w)
-                    return True
-        return False
-
-    def _remove_waiter(self, waiter: Waiter) -> None:
-        queue = self._queues.get(waiter.queue, [])
-        if waiter in queue:
-            queue.remove(waiter)
-            self._drain()
-
-    def _drain(self) -> None:
-        """Grant queue heads that now fit, earliest arrival first."""
-        while True:
-            heads = sorted((q[0] for q in self._queues.values() if q), key=lambda w: w.seq)
-            head = next((w for w in heads if self._fits(w)), None)
-            if head is None:
-                break
-            self._queues[head.queue].pop(0)
-            devices = self._grant(head)
-            head.future.set_result(devices)
-            self.log.info("%s leaves the queue with %s", head.key, ", ".join(d.uuid for d in devices))
-        self._report_positions()
-
-    def _report_positions(self) -> None:
-        for queue in self._queues.values():
-            for i, w in enumerate(queue):
-                place = (i + 1, len(queue))
-                if w.on_position and w.last_reported != place:
-                    w.last_reported = place
-                    try:
-                        w.on_position(*place)
-                    except Exception:  # a reporting bug must not break the queue
-                        self.log.exception("position callback for %s failed", w.key)
-
-
-class GPUAllocator(FairQueue):
+class GPUAllocator(FairQueue, Allocator):
     """Assigns whole GPUs exclusively to server keys, with a FIFO queue per model."""
 
     def __init__(self, devices: list[GPUDevice]):
@@ -272,7 +108,7 @@ class GPUAllocator(FairQueue):
             count,
             timeout=timeout,
             on_position=on_position,
-            timeout_message=f"No {model} became free within {_seconds(timeout)}; nothing was started."
+            timeout_message=f"No {model} became free within {wait_limit_text(timeout)}; nothing was started."
             " Try again later or choose another profile.",
         )
 
@@ -324,9 +160,13 @@ class GPUAllocator(FairQueue):
         return devices
 
 
-def _seconds(timeout: float | None) -> str:
-    if timeout is None:
-        return "the time limit"
-    if timeout >= 120:
-        return f"{timeout / 60:g} minutes"
-    return f"{timeout:g} seconds"
+# One allocator per inventory per hub process: every spawner of the hub shares it.
+_ALLOCATORS: dict[tuple, GPUAllocator] = {}
+
+
+def shared_allocator(backend: str, static_gpus: list, simulated_gpus: list) -> GPUAllocator:
+    """The hub-wide allocator for this inventory configuration, created on first use."""
+    key = (backend, repr(static_gpus), repr(simulated_gpus))
+    if key not in _ALLOCATORS:
+        _ALLOCATORS[key] = GPUAllocator(make_inventory(backend, static_gpus, simulated_gpus))
+    return _ALLOCATORS[key]

@@ -64,7 +64,7 @@ def ensure_isolated_network(client, name: str, subnet: str = "", *, internal: bo
     Blocking (docker-py's APIClient). Raises ``ValueError`` if the network there does not isolate
     or has another subnet than ``subnet``.
     """
-    import docker as docker_py
+    import docker as docker_py  # optional heavy dependency: docker-py (DockerSpawner's client)
 
     try:
         info = client.inspect_network(name)

@@ -286,7 +286,7 @@ def validate_object(data: object, kind: str = "V1Pod") -> object:
     :class:`SchemaError` naming the path; the model's own client-side
     validation checks required values and enums as it is built.
     """
-    from kubernetes_asyncio.client import models
+    from kubernetes_asyncio.client import models  # optional heavy dependency: the Kubernetes API models
 
     return _check(data, kind, kind, models)
 

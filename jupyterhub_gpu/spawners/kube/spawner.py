@@ -5,12 +5,12 @@ A profile becomes a pod that asks the NVIDIA device plugin for ``gpu_count`` of
 node of the right GPU product, tolerates the GPU nodes' taint, mounts its
 owner's PVC at ``/home/jovyan/work`` and the shared datasets read-only, and runs
 as a non-root user with no privilege escalation and every capability dropped.
-The pieces come from the pure builders in :mod:`.kube_objects`; KubeSpawner's
+The pieces come from the pure builders in :mod:`.objects`; KubeSpawner's
 own ``get_pod_manifest()`` assembles them, and the result is checked again so
 that no admin extra can weaken it.
 
 The device plugin, not the hub, picks the GPUs. The form's free/total counts
-and the wait queue come from :mod:`.kube_inventory` (the nodes' allocatable
+and the wait queue come from :mod:`..assign.cluster` (the nodes' allocatable
 GPUs and the running pods, read through the Kubernetes API and cached).
 """
 
@@ -27,7 +27,11 @@ from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default,
 
 from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.spawners.assign.cluster import ClusterAllocator, ClusterInventory, fetch_with_kubernetes_asyncio
+from jupyterhub_gpu.spawners.assign.cluster import (
+    ClusterAllocator,
+    fetch_with_kubernetes_asyncio,
+    shared_cluster_allocator,
+)
 from jupyterhub_gpu.spawners.kube.objects import (
     SchemaError,
     enforce_pod_policy,
@@ -43,17 +47,7 @@ from jupyterhub_gpu.spawners.kube.objects import (
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin, probe_and_check
 from jupyterhub_gpu.spawners.profiles import Profile, ProfileError, parse_profiles
 
-# One allocator per inventory configuration per hub process, shared by every spawner.
-_ALLOCATORS: dict[tuple, ClusterAllocator] = {}
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-def shared_cluster_allocator(fetch, ttl: float, products: dict) -> ClusterAllocator:
-    """The hub-wide :class:`ClusterAllocator` for this configuration, created on first use."""
-    key = (fetch, ttl, repr(sorted(products.items())))
-    if key not in _ALLOCATORS:
-        _ALLOCATORS[key] = ClusterAllocator(ClusterInventory(fetch, ttl), products)
-    return _ALLOCATORS[key]
 
 
 def kube_time(value) -> datetime | None:
@@ -408,7 +402,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         pieces = getattr(self, "_gpu_pieces", None)
         if not pieces:
             return pod
-        from kubernetes_asyncio.client import ApiClient
+        from kubernetes_asyncio.client import ApiClient  # optional heavy dependency: KubeSpawner's API client
 
         data = ApiClient().sanitize_for_serialization(pod)
         data = enforce_pod_policy(

@@ -1,0 +1,92 @@
+"""What the spawner mixin needs from an allocator, and the errors an allocator raises.
+
+Two allocators implement :class:`Allocator`: :class:`.host.GPUAllocator` hands out a host's
+devices by UUID (Docker, local processes); :class:`.cluster.ClusterAllocator` counts a
+Kubernetes cluster's GPUs and hands out placeholders (the device plugin picks the real ones).
+Both queue a request that cannot be met in a :class:`.queue.FairQueue`.
+
+Every method runs on the hub's event loop; none awaits between reading and changing the
+assignment, so concurrent spawns cannot receive the same GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from jupyterhub_gpu.gpus.inventory import GPUDevice
+
+
+class AllocationError(RuntimeError):
+    """A request that can never be met (more GPUs than the host has of that model)."""
+
+
+class QueueTimeout(TimeoutError):
+    """A request waited longer than its timeout."""
+
+
+class QueueCancelled(AllocationError):
+    """A waiting request was taken out of the queue by :meth:`Allocator.cancel` (its server was stopped).
+
+    Distinct from :class:`asyncio.CancelledError`, which means the waiting task itself was cancelled: a
+    spawner turns this into a spawn failure, so that JupyterHub runs its failure clean-up.
+    """
+
+
+class AssignmentConflict(RuntimeError):
+    """A restored assignment names a GPU already held by another server."""
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """The hub-wide GPU assignment of one inventory, as the spawner mixin uses it.
+
+    A key is one server (``"alice/"``, ``"alice/big"``); ``model`` is a profile's ``gpu_model``.
+    """
+
+    #: The devices the form and the startup check name (empty on a cluster: none is picked by the hub).
+    devices: list[GPUDevice]
+
+    def matching(self, model: str) -> list[GPUDevice]:
+        """The devices of ``model`` this allocator knows by name (empty on a cluster)."""
+        ...
+
+    def counts(self, model: str) -> dict:
+        """``{"free", "total", "waiting", ...}`` GPUs of ``model`` for the spawn form."""
+        ...
+
+    def waiting(self, model: str) -> int:
+        """How many requests wait in the queue of ``model``."""
+        ...
+
+    def position(self, key: str) -> tuple[int, int] | None:
+        """(1-based position, queue length) of a waiting key, else None."""
+        ...
+
+    async def acquire(
+        self,
+        key: str,
+        model: str,
+        count: int,
+        timeout: float | None = None,
+        on_position: Callable[[int, int], None] | None = None,
+    ) -> list[GPUDevice]:
+        """``count`` GPUs of ``model`` for ``key``, waiting in the queue for them.
+
+        ``on_position(position, length)`` is called whenever the key's place in the queue changes.
+        Raises :class:`AllocationError` at once for a request that can never be met,
+        :class:`QueueTimeout` after ``timeout`` seconds and :class:`QueueCancelled` after :meth:`cancel`.
+        """
+        ...
+
+    def release(self, key: str) -> list[str]:
+        """Give back what ``key`` holds and start waiters that now fit; the UUIDs freed."""
+        ...
+
+    def cancel(self, key: str) -> bool:
+        """Take a waiting key out of the queue (its acquire raises QueueCancelled); False if it did not wait."""
+        ...
+
+    def restore(self, key: str, uuids: list[str]) -> list[str]:
+        """Record an assignment saved in a spawner's state (after a hub restart); may raise AssignmentConflict."""
+        ...
