@@ -26,7 +26,7 @@ import { AdviceView } from './advice';
 import { addToPalette, CommandIDs } from './commands';
 import { GpuStats } from './gpustats';
 import { gpuIcon } from './icons';
-import { JobsWidget, notebookPathFromItem, runJobDialog } from './jobs';
+import { jobNotebookPath, JobsWidget, runJobDialog } from './jobs';
 import { NoticeCenter } from './notices';
 import { GpuPanel } from './panel';
 import { readSettings } from './settings';
@@ -273,21 +273,14 @@ const jobsPlugin: JupyterFrontEndPlugin<void> = {
     app.commands.addCommand(CommandIDs.runJob, {
       label: () => tr().__('Run notebook as a GPU job'),
       execute: async args => {
-        let path = typeof args.path === 'string' ? args.path : null;
-        if (!path) {
-          const item = app.contextMenuHitTest(node =>
-            node.classList.contains('jp-DirListing-item')
-          );
-          path = notebookPathFromItem(item ?? null);
-        }
-        if (!path) {
-          const current = app.shell.currentWidget as any;
-          const candidate = current?.context?.path;
-          path =
-            typeof candidate === 'string' && candidate.endsWith('.ipynb')
-              ? candidate
-              : '';
-        }
+        const path = jobNotebookPath(
+          args.path,
+          () =>
+            app.contextMenuHitTest(node =>
+              node.classList.contains('jp-DirListing-item')
+            ) ?? null,
+          app.shell.currentWidget
+        );
         const job = await runJobDialog(path, tr());
         if (job) {
           void app.commands.execute(CommandIDs.showJobs);

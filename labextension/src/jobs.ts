@@ -94,6 +94,30 @@ export function notebookPathFromItem(node: HTMLElement | null): string | null {
 }
 
 /**
+ * The notebook "Run notebook as a GPU job" is for: the command's `path` argument, else the
+ * file browser item its context menu was opened on, else the current widget's notebook;
+ * '' when there is none (the form then asks for it).
+ */
+export function jobNotebookPath(
+  argument: unknown,
+  contextItem: () => HTMLElement | null,
+  currentWidget: unknown
+): string {
+  let path = typeof argument === 'string' ? argument : null;
+  if (!path) {
+    path = notebookPathFromItem(contextItem());
+  }
+  if (!path) {
+    const candidate = (currentWidget as any)?.context?.path;
+    path =
+      typeof candidate === 'string' && candidate.endsWith('.ipynb')
+        ? candidate
+        : '';
+  }
+  return path;
+}
+
+/**
  * Parse the parameters field: empty, or a JSON object of Python names.
  *
  * @throws Error with a message for the user

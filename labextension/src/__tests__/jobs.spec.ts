@@ -4,6 +4,7 @@ jest.mock('../handler', () => ({ requestAPI: jest.fn() }));
 
 import {
   type IJob,
+  jobNotebookPath,
   jobRow,
   JobsWidget,
   notebookPathFromItem,
@@ -66,6 +67,28 @@ describe('notebookPathFromItem', () => {
       notebookPathFromItem(item('x.ipynb', 'Name: x.ipynb\nPath: very/long...'))
     ).toBe(null);
     expect(notebookPathFromItem(null)).toBe(null);
+  });
+});
+
+describe('jobNotebookPath', () => {
+  const notebook = { context: { path: 'work/open.ipynb' } };
+
+  it('takes the argument, else the file browser item, else the open notebook', () => {
+    const hit = jest.fn(() =>
+      item('train.ipynb', 'Name: train.ipynb\nPath: work')
+    );
+    expect(jobNotebookPath('given.ipynb', hit, notebook)).toBe('given.ipynb');
+    expect(hit).not.toHaveBeenCalled();
+    expect(jobNotebookPath(undefined, hit, notebook)).toBe('work/train.ipynb');
+    expect(jobNotebookPath(undefined, () => null, notebook)).toBe(
+      'work/open.ipynb'
+    );
+  });
+
+  it('is empty without a notebook anywhere', () => {
+    const editor = { context: { path: 'work/train.py' } };
+    expect(jobNotebookPath(3, () => null, editor)).toBe('');
+    expect(jobNotebookPath('', () => null, null)).toBe('');
   });
 });
 
