@@ -16,6 +16,8 @@ from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import default
 
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.env import SESSION_ID
+from jupyterhub_gpu.session import StopReason
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
 
 
@@ -56,7 +58,7 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
             session = dict(self._gpu_session)
             if session and not self._gpu_stopping and not self._gpu_launching:
                 # record the exact end now: a hub killed before its next poll would lose it
-                self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, at, "exited"))
+                self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, at, StopReason.EXITED))
 
         def wait():
             try:
@@ -101,7 +103,7 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
                     env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
             except OSError:
                 continue  # gone, or not ours to read
-            session = env.get(b"JUPYTERHUB_GPU_SESSION_ID", b"").decode()
+            session = env.get(SESSION_ID.encode(), b"").decode()
             if session and env.get(b"JUPYTERHUB_API_URL", b"").decode() == api_url:
                 found.append((session, f"process {entry.name}", int(entry.name)))
         return found

@@ -1,30 +1,36 @@
-"""GPUSpawnerMixin: profiles, the spawn form, exclusive GPU assignment and the wait queue.
+"""GPUSpawnerMixin: the Spawner contract of jupyterhub-gpu, over any JupyterHub spawner.
 
-Mixed in front of a concrete spawner (``GPUDockerSpawner``, ``GPULocalSpawner``)
-it adds, whatever the spawner:
+Mixed in front of a concrete spawner (``GPUDockerSpawner``, ``GPUKubeSpawner``,
+``GPULocalSpawner``) it adds, whatever the spawner:
 
 - a profile form showing only the profiles the user's groups allow, with the
   price per minute and the free/total GPUs of each model right now;
 - validation of the user's choice on the server (form and REST API alike);
-- an exclusive GPU assignment from the shared :class:`GPUAllocator`, kept in the
-  spawner state so that a restarted hub rebuilds it;
+- an exclusive GPU assignment from the shared allocator, kept in the spawner
+  state so that a restarted hub rebuilds it;
 - a first-come, first-served queue when no GPU is free, reported through
   JupyterHub's spawn progress events;
 - the environment that tells the server its GPUs, profile, rate and session.
+
+This module holds the traits (every option, with a ``c.GPUDockerSpawner.x = ...``
+example) and JupyterHub's hooks (``options_form``, ``options_from_form``,
+``run_pre_spawn_hook``, ``start``, ``poll``, ``stop``, ``get_state``/``load_state``,
+``clear_state``, ``get_env``, ``get_args``, ``progress``), and the ``gpu_*`` hooks a
+backend overrides. The work is done by modules with one concern each:
+:mod:`.form` (the form's text and HTML), :mod:`.budget` (the spawn's budget check
+and its holds), :mod:`.records` (the session's state and its ledger records),
+:mod:`.singleuser` (kernel culling, the server's token scopes), :mod:`.profiles`
+(parsing and choosing profiles), :mod:`.assign` (the allocators and their queue)
+and :mod:`.startup` (the hub's startup check, prices, orphans).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-import uuid
-from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from decimal import Decimal
-from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import jinja2
+from jupyterhub.orm import Service
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
 from traitlets import (
@@ -35,7 +41,6 @@ from traitlets import (
     Float,
     Int,
     List,
-    TraitError,
     Unicode,
     Union,
     default,
@@ -43,122 +48,43 @@ from traitlets import (
 )
 from traitlets.config import Configurable
 
-from jupyterhub_gpu.clock import isoformat, utcnow
-from jupyterhub_gpu.gpus.inventory import BACKENDS, GPUDevice, InventoryError
-from jupyterhub_gpu.money import Currency, MoneyError
-from jupyterhub_gpu.spawners.assign.host import GPUAllocator, shared_allocator
-from jupyterhub_gpu.spawners.assign.protocol import AllocationError, AssignmentConflict, QueueCancelled, QueueTimeout
-from jupyterhub_gpu.spawners.docker.objects import make_gpu_env
+from jupyterhub_gpu.clock import aware_utc, utcnow
+from jupyterhub_gpu.env import JOB_ID, make_gpu_env
+from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
+from jupyterhub_gpu.gpus.inventory import BACKENDS
+from jupyterhub_gpu.ledger.store import shared_ledger
+from jupyterhub_gpu.money import Currency, to_micros
+from jupyterhub_gpu.service.domain.overrides import load_overrides  # SQL: moving to ledger/queries/ (helper B)
+from jupyterhub_gpu.session import SessionStart, StopReason
+from jupyterhub_gpu.spawners.assign.host import shared_allocator
+from jupyterhub_gpu.spawners.assign.protocol import (
+    AllocationError,
+    Allocator,
+    AssignmentConflict,
+    QueueCancelled,
+    QueueTimeout,
+)
+from jupyterhub_gpu.spawners.budget import Reservation, check_and_reserve, drop_reservation, profile_binding_groups
+from jupyterhub_gpu.spawners.form import describe_profile, queue_message, render_options_form
 from jupyterhub_gpu.spawners.profiles import (
     OptionsError,
     Profile,
     ProfileError,
+    apply_overrides,
+    choose_pool,
     choose_profile,
+    job_server_option,
     options_from_form,
     parse_profiles,
+    pool_choices,
 )
-
-_templates = jinja2.Environment(
-    loader=jinja2.FunctionLoader(
-        lambda name: resources.files("jupyterhub_gpu.spawners").joinpath("templates", name).read_text("utf-8")
-    ),
-    autoescape=True,
-)
+from jupyterhub_gpu.spawners.records import new_session_state, record_start, record_stop
+from jupyterhub_gpu.spawners.singleuser import kernel_cull_args, server_token_scopes
 
 DEFAULT_SIMULATED_GPUS = [
     {"model": "T4", "count": 2, "memory_gb": 16},
     {"model": "A100", "count": 1, "memory_gb": 40},
 ]
-
-
-def describe_profile(profile: Profile, allocator: GPUAllocator, currency: Currency) -> str:
-    """The one-line summary shown in the form, e.g. ``1× T4 16 GB — ¥0.05/min — 3 of 4 free``."""
-    price = "free" if profile.rate_per_minute == 0 else f"{currency.format_rate(profile.rate_per_minute)}/min"
-    if profile.gpu_count == 0:
-        return f"CPU only — {price}"
-    devices = allocator.matching(profile.gpu_model)
-    model = profile.gpu_model
-    if devices and devices[0].simulated and not model.lower().startswith("simulated"):
-        model = f"Simulated {model}"
-    memory = f" {devices[0].memory_gb} GB" if devices and devices[0].memory_mib else ""
-    counts = allocator.counts(profile.gpu_model)
-    if counts["total"] == 0:
-        availability = "no such GPU on this host"
-    elif counts["free"] == 0:
-        availability = f"none free ({counts['waiting']} waiting)" if counts["waiting"] else "none free"
-    else:
-        availability = f"{counts['free']} of {counts['total']} free"
-        if counts["waiting"]:
-            availability += f" ({counts['waiting']} waiting)"
-    return f"{profile.gpu_count}× {model}{memory} — {price} — {availability}"
-
-
-def queue_message(model: str, count: int, simulated: bool, position: int, length: int) -> str:
-    """``Waiting for a free A100 — position 2 of 3``."""
-    name = f"Simulated {model}" if simulated and not model.lower().startswith("simulated") else model
-    what = f"a free {name}" if count == 1 else f"{count} free {name} GPUs"
-    return f"Waiting for {what} — position {position} of {length}"
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A spawn that passed the budget check and is not recorded yet: it counts with its minimum."""
-
-    user: str
-    pool: str | None
-    rate_micros: int
-    gpu_count: int
-
-
-#: ledger URL -> server key -> the spawn's Reservation, for this hub process
-_RESERVATIONS: dict[str, dict[str, Reservation]] = {}
-_RESERVE_LOCKS: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
-
-
-def _reserve_lock() -> asyncio.Lock:
-    """The hub-wide lock around a budget check and its reservation (one per event loop)."""
-    loop = asyncio.get_running_loop()
-    lock = _RESERVE_LOCKS.get(loop)
-    if lock is None:
-        for old in [lp for lp in _RESERVE_LOCKS if lp.is_closed()]:
-            del _RESERVE_LOCKS[old]
-        lock = _RESERVE_LOCKS[loop] = asyncio.Lock()
-    return lock
-
-
-def _drop_reservation(spawner) -> None:
-    _RESERVATIONS.get(spawner.ledger_db_url, {}).pop(spawner._gpu_key, None)
-
-
-def minimums_held(statuses: list, sessions, reservations, min_minutes: int, now: datetime) -> list:
-    """Each budget status with what its servers just started and its spawns still starting will cost at least.
-
-    A session that started less than ``min_minutes`` ago will be charged at least ``min_minutes`` (its
-    server was allowed on that promise); a reserved spawn is not charged anything yet. Both are added
-    to the use of every budget they draw from, so that concurrent spawns are checked against what is
-    really left. Nothing is charged for it: this is only the spawn check's view.
-    """
-    from jupyterhub_gpu.ledger.store import _aware, default_pool
-    from jupyterhub_gpu.service.domain.metering import draws_from, from_micros
-
-    if min_minutes <= 0:
-        return list(statuses)
-    holders = []  # (user, pool, rate per minute, GPUs, minutes not yet charged)
-    for r in sessions:
-        charged = max(1, math.ceil(max(0.0, (now - _aware(r.started)).total_seconds()) / 60))  # as billed
-        if charged < min_minutes:
-            pool = r.pool if r.pool is not None else default_pool(r.group_list)
-            holders.append((r.user, pool, r.rate_micros, r.gpu_count, min_minutes - charged))
-    holders += [(x.user, x.pool, x.rate_micros, x.gpu_count, min_minutes) for x in reservations]
-    result = []
-    for s in statuses:
-        extra = Decimal(0)
-        for user, pool, rate, gpus, minutes in holders:
-            if not draws_from(s.rule, user, pool) or not s.charges(rate, gpus):
-                continue
-            extra += from_micros(rate * minutes) if s.rule.unit == "money" else Decimal(gpus * minutes) / 60
-        result.append(replace(s, used=s.used + extra) if extra else s)
-    return result
 
 
 def _last_evidence(ledger, session_id: str, push_interval: float) -> list[datetime]:
@@ -168,9 +94,9 @@ def _last_evidence(ledger, session_id: str, push_interval: float) -> list[dateti
     service's last listing (``last_seen``) counts only if it is older than this hub process: a hub that
     was down lists a server it has not polled yet as running.
     """
-    from sqlalchemy import func, select
+    from sqlalchemy import func, select  # SQL: moving to ledger/queries/ (helper B)
 
-    from jupyterhub_gpu.ledger.store import SessionRecord, UsageMinute, _aware
+    from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
 
     found = []
     with ledger.Session() as db:
@@ -180,10 +106,10 @@ def _last_evidence(ledger, session_id: str, push_interval: float) -> list[dateti
             )
         ).one()
         record = db.get(SessionRecord, session_id)
-    last = max((_aware(t) for t in (minute, kernel) if t is not None), default=None)
+    last = max((aware_utc(t) for t in (minute, kernel) if t is not None), default=None)
     if last is not None:
         found.append(last + timedelta(seconds=push_interval))
-    seen = _aware(record.last_seen) if record is not None and record.last_seen is not None else None
+    seen = aware_utc(record.last_seen) if record is not None and record.last_seen is not None else None
     if seen is not None and seen <= _PROCESS_STARTED:
         found.append(seen)
     return found
@@ -333,15 +259,9 @@ class GPUSpawnerMixin(Configurable):
         return proposal.value
 
     def get_args(self):
-        args = super().get_args()
-        if self.kernel_cull_idle_timeout:
-            args += [
-                f"--MappingKernelManager.cull_idle_timeout={self.kernel_cull_idle_timeout}",
-                f"--MappingKernelManager.cull_interval={max(1, self.kernel_cull_interval)}",
-                f"--MappingKernelManager.cull_connected={self.kernel_cull_connected}",
-                "--MappingKernelManager.cull_busy=False",
-            ]
-        return args
+        return super().get_args() + kernel_cull_args(
+            self.kernel_cull_idle_timeout, self.kernel_cull_interval, self.kernel_cull_connected
+        )
 
     gpu_service_url = Unicode(
         "",
@@ -355,12 +275,7 @@ class GPUSpawnerMixin(Configurable):
 
     @default("server_token_scopes")
     def _gpu_server_token_scopes(self):
-        # JupyterHub's "server" role, plus what the server extension needs: reach the
-        # gpu service (samples, budget, notices) and stop its own server ("Stop my server")
-        scopes = ["users:activity!user", "access:servers!server", "servers!server"]
-        if self.gpu_service_url:
-            scopes.append("access:services!service=gpu")
-        return scopes
+        return server_token_scopes(bool(self.gpu_service_url))
 
     budget_timezone = Unicode(
         "UTC",
@@ -409,7 +324,8 @@ class GPUSpawnerMixin(Configurable):
         return Currency.from_config(self.currency, self.currency_symbol)
 
     @property
-    def allocator(self) -> GPUAllocator:
+    def allocator(self) -> Allocator:
+        """The hub-wide allocator this spawner takes its GPUs from (a host's devices; Kubernetes: the cluster's)."""
         return shared_allocator(self.gpu_backend, self.static_gpus, self.simulated_gpus)
 
     @property
@@ -417,31 +333,19 @@ class GPUSpawnerMixin(Configurable):
         """The shared ledger of this hub, or None when billing is off."""
         if not self.ledger_db_url:
             return None
-        from jupyterhub_gpu.ledger.store import shared_ledger
-
         return shared_ledger(self.ledger_db_url)
 
     _gpu_pool: str | None = None
 
     async def gpu_choose_pool(self, options, profile: Profile) -> str | None:
         """The one group that pays for this session (``pool`` in the options, else the default; docs/admin.md)."""
-        from jupyterhub_gpu.spawners.profiles import choose_pool
-
         ledger = self.ledger
         rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
         return choose_pool(options, profile, self._gpu_group_names(), self._gpu_binding_groups(rules, profile))
 
     def _gpu_binding_groups(self, rules, profile: Profile) -> set[str]:
-        """The groups whose budget binds this profile now: only they count as budgeted for the pool choice.
-
-        A term budget that ended (or has not begun), or a GPU-hour budget under a
-        CPU profile, binds nothing; counting its group as budgeted let a student
-        choose it and escape the budget of their other group.
-        """
-        from jupyterhub_gpu.service.domain.metering import binding_groups, to_micros
-
-        rate = to_micros(profile.rate_per_minute)
-        return binding_groups(rules, rate, profile.gpu_count, utcnow(), ZoneInfo(self.budget_timezone))
+        """The groups whose budget binds this profile now (:func:`.budget.profile_binding_groups`)."""
+        return profile_binding_groups(rules, profile, utcnow(), ZoneInfo(self.budget_timezone))
 
     async def gpu_budget_refusal(self, profile: Profile, pool: str | None = None, reserve: bool = False) -> str | None:
         """Why the budgets this session would draw from cannot afford ``budget_min_minutes`` of ``profile``, or None.
@@ -451,7 +355,7 @@ class GPUSpawnerMixin(Configurable):
         :meth:`Ledger.statuses_of` like everywhere else. Servers of those budgets
         that started less than ``budget_min_minutes`` ago, and spawns that passed
         this check but are not recorded yet, count with their first
-        ``budget_min_minutes`` (:func:`minimums_held`). With ``reserve``, a spawn
+        ``budget_min_minutes`` (:func:`.budget.minimums_held`). With ``reserve``, a spawn
         that passes holds its own minimum until its start is recorded; the check
         and the hold are one step for the whole hub, so concurrent spawns cannot
         all pass on the same remaining budget.
@@ -459,51 +363,19 @@ class GPUSpawnerMixin(Configurable):
         ledger = self.ledger
         if ledger is None:
             return None
-        from jupyterhub_gpu.service.domain.metering import draws_from, spawn_refusal, to_micros
-
         pool = self._gpu_pool if pool is None else pool
-        tz = ZoneInfo(self.budget_timezone)
-        now = utcnow()
-
-        rate = to_micros(profile.rate_per_minute)
-        key = self._gpu_key
-        url = self.ledger_db_url
-
-        def check(reserved):
-            rules = [r for r in ledger.budget_rules() if draws_from(r, self.user.name, pool)]
-            if not rules:
-                return None
-            statuses = ledger.statuses_of(rules, now, tz)
-            minutes = self.budget_min_minutes
-            refusal = spawn_refusal(
-                sorted(statuses, key=lambda s: s.fraction, reverse=True),
-                rate,
-                profile.gpu_count,
-                minutes,
-                tz,
-                self.gpu_currency.format,
-            )
-            if refusal:
-                return refusal
-            held = minimums_held(statuses, ledger.open_sessions(), reserved, minutes, now)
-            for real, with_held in zip(statuses, held, strict=True):
-                if spawn_refusal([with_held], rate, profile.gpu_count, minutes, tz, self.gpu_currency.format):
-                    show = self.gpu_currency.format if real.rule.unit == "money" else (lambda x: f"{x:.2f} GPU-hours")
-                    whose = "your budget" if real.rule.scope == "user" else f"the {real.rule.subject} group's budget"
-                    return (
-                        f"Budget too low for {minutes} minutes of this profile: {show(real.used)} of"
-                        f" {show(real.limit)} ({whose}) spent, and {show(with_held.used - real.used)} held for the"
-                        f" first {minutes} minutes of its servers that are starting or started less than"
-                        f" {minutes} minutes ago. Stop one of them, or try again in a few minutes."
-                    )
-            return None
-
-        async with _reserve_lock():
-            reserved = [r for k, r in _RESERVATIONS.get(url, {}).items() if k != key]
-            refusal = await asyncio.to_thread(check, reserved)
-            if refusal is None and reserve:
-                _RESERVATIONS.setdefault(url, {})[key] = Reservation(self.user.name, pool, rate, profile.gpu_count)
-        return refusal
+        request = Reservation(self.user.name, pool, to_micros(profile.rate_per_minute), profile.gpu_count)
+        return await check_and_reserve(
+            ledger,
+            self.ledger_db_url,
+            self._gpu_key,
+            request,
+            reserve=reserve,
+            min_minutes=self.budget_min_minutes,
+            now=utcnow(),
+            tz=ZoneInfo(self.budget_timezone),
+            format_money=self.gpu_currency.format,
+        )
 
     @property
     def _gpu_key(self) -> str:
@@ -529,9 +401,7 @@ class GPUSpawnerMixin(Configurable):
         ledger = self.ledger
         if ledger is None:
             return profiles
-        # prices and allowed groups edited by admins on the usage pages (service/access.py)
-        from jupyterhub_gpu.service.domain.overrides import apply_overrides, load_overrides
-
+        # prices and allowed groups edited by admins on the usage pages (docs/admin.md)
         return apply_overrides(profiles, await asyncio.to_thread(load_overrides, ledger))
 
     async def allowed_profiles(self) -> tuple[list[Profile], list[Profile]]:
@@ -552,28 +422,17 @@ class GPUSpawnerMixin(Configurable):
     async def _render_gpu_options_form(self, spawner=None):
         allowed, _ = await self.allowed_profiles()
         currency = self.gpu_currency
-        chosen = choose_profile({}, allowed) if allowed else None
         previous = (self.orm_spawner.user_options or {}).get("profile") if self.orm_spawner else None
-        if previous in {p.slug for p in allowed}:
-            chosen = next(p for p in allowed if p.slug == previous)
-        simulated = any(d.simulated for d in self.allocator.devices)
-        rows = [
-            {
-                "slug": p.slug,
-                "display_name": p.display_name,
-                "description": p.description,
-                "summary": self.gpu_profile_summary(p, currency),
-                "checked": chosen is not None and p.slug == chosen.slug,
-            }
-            for p in allowed
-        ]
-        pools = await self._gpu_pool_options(allowed)
-        return _templates.get_template("options_form.html").render(profiles=rows, simulated=simulated, pools=pools)
+        return render_options_form(
+            allowed,
+            previous,
+            lambda p: self.gpu_profile_summary(p, currency),
+            simulated=any(d.simulated for d in self.allocator.devices),
+            pools=await self._gpu_pool_options(allowed),
+        )
 
     async def _gpu_pool_options(self, allowed: list[Profile]) -> list[str]:
         """The groups the form offers to pay (any profile's choices); shown only when there is a choice."""
-        from jupyterhub_gpu.spawners.profiles import pool_choices
-
         ledger = self.ledger
         rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
         groups = self._gpu_group_names()
@@ -654,7 +513,7 @@ class GPUSpawnerMixin(Configurable):
             result = await maybe_future(super().run_pre_spawn_hook())
             await self._gpu_take_gpus(profile)
         except BaseException:
-            _drop_reservation(self)
+            drop_reservation(self)
             raise
         return result
 
@@ -712,10 +571,6 @@ class GPUSpawnerMixin(Configurable):
 
     def _gpu_job_option(self, options) -> str | None:
         """Take ``job_id`` out of the options: ``job-`` servers are the gpu service's job servers (docs/jobs.md)."""
-        from jupyterhub.orm import Service
-
-        from jupyterhub_gpu.spawners.profiles import job_server_option
-
         # who asked the hub for this spawn: only a service (the gpu service's POST jobs) starts a job's server
         requester = getattr(getattr(self, "handler", None), "current_user", None)
         return job_server_option(self.name, options, isinstance(requester, Service))
@@ -735,16 +590,9 @@ class GPUSpawnerMixin(Configurable):
                 raise self._gpu_stopped_while_starting()
             started = self._gpu_granted_at or utcnow()
             uuids = [d.uuid for d in devices]
-            self._gpu_session = {
-                "profile": profile.slug,
-                "devices": uuids,
-                "device_names": [d.name for d in devices],
-                "simulated": any(d.simulated for d in devices),
-                "session_id": uuid.uuid4().hex,
-                "started": isoformat(started),
-                "rate_per_minute": str(profile.rate_per_minute),
-                "currency": self.gpu_currency.code,
-            }
+            self._gpu_session = new_session_state(
+                profile, devices, started, self.gpu_currency.code, groups=self._gpu_group_names(), pool=self._gpu_pool
+            )
             self._gpu_env = make_gpu_env(
                 profile_slug=profile.slug,
                 device_uuids=uuids,
@@ -765,8 +613,6 @@ class GPUSpawnerMixin(Configurable):
             what = ", ".join(f"{d.name} ({d.uuid})" for d in devices) or "no GPU"
             message = f"Assigned {what}; starting {profile.display_name} at {rate}/min"
             self._gpu_emit({"progress": 60, "message": message})
-            self._gpu_session["groups"] = sorted(self._gpu_group_names())
-            self._gpu_session["pool"] = self._gpu_pool  # the one group that pays (checked at the pre-spawn hook)
             await self.gpu_prepare(profile, devices)
             if self._gpu_abort:
                 raise self._gpu_stopped_while_starting()
@@ -791,13 +637,13 @@ class GPUSpawnerMixin(Configurable):
                 finally:
                     self._gpu_stopping = False
             if self._gpu_recorded and session:
-                await self._gpu_record_stop(session, utcnow(), "stopped")
+                await self._gpu_record_stop(session, utcnow(), StopReason.STOPPED)
             self._gpu_release()
             raise
         finally:
             self._gpu_launching = False
             self._gpu_in_start = False
-            _drop_reservation(self)
+            drop_reservation(self)
 
     async def gpu_confirm_start(self) -> None:
         """Hook run when the server is up, before its start is recorded: set when billing really began.
@@ -808,31 +654,25 @@ class GPUSpawnerMixin(Configurable):
 
     def _gpu_session_start(self, gpu: dict):
         """The ledger's SessionStart of a session kept in this spawner's state."""
-        from jupyterhub_gpu.service.tick import session_start_from_state
-
-        return session_start_from_state(self.user.name, self.name, (), gpu)
+        return SessionStart.from_spawner_state(self.user.name, self.name, (), gpu)
 
     async def _gpu_record_start(self) -> None:
         """Record the session start in the ledger; a spawn that cannot be billed does not run."""
         ledger = self.ledger
         if ledger is None or not self._gpu_session:
             return
-        # under the check's lock: a concurrent check sees this spawn either held or recorded, never both
-        async with _reserve_lock():
-            await asyncio.to_thread(ledger.record_start, self._gpu_session_start(self._gpu_session))
+
+        def recorded():
             self._gpu_recorded = True
-            _drop_reservation(self)  # the recorded session counts from now on
+            drop_reservation(self)  # the recorded session counts from now on
+
+        await record_start(ledger, lambda: self._gpu_session_start(self._gpu_session), recorded)
 
     async def _gpu_record_stop(self, session: dict, stopped: datetime, reason: str) -> None:
         ledger = self.ledger
         if ledger is None or not session:
             return
-        start = self._gpu_session_start(session)
-        try:
-            await asyncio.to_thread(ledger.record_stop, start.id, stopped, reason, start)
-        except Exception:
-            # the service's reconciliation closes it later; never keep a server running for this
-            self.log.exception("could not record the stop of session %s in the ledger", start.id)
+        await record_stop(ledger, self._gpu_session_start(session), stopped, reason, self.log)
 
     async def gpu_stopped_at(self) -> datetime | None:
         """When the server really stopped, if the spawner knows (Docker does); None means now."""
@@ -892,7 +732,7 @@ class GPUSpawnerMixin(Configurable):
             if session:
                 self._gpu_last_alive = utcnow()
         elif session and not self._gpu_stopping:
-            await self._gpu_record_stop(session, await self._gpu_end_of(session), "exited")
+            await self._gpu_record_stop(session, await self._gpu_end_of(session), StopReason.EXITED)
         return status
 
     sample_push_interval = Float(
@@ -949,7 +789,7 @@ class GPUSpawnerMixin(Configurable):
         env = super().get_env()
         env.update(self._gpu_env)
         if self._gpu_job_id:
-            env["JUPYTERHUB_GPU_JOB_ID"] = self._gpu_job_id  # the server runs this job (serverext/jobs.py)
+            env[JOB_ID] = self._gpu_job_id  # the server runs this job (serverext/jobs.py)
         return env
 
     _gpu_in_stop = False
@@ -969,12 +809,12 @@ class GPUSpawnerMixin(Configurable):
         if self._gpu_in_start:
             self._gpu_abort = True  # start() gives up at its next step
         session = dict(self._gpu_session)
-        reason = "stopped"
+        reason = StopReason.STOPPED
         stopped_at = None
         if session:
             try:
                 if await self.poll() is not None:
-                    reason = "exited"  # the server ended on its own
+                    reason = StopReason.EXITED  # the server ended on its own
                     stopped_at = await self._gpu_end_of(session)
             except Exception:
                 self.log.debug("poll before stop failed", exc_info=True)
@@ -1023,7 +863,7 @@ class GPUSpawnerMixin(Configurable):
             # handle (pid, container id) until then, and no GPU is handed on while the server may run
             return
         super().clear_state()
-        _drop_reservation(self)
+        drop_reservation(self)
         self._gpu_devices = []
         self._gpu_release()
 
@@ -1031,57 +871,3 @@ class GPUSpawnerMixin(Configurable):
     def gpu_session(self) -> dict:
         """The running session's profile, GPUs, rate and start (empty when not running)."""
         return dict(self._gpu_session)
-
-
-def config_probe(config, spawner_class):
-    """A spawner object holding only the hub's configuration (no user): for startup checks."""
-    probe = spawner_class.__new__(spawner_class)
-    Configurable.__init__(probe, config=config)
-    return probe
-
-
-def probe_and_check(config, spawner_class) -> tuple[object | None, list[str]]:
-    """A :func:`config_probe` and the problems every backend checks first: option values, currency.
-
-    The probe is None when an option's value is invalid.
-    """
-    try:
-        probe = config_probe(config, spawner_class)
-    except (TraitError, ValueError) as e:
-        return None, [f"{spawner_class.__name__}: {e}"]
-    problems = []
-    try:
-        Currency.from_config(probe.currency, probe.currency_symbol)
-    except MoneyError as e:
-        problems.append(str(e))
-    return probe, problems
-
-
-def check_config(config, spawner_class) -> list[str]:
-    """Validate a hub's GPU configuration at startup; returns the problems found.
-
-    Profiles given as a callable can only be checked at spawn time.
-    """
-    probe, problems = probe_and_check(config, spawner_class)
-    if probe is None:
-        return problems
-    profiles = []
-    if not callable(probe.profiles):
-        try:
-            profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
-        except ProfileError as e:
-            problems.append(str(e))
-    try:
-        allocator = shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
-    except InventoryError as e:
-        problems.append(str(e))
-    else:
-        names = sorted({d.name for d in allocator.devices})
-        for p in profiles:
-            total = len(allocator.matching(p.gpu_model)) if p.gpu_count else 0
-            if p.gpu_count and total < p.gpu_count:
-                problems.append(
-                    f"profile {p.slug!r}: needs {p.gpu_count}× {p.gpu_model!r} but this host has {total}"
-                    f" (its GPUs: {', '.join(names) or 'none'})"
-                )
-    return problems

@@ -7,11 +7,15 @@ of its inputs so it can be tested without a hub.
 
 from __future__ import annotations
 
+import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from jupyterhub_gpu.money import MoneyError, parse_amount, profile_rate
+
+#: the admins' edits of prices and access (:func:`apply_overrides`)
+access_log = logging.getLogger("jupyterhub_gpu.access")
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 MEM_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
@@ -235,7 +239,7 @@ def pool_choices(profile: Profile, user_groups, budgeted_groups=()) -> list[str]
     The user's groups the profile is allowed for (all of the user's groups for a
     profile open to everyone), in the profile's ``allowed_groups`` order, then by
     name. When some of them have a group budget that binds the profile now
-    (``budgeted_groups``: :func:`.service.metering.binding_groups`), only those: a
+    (``budgeted_groups``: :func:`.billing.binding_groups`), only those: a
     budget binds its members, so a group without one, or whose budget binds
     nothing now, cannot be chosen to escape it.
     """
@@ -293,3 +297,36 @@ def job_server_option(server_name: str, options, requested_by_service: bool) -> 
                 " service starts (POST /services/gpu/api/v1/jobs). Choose another name. Nothing was started."
             )
     return job_id
+
+
+def apply_overrides(profiles: list[Profile], overrides: dict) -> list[Profile]:
+    """The profiles with the admins' prices and allowed groups (``overrides``: slug -> ``Override``).
+
+    An admin may edit, on the usage pages, a profile's prices and who may use it; a field left
+    ``None`` keeps the configured value. A stored edit that no longer prices (the configuration
+    changed under it) is ignored with a warning, instead of failing every spawn.
+    """
+    result = []
+    for p in profiles:
+        o = overrides.get(p.slug)
+        if o is None:
+            result.append(p)
+            continue
+        gpu_price = p.price_per_gpu_hour if o.price_per_gpu_hour is None else o.price_per_gpu_hour
+        flat = p.price_per_hour if o.price_per_hour is None else o.price_per_hour
+        groups = p.allowed_groups if o.allowed_groups is None else o.allowed_groups
+        try:
+            rate = profile_rate(p.gpu_count, gpu_price, flat)
+        except MoneyError as e:
+            access_log.warning("ignoring the price edit of profile %r, which no longer prices: %s", p.slug, e)
+            gpu_price, flat, rate = p.price_per_gpu_hour, p.price_per_hour, p.rate_per_minute
+        result.append(
+            replace(
+                p,
+                price_per_gpu_hour=gpu_price,
+                price_per_hour=flat,
+                rate_per_minute=rate,
+                allowed_groups=tuple(groups),
+            )
+        )
+    return result

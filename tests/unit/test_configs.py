@@ -6,7 +6,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
-from jupyterhub_gpu.spawners.mixin import check_config
+from jupyterhub_gpu.spawners.startup import check_config
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 

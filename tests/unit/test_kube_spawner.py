@@ -586,7 +586,7 @@ def test_the_hub_startup_check_takes_the_kubernetes_check_and_publishes_prices(t
     from jupyterhub.app import JupyterHub
 
     from jupyterhub_gpu.ledger.store import shared_ledger
-    from jupyterhub_gpu.spawners import _startup_check
+    from jupyterhub_gpu.spawners.startup import startup_check as _startup_check
 
     ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"
     app = JupyterHub(config=make_config(Cluster(), ledger_db_url=ledger_url))

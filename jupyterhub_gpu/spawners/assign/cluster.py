@@ -28,7 +28,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from jupyterhub_gpu.gpus.inventory import GPUDevice, model_matches
+from jupyterhub_gpu.gpus.device import GPUDevice
+from jupyterhub_gpu.gpus.names import model_matches
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator
 from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
 from jupyterhub_gpu.spawners.kube.objects import MEMORY_LABEL, PRODUCT_LABEL, SESSION_LABEL, gpu_resource_for

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from jupyterhub_gpu.gpus.inventory import GPUDevice, make_inventory, model_matches
+from jupyterhub_gpu.gpus.device import GPUDevice
+from jupyterhub_gpu.gpus.inventory import make_inventory
+from jupyterhub_gpu.gpus.names import model_matches
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator, AssignmentConflict
 from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
 

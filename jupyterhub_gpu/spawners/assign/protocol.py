@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from jupyterhub_gpu.gpus.inventory import GPUDevice
+from jupyterhub_gpu.gpus.device import GPUDevice
 
 
 class AllocationError(RuntimeError):

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from jupyterhub_gpu.gpus.inventory import GPUDevice
+from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, QueueCancelled, QueueTimeout
 
 log = logging.getLogger("jupyterhub_gpu.allocator")

@@ -10,10 +10,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from datetime import datetime
-from decimal import Decimal
-
-from jupyterhub_gpu.clock import isoformat
 
 LABEL_PREFIX = "jupyterhub-gpu"
 HARDENED_CAP_DROP = ["ALL"]
@@ -228,49 +224,6 @@ def network_isolation_problem(info: dict) -> str | None:
             " from reaching each other over IPv6; use a network without IPv6"
         )
     return None
-
-
-def make_gpu_env(
-    *,
-    profile_slug: str,
-    device_uuids: list[str],
-    rate_per_minute: Decimal,
-    currency: str,
-    session_id: str,
-    started: datetime,
-    simulated: bool,
-    devices: list[dict] | None = None,
-    gpu_model: str = "",
-    profile_name: str = "",
-    currency_symbol: str = "",
-    service_url: str = "",
-) -> dict[str, str]:
-    """Environment variables that tell a server its GPUs, profile, rate and session.
-
-    ``devices`` (index, uuid, name, memory_mib of each assigned GPU) lets the
-    server extension label and size the GPUs it reads.
-    """
-    visible = ",".join(device_uuids)
-    env = {
-        # "void" hides every GPU from the NVIDIA runtime for a CPU-only profile;
-        # base images set NVIDIA_VISIBLE_DEVICES=all otherwise.
-        "NVIDIA_VISIBLE_DEVICES": visible or "void",
-        "CUDA_VISIBLE_DEVICES": visible,
-        "JUPYTERHUB_GPU_PROFILE": profile_slug,
-        "JUPYTERHUB_GPU_DEVICES": visible,
-        "JUPYTERHUB_GPU_RATE_PER_MINUTE": str(rate_per_minute),
-        "JUPYTERHUB_GPU_CURRENCY": currency,
-        "JUPYTERHUB_GPU_SESSION_ID": session_id,
-        "JUPYTERHUB_GPU_STARTED": isoformat(started),
-        "JUPYTERHUB_GPU_SIMULATED": "1" if simulated else "0",
-        "JUPYTERHUB_GPU_DEVICE_INFO": json.dumps(devices or [], sort_keys=True),
-        "JUPYTERHUB_GPU_MODEL": gpu_model,
-        "JUPYTERHUB_GPU_PROFILE_NAME": profile_name or profile_slug,
-        "JUPYTERHUB_GPU_CURRENCY_SYMBOL": currency_symbol,
-    }
-    if service_url:
-        env["JUPYTERHUB_GPU_SERVICE_URL"] = service_url
-    return env
 
 
 def make_device_requests(device_uuids: list[str]) -> list[dict]:

@@ -38,7 +38,8 @@ from jupyterhub_gpu.spawners.docker.objects import (
     parse_subnet,
     screen_extras,
 )
-from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin, check_config, config_probe
+from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
+from jupyterhub_gpu.spawners.startup import check_config, config_probe
 
 HOST_NETWORK_WARNING = (
     "INSECURE: %s runs on the host network: every server shares the host's loopback, so any user can"

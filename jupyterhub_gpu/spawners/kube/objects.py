@@ -17,6 +17,9 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+from jupyterhub_gpu.env import nvml_discovery_env
+from jupyterhub_gpu.gpus.names import mig_request
+
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -27,8 +30,6 @@ PROFILE_LABEL = f"{LABEL_PREFIX}/profile"
 MANAGED_LABEL = f"{LABEL_PREFIX}/managed"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
-_MIG_SLICE = re.compile(r"\d+g\.\d+gb", re.IGNORECASE)
-_WORD = re.compile(r"[^A-Za-z0-9.]+")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 #: Environment the device plugin sets itself for a GPU pod; a value from us would be wrong
@@ -44,12 +45,8 @@ def gpu_resource_for(gpu_model: str) -> tuple[str, str]:
     (``nvidia.com/mig-1g.10gb``, the device plugin's "mixed" MIG strategy), on
     nodes of the product named by the remaining words, if any.
     """
-    words = [w for w in _WORD.split(gpu_model.strip()) if w]
-    slices = [w for w in words if _MIG_SLICE.fullmatch(w)]
-    if not slices:
-        return GPU_RESOURCE, " ".join(words)
-    rest = [w for w in words if not _MIG_SLICE.fullmatch(w) and w.casefold() != "mig"]
-    return MIG_RESOURCE_PREFIX + slices[0].lower(), " ".join(rest)
+    mig_slice, words = mig_request(gpu_model)
+    return (GPU_RESOURCE if mig_slice is None else MIG_RESOURCE_PREFIX + mig_slice), words
 
 
 def format_cpu(cpus: float) -> str:
@@ -149,7 +146,7 @@ def make_pod_labels(*, profile_slug: str, session_id: str) -> dict[str, str]:
 
 
 def make_kube_env(env: dict[str, str], *, gpu_count: int, gpu_resource: str) -> dict[str, str]:
-    """The server's environment on Kubernetes, from :func:`.objects.make_gpu_env`'s.
+    """The server's environment on Kubernetes, from :func:`jupyterhub_gpu.env.make_gpu_env`'s.
 
     For a GPU pod the device plugin chooses the GPUs and sets
     ``NVIDIA_VISIBLE_DEVICES`` itself, so the hub's placeholders are dropped and
@@ -162,15 +159,10 @@ def make_kube_env(env: dict[str, str], *, gpu_count: int, gpu_resource: str) -> 
     if gpu_count:
         for name in DEVICE_PLUGIN_ENV:
             out.pop(name, None)
-        out["JUPYTERHUB_GPU_DEVICES"] = ""
-        out["JUPYTERHUB_GPU_DEVICE_INFO"] = "[]"
-        out["JUPYTERHUB_GPU_DEVICE_DISCOVERY"] = "nvml"
-        out["JUPYTERHUB_GPU_COUNT"] = str(gpu_count)
-        out["JUPYTERHUB_GPU_RESOURCE"] = gpu_resource
     else:
         out["NVIDIA_VISIBLE_DEVICES"] = "void"
         out["CUDA_VISIBLE_DEVICES"] = ""
-        out["JUPYTERHUB_GPU_COUNT"] = "0"
+    out.update(nvml_discovery_env(gpu_count, gpu_resource))
     return out
 
 

@@ -44,8 +44,9 @@ from jupyterhub_gpu.spawners.kube.objects import (
     make_storage,
     validate_object,
 )
-from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin, probe_and_check
+from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
 from jupyterhub_gpu.spawners.profiles import Profile, ProfileError, parse_profiles
+from jupyterhub_gpu.spawners.startup import probe_and_check
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

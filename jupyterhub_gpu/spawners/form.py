@@ -1,0 +1,83 @@
+"""The spawn form: one line per profile (price, free GPUs, waiting servers), the queue message, the HTML.
+
+Pure: what the form shows comes in as arguments (the profiles the user may use,
+the allocator's counts, the groups that may pay); nothing here reads the hub or
+the ledger. The mixin's ``options_form`` gathers them and calls
+:func:`render_options_form`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import resources
+
+import jinja2
+
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.spawners.assign.protocol import Allocator
+from jupyterhub_gpu.spawners.profiles import Profile, choose_profile
+
+_templates = jinja2.Environment(
+    loader=jinja2.FunctionLoader(
+        lambda name: resources.files("jupyterhub_gpu.spawners").joinpath("templates", name).read_text("utf-8")
+    ),
+    autoescape=True,
+)
+
+
+def describe_profile(profile: Profile, allocator: Allocator, currency: Currency) -> str:
+    """The one-line summary shown in the form, e.g. ``1× T4 16 GB — ¥0.05/min — 3 of 4 free``."""
+    price = "free" if profile.rate_per_minute == 0 else f"{currency.format_rate(profile.rate_per_minute)}/min"
+    if profile.gpu_count == 0:
+        return f"CPU only — {price}"
+    devices = allocator.matching(profile.gpu_model)
+    model = profile.gpu_model
+    if devices and devices[0].simulated and not model.lower().startswith("simulated"):
+        model = f"Simulated {model}"
+    memory = f" {devices[0].memory_gb} GB" if devices and devices[0].memory_mib else ""
+    counts = allocator.counts(profile.gpu_model)
+    if counts["total"] == 0:
+        availability = "no such GPU on this host"
+    elif counts["free"] == 0:
+        availability = f"none free ({counts['waiting']} waiting)" if counts["waiting"] else "none free"
+    else:
+        availability = f"{counts['free']} of {counts['total']} free"
+        if counts["waiting"]:
+            availability += f" ({counts['waiting']} waiting)"
+    return f"{profile.gpu_count}× {model}{memory} — {price} — {availability}"
+
+
+def queue_message(model: str, count: int, simulated: bool, position: int, length: int) -> str:
+    """``Waiting for a free A100 — position 2 of 3``."""
+    name = f"Simulated {model}" if simulated and not model.lower().startswith("simulated") else model
+    what = f"a free {name}" if count == 1 else f"{count} free {name} GPUs"
+    return f"Waiting for {what} — position {position} of {length}"
+
+
+def render_options_form(
+    allowed: list[Profile],
+    previous: str | None,
+    summary: Callable[[Profile], str],
+    *,
+    simulated: bool,
+    pools: list[str],
+) -> str:
+    """The form's HTML: the ``allowed`` profiles, the ``previous`` choice (a slug) checked if still allowed.
+
+    ``summary(profile)`` is each profile's line (:func:`describe_profile` on a host); ``pools`` are
+    the groups the user may choose to pay, shown only when there is a choice.
+    """
+    chosen = choose_profile({}, allowed) if allowed else None
+    if previous in {p.slug for p in allowed}:
+        chosen = next(p for p in allowed if p.slug == previous)
+    rows = [
+        {
+            "slug": p.slug,
+            "display_name": p.display_name,
+            "description": p.description,
+            "summary": summary(p),
+            "checked": chosen is not None and p.slug == chosen.slug,
+        }
+        for p in allowed
+    ]
+    return _templates.get_template("options_form.html").render(profiles=rows, simulated=simulated, pools=pools)
