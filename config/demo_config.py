@@ -10,7 +10,7 @@ login (any user name, password "demo"). Everything else is the real code.
 import os
 import sys
 
-from jupyterhub_gpu.service.web.api import CUSTOM_SCOPES
+from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
 from jupyterhub_gpu.service.web.pages import HUB_TEMPLATES
 
 here = os.path.dirname(os.path.abspath(__file__))

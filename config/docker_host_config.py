@@ -110,7 +110,7 @@ c.Spawner.default_url = "/lab"
 # -- Billing: the ledger and the hub-managed "gpu" service (docs/service.md) ----------
 import sys  # noqa: E402
 
-from jupyterhub_gpu.service.web.api import CUSTOM_SCOPES  # noqa: E402
+from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES  # noqa: E402
 
 LEDGER = "sqlite:////srv/jupyterhub/jupyterhub_gpu.sqlite"  # PostgreSQL for larger labs
 c.GPUDockerSpawner.ledger_db_url = LEDGER

@@ -146,7 +146,7 @@ def isolated_config(daemon: OwnDockerd, network: str, subnet: ipaddress.IPv4Netw
     # the networking of config/docker_host_config.py, on the test's own dockerd and subnet
     return f"""
 import sys
-from jupyterhub_gpu.service.web.api import CUSTOM_SCOPES
+from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
 c.JupyterHub.spawner_class = "gpu-docker"
 c.GPUDockerSpawner.client_kwargs = {{"base_url": {daemon.host!r}}}
 c.GPUDockerSpawner.network_name = {network!r}

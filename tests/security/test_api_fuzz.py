@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from jupyterhub_gpu.service.web.api import OPENAPI
+from jupyterhub_gpu.service.web.api.openapi import OPENAPI
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -110,7 +110,7 @@ def webhook():
 
 GPU_SERVICE_CONFIG = """
 import sys
-from jupyterhub_gpu.service.web.api import CUSTOM_SCOPES
+from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
 
 GPU_DB = %(db_url)r
 c.JupyterHub.spawner_class = "gpu-local"

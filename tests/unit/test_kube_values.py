@@ -17,7 +17,7 @@ import tomllib
 import yaml
 from traitlets.config import Config
 
-from jupyterhub_gpu.service.web.api import CUSTOM_SCOPES
+from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
 from jupyterhub_gpu.spawners.kube.objects import gpu_resource_for, validate_object
 from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 from jupyterhub_gpu.spawners.profiles import parse_profiles

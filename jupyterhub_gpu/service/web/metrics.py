@@ -24,8 +24,10 @@ from tornado import web
 
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import MICROS
-from jupyterhub_gpu.service.web.api import SCOPE_METRICS_READ, BaseHandler, current_statuses
+from jupyterhub_gpu.money import MICROS
+from jupyterhub_gpu.service.domain.statuses import current_statuses
+from jupyterhub_gpu.service.web.auth import SCOPE_METRICS_READ, BaseHandler
+from jupyterhub_gpu.service.web.context import WebContext
 
 NAMESPACE = "jupyterhub_gpu"
 
@@ -135,7 +137,8 @@ def make_registry(ledger: Ledger, tz: ZoneInfo, clock=utcnow) -> CollectorRegist
 class MetricsHandler(BaseHandler):
     """``GET /services/gpu/metrics`` in the Prometheus text format, for tokens with custom:gpu-metrics:read."""
 
-    def initialize(self, registry: CollectorRegistry):
+    def initialize(self, ctx: WebContext, registry: CollectorRegistry):
+        super().initialize(ctx)
         self.registry = registry
 
     @web.authenticated

@@ -1,7 +1,7 @@
 """The usage pages of the gpu service: students, instructors and admins, in English and Chinese.
 
 Server-rendered Jinja2 pages under ``/services/gpu/`` behind JupyterHub OAuth
-(the same :class:`~.api.BaseHandler` as the REST API, so the same scopes decide
+(the same :class:`~.auth.BaseHandler` as the REST API, so the same scopes decide
 who sees what), with the same query helpers as the API: ``Ledger.sessions`` and
 ``session_json`` for sessions, ``current_statuses`` for budgets,
 ``parse_budget`` for budget forms, ``load_culling_inputs`` and
@@ -23,46 +23,38 @@ without it is not authenticated. Charts use Chart.js, served from ``static/``.
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import jinja2
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.log import app_log
 
+from jupyterhub_gpu.billing import applies_to, local_midnight, minutes_in_window
+from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
+from jupyterhub_gpu.money import from_micros, to_micros
 from jupyterhub_gpu.service.domain.advice import summary as advice_summary
-from jupyterhub_gpu.service.domain.metering import applies_to, from_micros, minutes_in_window, to_micros
 from jupyterhub_gpu.service.domain.overrides import (
     AccessError,
     Override,
+    apply_to_pricing,
     delete_override,
     load_overrides,
     parse_override,
     save_override,
 )
-from jupyterhub_gpu.service.domain.savings import CULL_REASONS, DEFAULT_HORIZON, IDLE_UTIL_PERCENT, culling_report
+from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON, culling_report
+from jupyterhub_gpu.service.domain.statuses import current_statuses
+from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, negotiate, translator
-from jupyterhub_gpu.service.web.api import (
-    SCOPE_BUDGETS_WRITE,
-    SCOPE_USAGE_READ,
-    BadRequest,
-    BaseHandler,
-    current_statuses,
-    load_culling_inputs,
-    parse_budget,
-    query_values,
-    query_window,
-    sessions_json,
-    status_json,
-    usage_csv,
-    usage_totals,
-    validate_subject,
-)
+from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
+from jupyterhub_gpu.service.web.params import BadRequest, parse_budget, query_values, query_window, validate_subject
+from jupyterhub_gpu.service.web.views import sessions_json, status_json, table_csv, usage_csv, usage_totals
+from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT
 
 TEMPLATES = Path(__file__).with_name("templates")
 STATIC = Path(__file__).with_name("static")
@@ -91,10 +83,6 @@ def sessions_gpu_minutes(session: dict) -> int:
     return session["minutes_in_window"] * session["gpu_count"]
 
 
-def _local_midnight(day: date, tz) -> datetime:
-    return datetime.combine(day, time(0), tzinfo=tz)
-
-
 def session_days(session: dict, tz, since: datetime | None, until: datetime | None) -> dict[date, int]:
     """A session's billed minutes per local day, inside ``[since, until)``: a minute counts on the day it starts."""
     started = datetime.fromisoformat(session["started"].replace("Z", "+00:00"))
@@ -103,7 +91,7 @@ def session_days(session: dict, tz, since: datetime | None, until: datetime | No
     days = {}
     day = started.astimezone(tz).date()
     while day <= last.astimezone(tz).date():
-        lo, hi = _local_midnight(day, tz), _local_midnight(day + timedelta(days=1), tz)
+        lo, hi = local_midnight(day, tz), local_midnight(day + timedelta(days=1), tz)
         lo, hi = max(lo, since) if since else lo, min(hi, until) if until else hi
         if lo < hi:
             count = minutes_in_window(started, n, lo, hi)
@@ -161,18 +149,6 @@ def totals_by(sessions: list[dict], key) -> list[dict]:
     ]
 
 
-def table_csv(columns: list[str], rows: list[dict]) -> str:
-    """A table as CSV: a header row, then one row per dict (text a spreadsheet would run is quoted away)."""
-    from jupyterhub_gpu.service.web.usage import FormulaSafeWriter
-
-    out = io.StringIO()
-    writer = FormulaSafeWriter(out)  # every text cell, whichever column: a budget's subject is a name too
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([row.get(c) for c in columns])
-    return out.getvalue()
-
-
 def month_start(now: datetime, tz) -> datetime:
     local = now.astimezone(tz)
     return datetime.combine(local.date().replace(day=1), time(0), tzinfo=tz)
@@ -191,7 +167,7 @@ class PageHandler(BaseHandler):
         if self._lang is None:
             chosen = self.get_query_argument("lang", None)
             if chosen in LANGUAGES:
-                self.set_cookie(COOKIE, chosen, path=self.service.prefix, expires_days=365, samesite="Lax")
+                self.set_cookie(COOKIE, chosen, path=self.ctx.prefix, expires_days=365, samesite="Lax")
             else:
                 chosen = negotiate(self.request.headers.get("Accept-Language"), self.get_cookie(COOKIE))
             self._lang = chosen
@@ -202,7 +178,7 @@ class PageHandler(BaseHandler):
         return translator(self.lang)
 
     def page_url(self, path: str = "", **params) -> str:
-        url = url_path_join(self.service.prefix, path) if path else self.service.prefix
+        url = url_path_join(self.ctx.prefix, path) if path else self.ctx.prefix
         query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
         return f"{url}?{query}" if query else url
 
@@ -234,15 +210,15 @@ class PageHandler(BaseHandler):
                 lang=self.lang,
                 languages=LANGUAGE_NAMES,
                 switch=switch,
-                prefix=self.service.prefix,
+                prefix=self.ctx.prefix,
                 hub_prefix=self.hub_auth.hub_prefix,
-                static=lambda name: url_path_join(self.service.prefix, "static", name),
+                static=lambda name: url_path_join(self.ctx.prefix, "static", name),
                 nav=self.nav() if self.current_user else None,
-                currency=self.service.currency_info,
-                money=lambda amount: self.service.currency_info.format(Decimal(amount)),
+                currency=self.ctx.currency,
+                money=lambda amount: self.ctx.currency.format(Decimal(amount)),
                 reason=lambda r: self._(r) if r else "",
                 local=self.local_time,
-                tz=str(self.service.tz),
+                tz=str(self.ctx.tz),
                 page_url=self.page_url,
                 csv_url=csv_url,
                 path=path,
@@ -255,7 +231,7 @@ class PageHandler(BaseHandler):
         """An API time (ISO, UTC) as ``YYYY-MM-DD HH:MM`` in the lab's time zone."""
         if not iso:
             return ""
-        moment = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(self.service.tz)
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(self.ctx.tz)
         return moment.strftime("%Y-%m-%d %H:%M")
 
     def write_error(self, status_code, **kwargs):
@@ -281,17 +257,17 @@ class PageHandler(BaseHandler):
         """``since``/``until`` as ``GET usage`` reads them; without ``since``, the current month."""
         try:
             values = query_values(self.request.query_arguments, PAGE_PARAMS)
-            since, until = query_window(values, self.service.tz)
+            since, until = query_window(values, self.ctx.tz)
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
         if "since" not in values:
-            since = month_start(self.now(), self.service.tz)
+            since = month_start(self.now(), self.ctx.tz)
             if until is not None and until <= since:
                 since = None
         return since, until, values
 
     def window_text(self, since, until) -> dict:
-        tz = self.service.tz
+        tz = self.ctx.tz
         return {
             "since": since.astimezone(tz).date().isoformat() if since else "",
             "until": (until.astimezone(tz) - timedelta(microseconds=1)).date().isoformat() if until else "",
@@ -304,7 +280,7 @@ class PageHandler(BaseHandler):
         self._groups_by_id = {r.id: r.group_list for r in records}
         self._pool_by_id = {r.id: r.pool for r in records}
         now = self.now()
-        return sessions_json(self.ledger, records, now, self.service.currency_info, (since, until))  # with advice
+        return sessions_json(self.ledger, records, now, self.ctx.currency, (since, until))  # with advice
 
     def session_groups(self, session: dict) -> list[str]:
         return self._groups_by_id.get(session["id"], [])
@@ -335,13 +311,13 @@ class PageHandler(BaseHandler):
 
     def budget_rows(self, rules) -> list[dict]:
         rows = []
-        for status in current_statuses(self.ledger, rules, self.now(), self.service.tz):
+        for status in current_statuses(self.ledger, rules, self.now(), self.ctx.tz):
             row = status_json(status)
             row["limit_display"] = self.quantity(row["limit"], row["unit"])
             row["spent_display"] = self.quantity(row["spent"], row["unit"])
             row["remaining_display"] = self.quantity(row["remaining"], row["unit"])
             # a term budget outside its term binds nothing: say that it has ended (or not begun), not a reset
-            tz = self.service.tz
+            tz = self.ctx.tz
             if status.state == "ended":
                 last_day = (status.period_end - timedelta(microseconds=1)).astimezone(tz).date().isoformat()
                 row["resets"] = self._("ended {day}", day=last_day)
@@ -354,7 +330,7 @@ class PageHandler(BaseHandler):
 
     def quantity(self, value: str, unit: str) -> str:
         if unit == "money":
-            return self.service.currency_info.format(Decimal(value))
+            return self.ctx.currency.format(Decimal(value))
         return f"{Decimal(value).quantize(Decimal('0.01'))} {self._('GPU-hours')}"
 
     def culling(self, since, until, group=None) -> dict:
@@ -363,7 +339,7 @@ class PageHandler(BaseHandler):
         end = now if until is None else min(until, now)
         facts, counts = load_culling_inputs(self.ledger, since, end, group)
         report = culling_report(facts, counts, since, until, now, DEFAULT_HORIZON, group)
-        currency = self.service.currency_info.code
+        currency = self.ctx.currency.code
         rows = [
             {
                 "name": reason,
@@ -404,7 +380,7 @@ class PageHandler(BaseHandler):
             "labels": [d["day"] for d in series],
             "spend": [d["spend"] for d in series],
             "gpu_hours": [d["gpu_hours"] for d in series],
-            "spend_label": f"{self._('Spend')} ({self.service.currency_info.symbol.strip()})",
+            "spend_label": f"{self._('Spend')} ({self.ctx.currency.symbol.strip()})",
             "hours_label": self._("GPU-hours"),
         }
 
@@ -455,7 +431,7 @@ class UserPage(PageHandler):
         budgets = sorted(self.budget_rows(rules), key=lambda b: -b["percent_used"])
         if name != me and not self.has_scope(SCOPE_USAGE_READ):
             budgets = [b for b in budgets if b["scope"] == "group" and b["subject"] in self.instructor_groups]
-        series = daily_series(sessions, self.service.tz, since, until, self.now())
+        series = daily_series(sessions, self.ctx.tz, since, until, self.now())
         if self.export(
             values,
             {
@@ -465,8 +441,8 @@ class UserPage(PageHandler):
             },
         ):
             return
-        totals = usage_totals(sessions, self.service.currency_info.code)
-        spend = totals["cost"].get(self.service.currency_info.code, "0")
+        totals = usage_totals(sessions, self.ctx.currency.code)
+        spend = totals["cost"].get(self.ctx.currency.code, "0")
         self.render_page(
             "user.html",
             title=self._("My usage") if name == me else name,
@@ -486,13 +462,11 @@ class UserPage(PageHandler):
 
     async def groups_of(self, name: str, sessions: list[dict]) -> tuple[str, ...]:
         """A user's groups now (from the hub), with those of their sessions in the window."""
-        from jupyterhub_gpu.service.hubapi import HubAPIError
-
         groups = set()
         for s in sessions:
             groups.update(self.session_groups(s))
         try:
-            model = await self.service.hub.request("GET", f"/users/{quote(name, safe='')}")
+            model = await self.ctx.hub.user(name)
         except HubAPIError as e:
             app_log.warning("could not read the groups of %s from the hub: %s", name, e)
             model = None
@@ -515,7 +489,7 @@ class GroupPage(PageHandler):
         sessions = self.sessions(since, until, pool=group)  # what the group paid for, as its budget counts
         budgets = self.budget_rows([r for r in self.ledger.budget_rules() if r.key == f"group:{group}"])
         users = totals_by(sessions, lambda s: [s["user"]])
-        series = daily_series(sessions, self.service.tz, since, until, self.now())
+        series = daily_series(sessions, self.ctx.tz, since, until, self.now())
         culled = self.culling(since, until, group)
         if self.export(
             values,
@@ -528,7 +502,7 @@ class GroupPage(PageHandler):
             },
         ):
             return
-        totals = usage_totals(sessions, self.service.currency_info.code)
+        totals = usage_totals(sessions, self.ctx.currency.code)
         self.render_page(
             "group.html",
             title=self._("Group {group}", group=group),
@@ -536,7 +510,7 @@ class GroupPage(PageHandler):
             budgets=budgets,
             users=users,
             sessions=list(reversed(sessions)),
-            spend=totals["cost"].get(self.service.currency_info.code, "0"),
+            spend=totals["cost"].get(self.ctx.currency.code, "0"),
             gpu_hours=gpu_hours(totals["gpu_minutes"]),
             chart=self.chart(series),
             culled=culled,
@@ -559,7 +533,7 @@ class AdminView(PageHandler):
         by_group = totals_by(sessions, lambda s: [self.session_pool(s) or self._("(no group)")])
         by_user = totals_by(sessions, lambda s: [s["user"]])
         by_profile = totals_by(sessions, lambda s: [s["profile"]])
-        series = daily_series(sessions, self.service.tz, since, until, self.now())
+        series = daily_series(sessions, self.ctx.tz, since, until, self.now())
         culled = self.culling(since, until)
         budgets = self.budget_rows(self.ledger.budget_rules())
         profiles = self.profiles()
@@ -578,7 +552,7 @@ class AdminView(PageHandler):
             },
         ):
             return
-        totals = usage_totals(sessions, self.service.currency_info.code)
+        totals = usage_totals(sessions, self.ctx.currency.code)
         self.render_page(
             "admin.html",
             status,
@@ -588,7 +562,7 @@ class AdminView(PageHandler):
             by_user=by_user,
             by_profile=by_profile,
             sessions=list(reversed(sessions)),
-            spend=totals["cost"].get(self.service.currency_info.code, "0"),
+            spend=totals["cost"].get(self.ctx.currency.code, "0"),
             gpu_hours=gpu_hours(totals["gpu_minutes"]),
             chart=self.chart(series),
             culled=culled,
@@ -599,14 +573,12 @@ class AdminView(PageHandler):
             profile_error=profile_error or {"slug": "", "message": ""},
             saved=self.get_query_argument("saved", ""),
             window=self.window_text(since, until),
-            right_sizing=advice_summary(self.ledger, since, until, None, self.service.currency_info),  # docs/advice.md
+            right_sizing=advice_summary(self.ledger, since, until, None, self.ctx.currency),  # docs/advice.md
             simulated=any(s["simulated"] for s in sessions),
         )
 
     def profiles(self) -> list[dict]:
         """The published profiles with the admins' edits (``GET pricing``'s view) and the edit's fields."""
-        from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
-
         overrides = load_overrides(self.ledger)
         published = self.ledger.pricing()
         rows = []
@@ -615,7 +587,7 @@ class AdminView(PageHandler):
             rows.append(
                 {
                     **p,
-                    "rate_display": self.service.currency_info.format_rate(Decimal(p["rate_per_minute"])),
+                    "rate_display": self.ctx.currency.format_rate(Decimal(p["rate_per_minute"])),
                     "allowed_groups": " ".join(p["allowed_groups"]),
                     "edited": o is not None,
                     "override": o,
@@ -723,15 +695,3 @@ class StaticHandler(web.StaticFileHandler):
             return super().validate_absolute_path(root, absolute_path)
         except web.HTTPError as e:
             raise web.HTTPError(404) if e.status_code == 403 else e from None
-
-
-def page_handlers(prefix: str) -> list:
-    return [
-        (url_path_join(prefix, r"static/(.*)"), StaticHandler, {"path": str(STATIC)}),
-        (prefix.rstrip("/") + "/?", UserPage),
-        (url_path_join(prefix, r"users/([^/]+)"), UserPage),
-        (url_path_join(prefix, r"groups/([^/]+)"), GroupPage),
-        (url_path_join(prefix, "admin"), AdminPage),
-        (url_path_join(prefix, "admin/budgets"), BudgetFormHandler),
-        (url_path_join(prefix, r"admin/profiles/([^/]+)"), ProfileFormHandler),
-    ]

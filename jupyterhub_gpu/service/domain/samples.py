@@ -1,0 +1,158 @@
+"""GPU usage samples: what each server's extension reports, kept as per-minute aggregates.
+
+Every 30 s the server extension of a running session posts the averages of its
+GPU samples since its last post (``POST /services/gpu/api/v1/samples``, with the
+server's own token). They are merged into one row per session and minute:
+utilization as a sum and a count (so that merging is exact), memory as a
+maximum, and the kernels' activity. Culling and the reports read these rows.
+
+Everything in a sample is what a user's server says, so none of it is trusted
+(invariant 7, docs/security.md): every time must lie in ``[session start, end +
+MAX_CLOCK_SKEW]`` (the end is now for a running session), every number within
+its range, and a minute takes at most ``MAX_SAMPLES_PER_MINUTE`` samples,
+``MAX_PUSHES_PER_MINUTE`` pushes and as many distinct GPUs as the session holds
+(the ledger's bounds, :mod:`jupyterhub_gpu.ledger.queries.samples`).
+So a session has at most one row per minute it really ran (plus the skew), and
+no sample can move its last activity past now. Memory sizes a server reports
+are kept for its own charts only: right-sizing takes a GPU's memory from the
+profile or the inventory (:mod:`.advice`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from jupyterhub_gpu.clock import aware_utc
+from jupyterhub_gpu.ledger.models import SessionRecord
+from jupyterhub_gpu.ledger.queries.samples import Sample, SampleError
+
+#: How far a server's clock may run ahead of the service's (its sample times are refused beyond this).
+MAX_CLOCK_SKEW = timedelta(seconds=60)
+SAMPLE_FIELDS = {
+    "session_id",
+    "sampled_until",
+    "interval_seconds",
+    "samples",
+    "utilization_avg",
+    "memory_used_avg_mib",
+    "memory_used_max_mib",
+    "memory_total_mib",
+    "kernels",
+    "busy_kernels",
+    "last_kernel_activity",
+    "last_activity",
+    "gpus",
+}
+
+
+def _moment(value, what: str) -> datetime:
+    """An aware UTC time; a time whose UTC form does not exist (``9999-12-31T23:00-05:00``) is refused too."""
+    if not isinstance(value, str) or len(value) > 64:
+        raise SampleError(f"{what} must be an ISO 8601 time, got {value!r:.80}")
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        moment = moment.astimezone(timezone.utc) if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+        # the ledger's arithmetic (minute floors, the skew) must not overflow either
+        _ = (moment + MAX_CLOCK_SKEW, moment - MAX_CLOCK_SKEW)
+    except (ValueError, OverflowError):
+        raise SampleError(f"{what} must be an ISO 8601 time, got {value!r}") from None
+    return moment
+
+
+def _count(data: dict, name: str, maximum: int = 10**7) -> int:
+    value = data.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise SampleError(f"{name} must be an integer from 0 to {maximum}, got {value!r:.80}")
+    return value
+
+
+def _percent(value, name: str) -> float:
+    # (NaN fails the range test too; an int of 400 digits is refused before float() could overflow)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise SampleError(f"{name} must be a number from 0 to 100, got {value!r:.80}")
+    return float(value)
+
+
+def _seconds(value, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+        raise SampleError(f"{name} must be a number of seconds from 0 to 3600, got {value!r:.80}")
+    return float(value)
+
+
+def parse_sample(data) -> Sample:
+    """A validated sample from a request body."""
+    if not isinstance(data, dict):
+        raise SampleError("The body must be a JSON object.")
+    unknown = sorted(set(data) - SAMPLE_FIELDS)
+    if unknown:
+        raise SampleError(f"Unknown field(s): {', '.join(unknown)}.")
+    session_id = data.get("session_id")
+    if not isinstance(session_id, str) or not 0 < len(session_id) <= 64:
+        raise SampleError("session_id must be the session's id.")
+    gpus = data.get("gpus", [])
+    if not isinstance(gpus, list) or len(gpus) > 64:
+        raise SampleError("gpus must be a list of at most 64 GPUs.")
+    parsed_gpus = []
+    for g in gpus:
+        if (
+            not isinstance(g, dict)
+            or not isinstance(g.get("uuid"), str)
+            or set(g)
+            - {
+                "uuid",
+                "utilization_avg",
+                "memory_used_max_mib",
+            }
+        ):
+            raise SampleError("each of gpus must be {uuid, utilization_avg, memory_used_max_mib}.")
+        parsed_gpus.append(
+            (
+                g["uuid"][:100],
+                _percent(g.get("utilization_avg", 0), "utilization_avg"),
+                _count(g, "memory_used_max_mib"),
+            )
+        )
+    last = data.get("last_kernel_activity")
+    activity = data.get("last_activity")
+    _seconds(data.get("interval_seconds"), "interval_seconds")
+    _count(data, "memory_used_avg_mib")  # not kept, but checked like the rest: no field is taken unseen
+    return Sample(
+        session_id=session_id,
+        sampled_until=_moment(data.get("sampled_until"), "sampled_until"),
+        samples=_count(data, "samples", 100_000),
+        utilization_avg=_percent(data.get("utilization_avg", 0), "utilization_avg"),
+        memory_used_max_mib=_count(data, "memory_used_max_mib"),
+        memory_total_mib=_count(data, "memory_total_mib"),
+        kernels=_count(data, "kernels", 10_000),
+        busy_kernels=_count(data, "busy_kernels", 10_000),
+        last_kernel_activity=_moment(last, "last_kernel_activity") if last is not None else None,
+        last_activity=_moment(activity, "last_activity") if activity is not None else None,
+        gpus=tuple(parsed_gpus),
+    )
+
+
+def check_sample_times(sample: Sample, record: SessionRecord, now: datetime) -> None:
+    """Every time of the sample inside ``[session start, end + MAX_CLOCK_SKEW]``, or SampleError.
+
+    The end is now for a running session and its stop for a stopped one (its last push comes
+    late). A time outside would make a minute row the session never ran, or an activity in
+    the future that the ``inactive`` rule would wait for.
+    """
+    started = aware_utc(record.started)
+    end = min(aware_utc(record.stopped) or now, now) + MAX_CLOCK_SKEW
+    for what, moment in (
+        ("sampled_until", sample.sampled_until),
+        ("last_kernel_activity", sample.last_kernel_activity),
+        ("last_activity", sample.last_activity),
+    ):
+        if moment is None:
+            continue
+        if moment < started:
+            raise SampleError(f"{what} {moment.isoformat()} is before the session started ({started.isoformat()}).")
+        if moment > end:
+            raise SampleError(
+                f"{what} {moment.isoformat()} is later than the session's end or now"
+                f" ({end.isoformat()}, with {MAX_CLOCK_SKEW.seconds} s of clock skew)."
+            )

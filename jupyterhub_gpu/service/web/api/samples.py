@@ -1,0 +1,38 @@
+"""``samples``: a running server reports its GPU usage (its own session only)."""
+
+from __future__ import annotations
+
+from tornado import web
+
+from jupyterhub_gpu.ledger.batch import SampleBatcher
+from jupyterhub_gpu.ledger.queries.samples import Push
+from jupyterhub_gpu.service.domain.samples import SampleError, check_sample_times, parse_sample
+from jupyterhub_gpu.service.web.auth import BaseHandler, is_server_token
+
+
+class SamplesHandler(BaseHandler):
+    """``POST samples``: a running server reports its GPU usage (its own session only)."""
+
+    @web.authenticated
+    async def post(self):
+        try:
+            sample = parse_sample(self.json_body())
+        except SampleError as e:
+            raise web.HTTPError(400, str(e)) from None
+        user = self.current_user["name"]
+        record = self.ledger.get_session(sample.session_id)
+        if record is None or record.user != user or not self.is_user:
+            raise web.HTTPError(403, "A server may only report the usage of its own session.")
+        if not is_server_token(self.current_user, record.user, record.server_name):
+            raise web.HTTPError(403, "Only the session's own server may report its usage (its token).")
+        now = self.now()
+        moments = [m for m in (sample.last_activity, sample.last_kernel_activity) if m is not None]
+        # within the skew a server's clock may run ahead: its activity is never later than now
+        activity = min(max(moments), now) if moments else None
+        try:
+            check_sample_times(sample, record, now)
+            # written with the other pushes of its batch, in one transaction; a refused one fails alone
+            row = await SampleBatcher.of(self.ledger).submit(Push(user, sample, record.gpu_count, activity))
+        except SampleError as e:
+            raise web.HTTPError(400, str(e)) from None
+        self.write_json({"session_id": sample.session_id, "minute": row.minute.isoformat() + "Z"}, status=201)

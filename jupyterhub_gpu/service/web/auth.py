@@ -1,0 +1,192 @@
+"""Who is asking: JupyterHub OAuth, the service's custom scopes, and the JSON error answers.
+
+Every handler authenticates through JupyterHub (OAuth cookie in browsers,
+``Authorization: token …`` for programs); a request without valid credentials
+gets a 403 JSON answer, never a redirect. A user may read only their own usage;
+budgets and other users' data need the custom scopes below. Every handler of the
+service (REST API, pages, metrics) derives from :class:`BaseHandler`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
+from tornado import web
+
+from jupyterhub_gpu.billing import BudgetRule, BudgetStatus
+from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.service.domain.statuses import current_statuses
+from jupyterhub_gpu.service.web.context import WebContext
+from jupyterhub_gpu.service.web.params import BadRequest, parse_json_body
+
+SCOPE_USAGE_READ = "custom:gpu-usage:read"  # read everyone's usage
+SCOPE_BUDGETS_WRITE = "custom:gpu-budgets:write"  # set and delete budgets
+SCOPE_METRICS_READ = "custom:gpu-metrics:read"  # scrape /metrics
+
+CUSTOM_SCOPES = {
+    SCOPE_USAGE_READ: {"description": "Read every user's GPU usage, sessions and budgets."},
+    SCOPE_BUDGETS_WRITE: {"description": "Set and delete GPU budgets of users and groups."},
+    SCOPE_METRICS_READ: {"description": "Read the gpu service's Prometheus metrics."},
+}
+
+
+def instructor_groups(scopes) -> tuple[str, ...]:
+    """The groups named by ``custom:gpu-usage:read!group=NAME`` among a token's scopes (instructors' roles)."""
+    prefix = SCOPE_USAGE_READ + "!group="
+    return tuple(sorted({s[len(prefix) :] for s in scopes if s.startswith(prefix) and len(s) > len(prefix)}))
+
+
+def is_server_token(caller: dict | None, user: str, server_name: str) -> bool:
+    """Whether the caller's token is the one JupyterHub gave the server ``user/server_name``.
+
+    A server's token holds ``servers!server=USER/NAME`` (the spawner's
+    ``server_token_scopes``); another server of the same user, or the user's own
+    token, holds another filter or none, so it cannot report for this server.
+    """
+    caller = caller or {}
+    if caller.get("kind", "user") != "user" or caller.get("name") != user:
+        return False
+    return f"servers!server={user}/{server_name}" in set(caller.get("scopes") or ())
+
+
+class BaseHandler(HubOAuthenticated, web.RequestHandler):
+    """JSON in, JSON out, errors as ``{"status": 4xx, "message": "..."}``.
+
+    Requests without credentials are answered 403, not redirected to the login
+    page: API clients and scrapers cannot follow a login form. Only a browser
+    (one that carries the hub's session cookie, or navigates to the URL) is sent
+    through JupyterHub's OAuth, which ends back here with the OAuth cookie set.
+    """
+
+    _refused_model = None
+
+    def initialize(self, ctx: WebContext):
+        self.ctx = ctx
+
+    @property
+    def hub_auth(self):
+        return self.ctx.hub_auth
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.ctx.ledger
+
+    def check_hub_user(self, model):
+        try:
+            return super().check_hub_user(model)
+        except UserNotAllowed:
+            self._refused_model = model
+            raise
+
+    def get_login_url(self):
+        if self._is_browser() and self._refused_model is None:
+            return super().get_login_url()
+        raise web.HTTPError(403, self._unauthenticated_message())
+
+    def _is_browser(self) -> bool:
+        """A browser's GET without a token: logged in to the hub, or navigating to this URL."""
+        headers = self.request.headers
+        if self.request.method not in ("GET", "HEAD") or "Authorization" in headers:
+            return False
+        return bool(self.get_cookie("jupyterhub-session-id")) or headers.get("Sec-Fetch-Mode") == "navigate"
+
+    def _unauthenticated_message(self) -> str:
+        if self._refused_model is not None:
+            model = self._refused_model
+            needs = " or ".join(sorted(self.hub_scopes or (), key=len, reverse=True)) or "access to the gpu service"
+            return (
+                f"{model.get('kind', 'user').title()} {model['name']} may not use the gpu service:"
+                f" the token needs the scope {needs} (see the service's documentation for the role to grant)."
+            )
+        if self.request.method not in ("GET", "HEAD") and self.get_cookie(self.hub_auth.cookie_name):
+            return (
+                "A browser's request that changes something needs the X-XSRFToken header (JupyterHub's XSRF"
+                " protection, from the service's page); programs send 'Authorization: token ...' instead."
+            )
+        return (
+            "Authentication required: send 'Authorization: token <JupyterHub API token>',"
+            " or log in to JupyterHub in this browser."
+        )
+
+    # -- who is asking -----------------------------------------------------------
+    def has_scope(self, scope: str) -> bool:
+        user = self.current_user or {}
+        return scope in set(user.get("scopes", []))
+
+    def require_scope(self, *scopes: str) -> None:
+        """403 unless the caller holds one of ``scopes``."""
+        if not any(self.has_scope(s) for s in scopes):
+            raise web.HTTPError(403, f"This needs the {' or '.join(scopes)} scope.")
+
+    @property
+    def instructor_groups(self) -> tuple[str, ...]:
+        """The groups whose usage the caller may read: a role with ``custom:gpu-usage:read!group=NAME`` per group."""
+        return instructor_groups((self.current_user or {}).get("scopes", []))
+
+    def can_read_group(self, group: str) -> bool:
+        return self.has_scope(SCOPE_USAGE_READ) or group in self.instructor_groups
+
+    def require_group(self, group: str) -> None:
+        """403 unless the caller reads everyone's usage or is an instructor of ``group``."""
+        if not self.can_read_group(group):
+            raise web.HTTPError(403, f"This needs the {SCOPE_USAGE_READ} or {SCOPE_USAGE_READ}!group={group} scope.")
+
+    @property
+    def is_user(self) -> bool:
+        return (self.current_user or {}).get("kind", "user") == "user"
+
+    def own_name(self, what: str) -> str:
+        """The calling user's name; a service has no usage of its own."""
+        if not self.is_user:
+            raise web.HTTPError(
+                403, f"Service {self.current_user['name']} is not a user and has no GPU usage of its own; {what}."
+            )
+        return self.current_user["name"]
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple((self.current_user or {}).get("groups") or ())
+
+    # -- input and output --------------------------------------------------------
+    def json_body(self, allow_empty: bool = False):
+        try:
+            return parse_json_body(self.request.body, allow_empty=allow_empty)
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+
+    def write_json(self, data, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(data))
+
+    def write_error(self, status_code, **kwargs):
+        message = self._reason
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        elif status_code == 403 and self.current_user is None:
+            # tornado's @authenticated refuses unauthenticated POST/PUT/DELETE without a message
+            message = self._unauthenticated_message()
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def now(self) -> datetime:
+        return utcnow()
+
+    def statuses(self, rules: list[BudgetRule], now: datetime) -> list[BudgetStatus]:
+        return current_statuses(self.ledger, rules, now, self.ctx.tz)
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler):
+    """The OAuth callback, with the service's one HubOAuth (which holds the OAuth states)."""
+
+    def initialize(self, ctx: WebContext):
+        self.ctx = ctx
+
+    @property
+    def hub_auth(self):
+        return self.ctx.hub_auth

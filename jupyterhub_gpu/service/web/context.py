@@ -1,0 +1,58 @@
+"""What the web layer's handlers get of the service: a small, frozen context, not the Application.
+
+:func:`.routes.make_handlers` passes one :class:`WebContext` to every handler
+in its route's init dict (``{"ctx": ctx}``); handlers read ``self.ctx.ledger``,
+``self.ctx.hub``, ``self.ctx.tz``, ``self.ctx.currency`` and the few settings
+below. The Application builds it once (:meth:`WebContext.from_service`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from jupyterhub.services.auth import HubOAuth
+
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.service.domain.advice import AdviceSettings
+from jupyterhub_gpu.service.hubapi import HubClient
+
+
+@dataclass(frozen=True)
+class WebContext:
+    ledger: Ledger
+    #: The one hub client (start, stop and remove servers; users and groups).
+    hub: HubClient
+    #: The service's one HubOAuth (it holds the OAuth states of the login flow).
+    hub_auth: HubOAuth
+    #: The lab's time zone: dates in queries and on the pages, budget periods.
+    tz: ZoneInfo
+    currency: Currency
+    #: The service's URL prefix, ``/services/gpu/``.
+    prefix: str
+    advice_settings: AdviceSettings
+    max_concurrent_jobs: int
+    job_time_limit_minutes: int
+    job_time_limit_max_minutes: int
+
+    @property
+    def base_url(self) -> str:
+        """The hub's base URL path (``/``, or ``/jupyter/`` behind a path prefix), from the service's prefix."""
+        return self.prefix.split("services/")[0] or "/"
+
+    @classmethod
+    def from_service(cls, service) -> WebContext:
+        """The context of a configured :class:`~jupyterhub_gpu.service.app.GPUService`."""
+        return cls(
+            ledger=service.ledger,
+            hub=service.hub,
+            hub_auth=service.hub_auth,
+            tz=service.tz,
+            currency=service.currency_info,
+            prefix=service.prefix,
+            advice_settings=service.advice_settings,
+            max_concurrent_jobs=service.max_concurrent_jobs,
+            job_time_limit_minutes=service.job_time_limit_minutes,
+            job_time_limit_max_minutes=service.job_time_limit_max_minutes,
+        )
