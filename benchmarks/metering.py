@@ -53,13 +53,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import delete, insert
 
+from jupyterhub_gpu.billing import BudgetRule, budget_status, charge
 from jupyterhub_gpu.clock import isoformat
-from jupyterhub_gpu.ledger.store import AlertSent, Budget, Ledger, Notice, SessionRecord
+from jupyterhub_gpu.ledger.models import AlertSent, Budget, Notice, SessionRecord
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.alerts import AlertSettings, BudgetAlert, deliver
-from jupyterhub_gpu.service.domain.metering import BudgetRule, budget_status, charge
+from jupyterhub_gpu.service.domain.alerts import BudgetAlert
+from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.hubapi import HubClient
-from jupyterhub_gpu.service.tick import Reconciler, enforce_budgets
+from jupyterhub_gpu.service.tick import Reconciler, deliver, enforce_budgets
 
 #: The moment of the first tick (a Friday afternoon in Shanghai), so that every run sees the same periods.
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)

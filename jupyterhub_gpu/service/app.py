@@ -21,21 +21,29 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default
 from traitlets.config import Application
 
 from jupyterhub_gpu import __version__
-from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, MoneyError
-from jupyterhub_gpu.service.domain.alerts import (
-    AlertSettings,
-    BudgetAlert,
-    deliver,
-    post_webhook,
-    send_email,
-    webhook_body,
-)
-from jupyterhub_gpu.service.domain.jobs import announce_finished_runs, enforce_jobs
-from jupyterhub_gpu.service.domain.metering import BudgetStatus, from_micros
+from jupyterhub_gpu.service.domain.advice import WEEKDAYS, AdviceError, AdviceSettings
+from jupyterhub_gpu.service.domain.alerts import parse_thresholds
+from jupyterhub_gpu.service.domain.culling import parse_config
+from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
-from jupyterhub_gpu.service.tick import Reconciler, enforce_budgets, enforce_culling
+from jupyterhub_gpu.service.notify import Notifier
+from jupyterhub_gpu.service.tick import (
+    Reconciler,
+    announce_finished_runs,
+    budget_notify,
+    enforce_budgets,
+    enforce_culling,
+    enforce_jobs,
+    run_announcer,
+    send_digests,
+    update_advice,
+)
+from jupyterhub_gpu.service.web.context import WebContext
+from jupyterhub_gpu.service.web.params import MAX_BODY_BYTES
+from jupyterhub_gpu.service.web.routes import make_handlers
 
 
 class GPUService(Application):
@@ -203,8 +211,6 @@ class GPUService(Application):
 
     @validate("advice_digest_weekday")
     def _valid_weekday(self, proposal):
-        from jupyterhub_gpu.service.domain.advice import WEEKDAYS
-
         value = proposal.value.strip().lower()
         if value and value not in WEEKDAYS:
             raise ValueError(f"advice_digest_weekday must be empty or one of {', '.join(WEEKDAYS)}, got {value!r}")
@@ -218,8 +224,6 @@ class GPUService(Application):
 
     @validate("cull_rules")
     def _valid_cull_rules(self, proposal):
-        from jupyterhub_gpu.service.domain.culling import parse_config
-
         parse_config(proposal.value, "GPUService.cull_rules")
         return proposal.value
 
@@ -239,8 +243,6 @@ class GPUService(Application):
 
     @validate("alert_thresholds")
     def _valid_thresholds(self, proposal):
-        from jupyterhub_gpu.service.domain.alerts import parse_thresholds
-
         return list(parse_thresholds(proposal.value, "GPUService.alert_thresholds"))
 
     @default("log_level")
@@ -280,16 +282,7 @@ class GPUService(Application):
         except ValueError as e:
             self.log.critical("jupyterhub-gpu service configuration error: %s", e)
             self.exit(1)
-        self.alert_channels = ("lab",)
-        if self.alert_settings.email_enabled:
-            self.alert_channels += ("email",)
-        if self.alert_settings.webhook_enabled:
-            self.alert_channels += ("webhook",)
-        from jupyterhub_gpu.service.domain.culling import parse_config
-
         self.cull_config = parse_config(self.cull_rules, "GPUService.cull_rules")
-        from jupyterhub_gpu.service.domain.advice import AdviceError, AdviceSettings
-
         try:
             self.advice_settings = AdviceSettings(
                 headroom_percent=self.advice_headroom_percent,
@@ -301,10 +294,9 @@ class GPUService(Application):
             self.log.critical("jupyterhub-gpu service configuration error: GPUService.%s", e)
             self.exit(1)
         self.ledger = Ledger(self.db_url)
-        self.hub = HubClient(
-            os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
-            os.environ.get("JUPYTERHUB_API_TOKEN", ""),
-        )
+        self.notifier = Notifier(self.ledger, self.alert_settings)
+        self.alert_channels = self.notifier.channels
+        self.hub = HubClient.from_env()
         self.reconciler = Reconciler(self.ledger, self.hub)
         self.prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu/")
         # the singleton: HubOAuthCallbackHandler uses HubOAuth.instance() too (PKCE state lives there)
@@ -313,78 +305,15 @@ class GPUService(Application):
         self.ticks = 0
 
     def make_web_app(self) -> WebApplication:
-        from jupyterhub_gpu.service.web.api import make_handlers
-
         return WebApplication(
-            make_handlers(self.prefix, self),
+            make_handlers(self.prefix, WebContext.from_service(self)),
             cookie_secret=secrets.token_bytes(32),
-            hub_auth=self.hub_auth,
-            service=self,
             xsrf_cookies=False,
         )
 
-    async def notify(self, user: str, groups: tuple[str, ...], status: BudgetStatus, threshold: int) -> None:
-        """Deliver a budget alert on every configured channel (once per threshold and period)."""
-        alert = BudgetAlert.from_status(
-            user,
-            groups,
-            status,
-            threshold,
-            currency=self.currency_info,
-            grace_seconds=int(self.budget_grace_seconds),
-            tz=self.tz,
-        )
-        await deliver(alert, self.alert_settings, self.ledger, utcnow())
-
-    async def notify_cull(self, session, decision) -> None:
-        """An idle warning (or its cancellation): in JupyterLab, and by email and webhook where set up."""
-        level = "warning" if decision.action == "warn" else "info"
-        self.ledger.add_notice(session.user, "cull", decision.message, utcnow(), level, session_id=session.id)
-        settings = self.alert_settings
-        try:
-            if settings.email_enabled and settings.user_email_template:
-                to = settings.user_email_template.format(username=session.user)
-                subject = "Your GPU server will be stopped" if decision.action == "warn" else "Idle stop cancelled"
-                await send_email(settings, [to], subject, decision.message)
-            if settings.webhook_enabled:
-                payload = {
-                    "event": "idle_warning" if decision.action == "warn" else "idle_warning_cancelled",
-                    "user": session.user,
-                    "server_name": session.server_name,
-                    "session_id": session.id,
-                    "rule": decision.rule.kind if decision.rule else None,
-                    "stop_at": isoformat(decision.stop_at) if decision.stop_at else None,
-                    "text": decision.message,
-                }
-                await post_webhook(settings, webhook_body(settings, payload))  # Slack: escaped
-        except Exception as e:  # the Lab notice is there; mail and webhook are best effort here
-            self.log.warning("idle notice for %s not delivered by mail/webhook: %s", session.user, e)
-
     async def announce_run(self, session, job, channel: str) -> None:
         """A finished job or stop-when-done run, with its cost, on one channel (raises if not delivered)."""
-        from jupyterhub_gpu.service.domain.jobs import run_message
-
-        subject, text = run_message(session, job, self.currency_info)
-        settings = self.alert_settings
-        if channel == "lab":
-            level = "error" if job is not None and job.state != "succeeded" else "info"
-            self.ledger.add_notice(session.user, "run", text, utcnow(), level, session_id=session.id)
-        elif channel == "email" and settings.user_email_template:
-            await send_email(settings, [settings.user_email_template.format(username=session.user)], subject, text)
-        elif channel == "webhook":
-            payload = {
-                "event": "job_finished" if job is not None else "stop_when_done",
-                "user": session.user,
-                "server_name": session.server_name,
-                "session_id": session.id,
-                "job_id": job.id if job is not None else None,
-                "state": job.state if job is not None else None,
-                "minutes_billed": session.minutes,
-                "cost": f"{from_micros(session.cost_micros or 0):f}",
-                "currency": session.currency,
-                "text": text,
-            }
-            await post_webhook(settings, webhook_body(settings, {**payload, "title": subject}))  # Slack: escaped
+        await run_announcer(Notifier(self.ledger, self.alert_settings), self.currency_info)(session, job, channel)
 
     async def tick(self) -> None:
         """One metering tick; failures are logged and the next tick tries again."""
@@ -409,7 +338,7 @@ class GPUService(Application):
                     self.hub,
                     now,
                     self.tz,
-                    self.notify,
+                    budget_notify(self.notifier, self.currency_info, int(self.budget_grace_seconds), self.tz),
                     thresholds=tuple(self.alert_thresholds),
                     grace=timedelta(seconds=self.budget_grace_seconds),
                     channels=self.alert_channels,
@@ -417,7 +346,7 @@ class GPUService(Application):
             ),
             (
                 "culling",
-                lambda: enforce_culling(self.ledger, self.hub, now, self.cull_config, self.notify_cull, self.tz),
+                lambda: enforce_culling(self.ledger, self.hub, now, self.cull_config, self.notifier, self.tz),
             ),
             ("jobs", lambda: enforce_jobs(self.ledger, self.hub, now)),
             ("run notices", lambda: announce_finished_runs(self.ledger, now, self.announce_run, self.alert_channels)),
@@ -433,8 +362,6 @@ class GPUService(Application):
 
     async def advice_tick(self, now) -> None:
         """Right-sizing advice for closed and long-running sessions, and the weekly digest (docs/advice.md)."""
-        from jupyterhub_gpu.service.domain.advice import WEEKDAYS, send_digests, update_advice
-
         try:
             update_advice(self.ledger, now, self.advice_settings, self.currency_info)
             if self.advice_digest_weekday:
@@ -447,8 +374,6 @@ class GPUService(Application):
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
-        from jupyterhub_gpu.service.web.api import MAX_BODY_BYTES
-
         # a larger body is refused before it is read (tornado's own default is 100 MB)
         server = HTTPServer(self.make_web_app(), xheaders=True, max_body_size=MAX_BODY_BYTES)
         server.listen(url.port or 80, url.hostname or "127.0.0.1")

@@ -1,13 +1,20 @@
-"""The one JupyterHub REST API client of the service (tornado's AsyncHTTPClient)."""
+"""The one JupyterHub REST API client of the service (tornado's AsyncHTTPClient).
+
+No other module of the service builds a hub URL: each request the service makes
+of the hub is a method here (users, groups, start, stop and remove a server).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from urllib.parse import quote, urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 PAGINATION = "application/jupyterhub-pagination+json"
+#: The hub's API when the hub does not say (``JUPYTERHUB_API_URL``, set for every managed service).
+DEFAULT_API_URL = "http://127.0.0.1:8081/hub/api"
 
 
 class HubAPIError(RuntimeError):
@@ -20,6 +27,13 @@ class HubClient:
         self.token = token
         self.timeout = timeout
         self.requests = 0
+
+    @classmethod
+    def from_env(cls, timeout: float = 30) -> HubClient:
+        """The client of a hub-managed service: ``JUPYTERHUB_API_URL`` and the service's ``JUPYTERHUB_API_TOKEN``."""
+        return cls(
+            os.environ.get("JUPYTERHUB_API_URL", DEFAULT_API_URL), os.environ.get("JUPYTERHUB_API_TOKEN", ""), timeout
+        )
 
     async def request(self, method: str, path: str, body=None, params=None, accept="application/json"):
         url = f"{self.api_url}{path}"
@@ -67,12 +81,26 @@ class HubClient:
         return await self.request("GET", f"/users/{quote(name, safe='')}")
 
     async def stop_server(self, user: str, server_name: str = "") -> None:
-        path = f"/users/{quote(user, safe='')}/server"
-        if server_name:
-            path = f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
-        await self.request("DELETE", path)
+        await self.request("DELETE", _server_path(user, server_name))
 
     async def remove_server(self, user: str, server_name: str) -> None:
         """Stop a named server and delete it, as a job's server is when the job is over."""
-        path = f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
-        await self.request("DELETE", path, body={"remove": True})
+        await self.request("DELETE", _server_path(user, server_name), body={"remove": True})
+
+    async def group(self, name: str) -> dict | None:
+        """A group's model, or None when the hub has no such group."""
+        return await self.request("GET", f"/groups/{quote(name, safe='')}")
+
+    async def start_server(self, user: str, server_name: str, user_options: dict, display_name: str = "") -> None:
+        """Ask the hub to start a named server with these options (the spawner's budget and queue checks apply)."""
+        body: dict = {"user_options": user_options}
+        if display_name:
+            body["display_name"] = display_name
+        await self.request("POST", _server_path(user, server_name), body=body)
+
+
+def _server_path(user: str, server_name: str = "") -> str:
+    """The API path of a user's default server (``""``) or of a named one."""
+    if not server_name:
+        return f"/users/{quote(user, safe='')}/server"
+    return f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"

@@ -1,7 +1,11 @@
-"""The metering tick: budget alerts and stops, and the rare reconciliation with the hub.
+"""The metering tick: budget alerts and stops, culling, jobs, run notices, advice, and the rare reconciliation.
 
-Plain coroutines over the ledger and the hub client, so that tests can drive a
-tick with any clock. The service's Application only schedules them.
+Plain coroutines over the ledger (:mod:`jupyterhub_gpu.ledger`), the rules
+(:mod:`.domain`), the one gateway for notices (:mod:`.notify`) and the one hub
+client (:mod:`.hubapi`), so that tests can drive a tick with any clock. The
+service's Application only schedules them. Every warning goes out through the
+gateway before the stop it announces (invariant 6): a stop comes in a later
+tick than its warning, and only once the warning is recorded.
 """
 
 from __future__ import annotations
@@ -12,12 +16,62 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart, _aware
-from jupyterhub_gpu.service.domain.alerts import CHANNELS
-from jupyterhub_gpu.service.domain.metering import BudgetStatus, crossed_thresholds
+from jupyterhub_gpu.billing import BudgetStatus, crossed_thresholds
+from jupyterhub_gpu.clock import aware_utc
+from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
+from jupyterhub_gpu.ledger.queries.samples import session_minutes
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.service.domain.advice import (
+    NOTICE_WITHIN,
+    Advice,
+    AdviceSettings,
+    advice_message,
+    advise,
+    catalogue,
+    digest_message,
+    digest_window,
+    facts_of,
+    sessions_to_judge,
+    store,
+    summarize,
+    summary,
+)
+from jupyterhub_gpu.service.domain.alerts import BudgetAlert, budget_message, budget_once, budget_payload
+from jupyterhub_gpu.service.domain.culling import (
+    MAX_MINUTES,
+    MinuteSignal,
+    cull_message,
+    evaluate,
+    gpu_memory_high,
+    memory_message,
+    rules_for,
+)
+from jupyterhub_gpu.service.domain.jobs import (
+    ACTIVE_STATES,
+    REASON_JOB,
+    REASON_JOB_TIME_LIMIT,
+    SERVER_PREFIX,
+    START_TIMEOUT,
+    TIME_LIMIT_MARGIN,
+    active_jobs,
+    ended_jobs_still_running,
+    finished_runs,
+    get_job,
+    job_session,
+    run_job,
+    run_notice,
+    run_once,
+    update_job,
+)
+from jupyterhub_gpu.service.domain.notices import CHANNELS, AlertSettings
+from jupyterhub_gpu.service.domain.overrides import apply_to_pricing, load_overrides
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
+from jupyterhub_gpu.service.notify import Notifier, lab_notice, send_once, webhook_body
+from jupyterhub_gpu.session import SessionStart, StopReason
 
 log = logging.getLogger("jupyterhub_gpu.service")
+job_log = logging.getLogger("jupyterhub_gpu.jobs")
 
 #: Called for each (user, status, threshold) newly reached; delivers the alert.
 Notify = Callable[[str, tuple[str, ...], BudgetStatus, int], Awaitable[None]]
@@ -28,6 +82,33 @@ class TickResult:
     users_checked: int = 0
     alerts: list[tuple[str, str, int]] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def budget_notify(notifier: Notifier, currency: Currency, grace_seconds: int, tz: ZoneInfo) -> Notify:
+    """The ``notify`` of :func:`enforce_budgets`: each alert on every channel, once per threshold and period."""
+
+    async def notify(user: str, groups: tuple[str, ...], status: BudgetStatus, threshold: int) -> None:
+        alert = BudgetAlert.from_status(
+            user, groups, status, threshold, currency=currency, grace_seconds=grace_seconds, tz=tz
+        )
+        await notifier.send(budget_message(alert, notifier.settings), CHANNELS, once=budget_once(alert))
+
+    return notify
+
+
+async def deliver(alert: BudgetAlert, settings: AlertSettings, ledger: Ledger, now: datetime) -> dict[str, bool]:
+    """Send a budget alert on every configured channel that has not sent it yet; which were sent now.
+
+    Each channel claims its ``AlertSent`` row first and sends only if the claim is
+    new, so concurrent or repeated calls send once. A failed send is logged, its
+    claim released so that the next call retries it, and the other channels go on.
+    """
+    return await Notifier(ledger, settings).send(budget_message(alert, settings), CHANNELS, budget_once(alert), now)
+
+
+def webhook_payload(alert: BudgetAlert, settings: AlertSettings) -> dict:
+    """What :func:`deliver` POSTs for an alert: :func:`.alerts.budget_payload`, or its Slack text."""
+    return webhook_body(settings, budget_payload(alert))
 
 
 async def enforce_budgets(
@@ -74,16 +155,17 @@ async def enforce_budgets(
     # the alerts of the periods that bind now (an ended term's are never needed again)
     since = min((st.period_start for st in status_of.values() if st.active), default=now)
     sent = {
-        (a.user, a.budget_key, _aware(a.period_start), a.threshold, a.channel, a.revision or ""): _aware(a.sent)
+        (a.user, a.budget_key, aware_utc(a.period_start), a.threshold, a.channel, a.revision or ""): aware_utc(a.sent)
         for a in ledger.alerts_since(since)
     }
     # a stop announced shortly before a reset is still carried out after it (the notice promised it)
     promised: dict[tuple[str, str, str], datetime] = {}
     for a in ledger.final_notices_before(now, since - grace):
         st = status_of.get(a.budget_key)
-        if st is not None and _aware(a.period_start) < st.period_start and _aware(a.sent) + grace > st.period_start:
+        told = aware_utc(a.sent)
+        if st is not None and aware_utc(a.period_start) < st.period_start and told + grace > st.period_start:
             k = (a.user, a.budget_key, a.revision or "")
-            promised[k] = min(promised.get(k, _aware(a.sent)), _aware(a.sent))
+            promised[k] = min(promised.get(k, told), told)
     budget_pass = _BudgetPass(
         ledger=ledger,
         hub=hub,
@@ -172,13 +254,13 @@ async def _enforce_user(tick: _BudgetPass, user: str, sessions) -> None:
         if told is None:  # told in this very tick: read it back
             told = min(
                 (
-                    _aware(a.sent)
+                    aware_utc(a.sent)
                     for a in ledger.alerts(user)
                     if a.threshold == 100
                     and a.channel == "lab"
                     and a.budget_key == rule.key
                     and (a.revision or "") == rule.revision
-                    and _aware(a.period_start) == status.period_start
+                    and aware_utc(a.period_start) == status.period_start
                 ),
                 default=None,
             )
@@ -197,11 +279,11 @@ async def _enforce_user(tick: _BudgetPass, user: str, sessions) -> None:
         told = [t for t in map(final_notice, exhausted) if t is not None]
         for st in per_session[s.id]:  # told before the reset, while this session ran: the promised stop
             before = tick.promised.get((user, st.rule.key, st.rule.revision))
-            if before is not None and _aware(s.started) <= before:
+            if before is not None and aware_utc(s.started) <= before:
                 told.append(before)
         if not told or now - min(told) < grace:
             continue
-        ledger.set_pending_stop_reason(s.id, "budget")
+        ledger.set_pending_stop_reason(s.id, StopReason.BUDGET)
         try:
             await hub.stop_server(s.user, s.server_name)
         except HubAPIError as e:
@@ -243,8 +325,8 @@ class Reconciler:
             if s.id not in self.missing:
                 self.missing[s.id] = now
                 continue
-            stop_at = _aware(s.last_seen) or _aware(s.started)
-            if self.ledger.record_stop(s.id, stop_at, "reconciled"):
+            stop_at = aware_utc(s.last_seen) or aware_utc(s.started)
+            if self.ledger.record_stop(s.id, stop_at, StopReason.RECONCILED):
                 closed.append(s.id)
             self.missing.pop(s.id, None)
         # starts the spawner could not record: taken from the hub's server state where readable
@@ -254,53 +336,25 @@ class Reconciler:
             sid = gpu.get("session_id")
             if not sid or sid in known or self.ledger.get_session(sid) is not None:
                 continue
-            self.ledger.record_start(session_start_from_state(user, name, entry.get("groups", []), gpu))
+            self.ledger.record_start(SessionStart.from_spawner_state(user, name, entry.get("groups", []), gpu))
             recorded.append(sid)
             alive.append(sid)
         self.ledger.mark_seen(alive, now)
         return {"alive": len(alive), "closed": closed, "recorded": recorded}
 
 
-def session_start_from_state(user: str, server_name: str, groups, gpu: dict) -> SessionStart:
-    """A SessionStart from the ``gpu`` part of a spawner's state."""
-    from decimal import Decimal
-
-    from jupyterhub_gpu.service.domain.metering import to_micros
-
-    started = datetime.fromisoformat(gpu["started"].replace("Z", "+00:00"))
-    return SessionStart(
-        id=gpu["session_id"],
-        user=user,
-        server_name=server_name,
-        groups=tuple(gpu.get("groups", groups)),
-        pool=gpu.get("pool"),
-        profile=gpu["profile"],
-        gpus=tuple(gpu.get("devices", [])),
-        rate_micros=to_micros(Decimal(gpu["rate_per_minute"])),
-        currency=gpu["currency"],
-        started=started,
-        simulated=bool(gpu.get("simulated", False)),
-    )
-
-
 # -- culling ---------------------------------------------------------------------------------
-
-#: Called for an idle warning or its cancellation: (session record, decision) -> delivered.
-NotifyCull = Callable[[object, object], Awaitable[None]]
 
 
 def session_signals(ledger: Ledger, session, now: datetime) -> list:
     """The minute signals of a session, from the samples its server pushed, oldest first."""
-    from jupyterhub_gpu.service.domain.culling import MAX_MINUTES, MinuteSignal
-    from jupyterhub_gpu.service.web.usage import session_minutes
-
-    since = max(_aware(session.started), now - timedelta(minutes=MAX_MINUTES))
+    since = max(aware_utc(session.started), now - timedelta(minutes=MAX_MINUTES))
     signals = []
     for m in session_minutes(ledger, session.id, since=since.replace(second=0, microsecond=0)):
         total = m.memory_total_mib or 0
         signals.append(
             MinuteSignal(
-                at=_aware(m.minute),
+                at=aware_utc(m.minute),
                 gpu_util=m.utilization_avg if m.samples else None,
                 gpu_mem_frac=(m.memory_used_max_mib / total) if total else None,
                 kernel_busy=m.busy_kernels_max > 0,
@@ -315,7 +369,7 @@ async def enforce_culling(
     hub: HubClient,
     now: datetime,
     config: dict,
-    notify: NotifyCull,
+    notifier: Notifier,
     tz: ZoneInfo,
     memory_threshold: float = 0.9,
     memory_minutes: int = 10,
@@ -325,11 +379,11 @@ async def enforce_culling(
     The signals are the per-minute samples the servers pushed and the last
     activity they reported (kernel and terminal use, never the Lab's polling).
     The warning time is kept in the ledger, so a restarted service neither
-    forgets a warning nor stops a server it has not warned. The stop reason is
-    the rule (``gpu_idle``, ``inactive``, ``max_age``).
+    forgets a warning nor stops a server it has not warned. The warning (and
+    its cancellation) goes out through the gateway: in JupyterLab, and by mail
+    and webhook where configured. The stop reason is the rule (``gpu_idle``,
+    ``inactive``, ``max_age``).
     """
-    from jupyterhub_gpu.service.domain.culling import evaluate, gpu_memory_high, memory_notice, rules_for
-
     result = TickResult()
     for s in ledger.open_sessions():
         result.users_checked += 1
@@ -337,21 +391,21 @@ async def enforce_culling(
         rules = rules_for(s.profile, s.group_list, config)
         decision = evaluate(
             rules,
-            _aware(s.started),
+            aware_utc(s.started),
             now,
             signals,
-            last_user_activity=_aware(s.last_activity),
+            last_user_activity=aware_utc(s.last_activity),
             has_gpu=s.gpu_count > 0,
-            warned=_aware(s.cull_warned_at),
+            warned=aware_utc(s.cull_warned_at),
             tz=tz,
         )
         if decision.action == "warn":
             ledger.set_cull_warning(s.id, now, decision.rule.kind)
-            await notify(s, decision)
+            await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
             result.alerts.append((s.user, s.id, 0))
         elif decision.action == "cancel":
             ledger.set_cull_warning(s.id, None, None)
-            await notify(s, decision)
+            await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
         elif decision.action == "stop":
             ledger.set_pending_stop_reason(s.id, decision.rule.kind)
             try:
@@ -364,8 +418,157 @@ async def enforce_culling(
             continue
         if s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
             # once per session: a notice, never a stop
-            if ledger.claim_alert(s.user, f"session:{s.id}", s.started, 90, "lab", now):
-                ledger.add_notice(
-                    s.user, "advice", memory_notice(memory_threshold, memory_minutes), now, "info", session_id=s.id
-                )
+            message, key = memory_message(s, memory_threshold, memory_minutes)
+            await notifier.send(message, ("lab",), once=key, now=now)
     return result
+
+
+# -- jobs and finished runs ------------------------------------------------------------------
+
+
+async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
+    """End the jobs the runner could not: over the time limit, never started, or whose server went away.
+
+    A job reported ended whose server still runs a margin later is stopped too: an ended
+    job holds no slot and no time limit, so its server must not keep running.
+    """
+    summary = {"time_limit": [], "lost": [], "ended_still_running": []}
+    for job, session in ended_jobs_still_running(ledger, now):
+        ledger.set_pending_stop_reason(session.id, REASON_JOB)
+        try:
+            await hub.remove_server(job.user, job.server_name)
+        except HubAPIError as e:
+            job_log.error("could not stop the server of ended job %s: %s", job.id, e)
+            continue
+        summary["ended_still_running"].append(job.id)
+    for job in active_jobs(ledger):
+        session = job_session(ledger, job)
+        if session is not None and session.stopped is not None:
+            # the server is gone and the runner never reported the end (killed, crashed, stopped by hand)
+            reason = session.stop_reason or StopReason.STOPPED
+            error = f"The job's server stopped ({reason}) before the notebook finished."
+            if update_job(ledger, job.id, state="failed", finished=aware_utc(session.stopped), error=error):
+                summary["lost"].append(job.id)
+            continue
+        started = aware_utc(job.started) or (aware_utc(session.started) if session else None)
+        if started is not None and now - started > timedelta(seconds=job.time_limit_seconds) + TIME_LIMIT_MARGIN:
+            if session is not None:
+                ledger.set_pending_stop_reason(session.id, REASON_JOB_TIME_LIMIT)
+            error = f"Stopped by the service: over the time limit of {job.time_limit_seconds // 60} minute(s)."
+            try:
+                await hub.remove_server(job.user, job.server_name)
+            except HubAPIError as e:
+                job_log.error("could not stop job %s over its time limit: %s", job.id, e)
+                continue
+            update_job(ledger, job.id, state="timed_out", finished=now, error=error)
+            summary["time_limit"].append(job.id)
+            continue
+        if job.state == "starting" and session is None and now - aware_utc(job.created) > START_TIMEOUT:
+            user = await hub.user(job.user)
+            server = ((user or {}).get("servers") or {}).get(job.server_name)
+            if server is None or not server.get("pending"):
+                update_job(ledger, job.id, state="failed", finished=now, error="The job's server did not start.")
+                summary["lost"].append(job.id)
+    return summary
+
+
+#: Called once per finished run and channel: (session, job or None, channel) -> delivered.
+AnnounceRun = Callable[[SessionRecord, "JobRecord | None", str], Awaitable[None]]
+
+
+def run_announcer(notifier: Notifier, currency: Currency) -> AnnounceRun:
+    """The ``announce`` of :func:`announce_finished_runs`: a run's notice on one channel (raises if not delivered)."""
+
+    async def announce(session: SessionRecord, job: JobRecord | None, channel: str) -> None:
+        await notifier.deliver(channel, run_notice(session, job, currency, notifier.settings))
+
+    return announce
+
+
+async def announce_finished_runs(
+    ledger: Ledger, now: datetime, announce: AnnounceRun, channels: tuple[str, ...], window=timedelta(hours=1)
+) -> int:
+    """Tell each user once per channel that their run finished, with its cost; returns how many were sent.
+
+    The claim in ``gpu_alerts`` (key ``run:<session>``) comes before the send,
+    as for budget alerts: a failed send releases it and is tried next tick.
+    """
+    sent = 0
+    for session in finished_runs(ledger, now - window):
+        job = None
+        if session.server_name.startswith(SERVER_PREFIX):
+            job = run_job(session, get_job(ledger, session.server_name[len(SERVER_PREFIX) :]))
+            if job is not None and job.state in ACTIVE_STATES:
+                continue  # the runner's report (or the tick) settles the state first
+        key = run_once(session)
+        for channel in channels:
+            send = lambda session=session, job=job, channel=channel: announce(session, job, channel)  # noqa: E731
+            sent += await send_once(ledger, key, channel, now, send, f"run notice of {session.id}", job_log.name)
+    return sent
+
+
+# -- right-sizing advice ---------------------------------------------------------------------
+
+
+def judge(
+    ledger: Ledger, record: SessionRecord, now: datetime, settings: AdviceSettings, currency: Currency, options
+) -> Advice:
+    """Read a session's minutes, advise, and store the advice."""
+    facts = facts_of(record, now, options)
+    advice = advise(facts, summarize(session_minutes(ledger, record.id)), options, settings, currency)
+    store(ledger, facts, advice, now)
+    return advice
+
+
+def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, currency: Currency) -> dict:
+    """One pass of the tick: final advice for newly closed sessions, live advice for long-running ones.
+
+    A closed session is judged once, ``CLOSE_DELAY`` after its stop (its last
+    samples arrive late), and its user gets a Lab notice when it was advised. A
+    running session is judged once it has run ``live_after_minutes`` and again
+    every ``LIVE_REFRESH`` (:func:`.advice.sessions_to_judge`).
+    """
+    closed, live = sessions_to_judge(ledger, now, settings)
+    result = {"final": 0, "live": 0, "advised": 0}
+    if not closed and not live:
+        return result
+    # the rates and groups the spawner charges and allows: the admins' edits applied, as for GET pricing
+    options = catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings)
+    for record in closed:
+        advice = judge(ledger, record, now, settings, currency, options)
+        result["final"] += 1
+        if advice.advised:
+            result["advised"] += 1
+            if aware_utc(record.stopped) >= now - NOTICE_WITHIN:
+                lab_notice(ledger, advice_message(record, advice), now)
+    for record in live:
+        judge(ledger, record, now, settings, currency, options)
+        result["live"] += 1
+    return result
+
+
+async def send_digests(
+    ledger: Ledger, settings: AlertSettings, now: datetime, tz, currency: Currency, weekday: int, hour: int = 8
+) -> list[str]:
+    """Send each group's instructors the last week's digest, once per week, at or after ``weekday`` ``hour`` local.
+
+    ``settings`` are the service's :class:`~.notices.AlertSettings` (SMTP and
+    ``instructor_emails``). A digest is claimed in the ledger before it is sent
+    (once per group and week, across restarts) and released when sending fails.
+    Groups with nothing advised get no mail.
+    """
+    if not settings.email_enabled:
+        return []
+    since, due = digest_window(now, tz, weekday, hour)
+    notifier = Notifier(ledger, settings)
+    sent = []
+    for group, to in sorted(settings.instructor_emails.items()):
+        if not to:
+            continue
+        report = summary(ledger, since, due, group, currency)
+        if not report["total"]["sessions_advised"]:
+            continue
+        message, key = digest_message(group, to, report, since, due, tz)
+        if (await notifier.send(message, ("email",), once=key, now=now))["email"]:
+            sent.append(group)
+    return sent

@@ -10,10 +10,12 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart, UsageMinute
+from jupyterhub_gpu.ledger.models import UsageMinute
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, advice_of, send_digests, update_advice
-from jupyterhub_gpu.service.domain.alerts import AlertSettings
+from jupyterhub_gpu.service.domain.advice import AdviceSettings, advice_of
+from jupyterhub_gpu.service.domain.notices import AlertSettings
+from jupyterhub_gpu.service.tick import send_digests, update_advice
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -14,22 +14,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from jupyterhub_gpu.billing import BudgetRule, BudgetStatus
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain import alerts
-from jupyterhub_gpu.service.domain.alerts import (
-    AlertSettings,
-    BudgetAlert,
-    WebhookError,
-    alert_text,
-    deliver,
-    lab_text,
-    post_webhook,
-    recipients,
-    send_email,
-    webhook_payload,
-)
-from jupyterhub_gpu.service.domain.metering import BudgetRule, BudgetStatus
+from jupyterhub_gpu.service.domain.alerts import BudgetAlert, alert_text, lab_text, recipients
+from jupyterhub_gpu.service.domain.notices import AlertSettings
+from jupyterhub_gpu.service.notify import WebhookError, post_webhook, send_email
+from jupyterhub_gpu.service.tick import deliver, webhook_payload
 from tests.service.conftest import SMTPServer
 
 CNY = Currency.from_config("CNY")

@@ -16,12 +16,11 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 from jupyterhub_gpu.ledger.store import Ledger, SessionStart
-from jupyterhub_gpu.service.domain.alerts import AlertSettings, slack_text, webhook_body
 from jupyterhub_gpu.service.domain.jobs import JobRequest, create_job, get_job, update_job
+from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.domain.savings import culling_report
-from jupyterhub_gpu.service.web.api import culling_csv, usage_csv
-from jupyterhub_gpu.service.web.pages import table_csv
-from jupyterhub_gpu.service.web.usage import csv_cell
+from jupyterhub_gpu.service.notify import slack_text, webhook_body
+from jupyterhub_gpu.service.web.views import csv_cell, culling_csv, table_csv, usage_csv
 
 UTC = timezone.utc
 EVIL = ['=HYPERLINK("http://x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tx", "\r=1"]
@@ -66,7 +65,7 @@ def test_usage_and_culling_csv_quote_every_cell_not_only_the_named_ones(tmp_path
     start = SessionStart("c1", "=user", "=server", ("cs231n",), "=prof", ("GPU-1",), 50_000, "CNY", t0)
     ledger.record_start(start)
     ledger.record_stop("c1", t0 + timedelta(minutes=30), "gpu_idle")
-    from jupyterhub_gpu.service.web.api import load_culling_inputs
+    from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
 
     facts, counts = load_culling_inputs(ledger, None, t0 + timedelta(days=1))
     report = culling_report(facts, counts, None, None, t0 + timedelta(days=1), timedelta(hours=12), None)

@@ -23,14 +23,13 @@ from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.jobs import (
     JobRequest,
     active_jobs,
-    announce_finished_runs,
     create_job,
-    enforce_jobs,
     get_job,
     run_message,
     update_job,
 )
 from jupyterhub_gpu.service.hubapi import HubClient
+from jupyterhub_gpu.service.tick import announce_finished_runs, enforce_jobs
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import ServiceUsers, gpu_hub_config
 

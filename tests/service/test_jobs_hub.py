@@ -21,13 +21,13 @@ from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.jobs import (
     JobError,
     JobRequest,
-    announce_finished_runs,
     create_job,
     get_job,
     parse_job_request,
     run_message,
     update_job,
 )
+from jupyterhub_gpu.service.tick import announce_finished_runs
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -8,8 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart, UsageMinute
-from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.gpus.names import memory_from_name
+from jupyterhub_gpu.ledger.models import UsageMinute
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.money import Currency, to_micros
 from jupyterhub_gpu.service.domain.advice import (
     AdviceError,
     AdviceSettings,
@@ -22,12 +24,10 @@ from jupyterhub_gpu.service.domain.advice import (
     advise,
     catalogue,
     compute_ratio,
-    memory_from_name,
     summarize,
     summary,
-    update_advice,
 )
-from jupyterhub_gpu.service.domain.metering import to_micros
+from jupyterhub_gpu.service.tick import update_advice
 
 CNY = Currency.from_config("CNY")
 GB = 1024

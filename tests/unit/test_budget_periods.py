@@ -22,10 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jupyterhub.spawner import SpawnException
 
-from jupyterhub_gpu.ledger.store import Budget, Ledger, SessionStart
-from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.alerts import AlertSettings, BudgetAlert, deliver, parse_thresholds
-from jupyterhub_gpu.service.domain.metering import (
+from jupyterhub_gpu.billing import (
     BudgetRule,
     billed_minutes,
     minutes_in_window,
@@ -33,9 +30,15 @@ from jupyterhub_gpu.service.domain.metering import (
     rule_statuses,
     spawn_refusal,
 )
+from jupyterhub_gpu.ledger.models import Budget
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.service.domain.alerts import BudgetAlert, parse_thresholds
+from jupyterhub_gpu.service.domain.notices import AlertSettings
+from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.hubapi import HubClient
-from jupyterhub_gpu.service.tick import enforce_budgets
-from jupyterhub_gpu.service.web import api
+from jupyterhub_gpu.service.tick import deliver, enforce_budgets
+from jupyterhub_gpu.service.web import params, views
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -261,7 +264,7 @@ def test_spawn_check_tick_and_api_compute_the_same_use_across_a_reset(ledger, hu
     rules = ledger.budget_rules()
     pure = rule_statuses(rules, Ledger.usage_rows(ledger.sessions(), now), now, SHANGHAI)
     from_ledger = ledger.budget_statuses(rules, now, SHANGHAI)
-    from_api = {s.rule.key: s for s in api.current_statuses(ledger, rules, now, SHANGHAI)}
+    from_api = {s.rule.key: s for s in current_statuses(ledger, rules, now, SHANGHAI)}
     assert pure == from_ledger == from_api
     # ann: 190 of her 192 minutes are in December, at ¥0.05; the cs231n pool: ann's 190 and bob's last 31;
     # tea's session pays from thesis, whose week began on Monday 30 November: all of its 192 minutes, 2 GPUs
@@ -357,7 +360,7 @@ def test_an_ended_term_budget_refuses_and_stops_nothing_and_names_no_past_date(l
     (ended,) = ledger.statuses_of([term], after, SHANGHAI)
     assert ended.state == "ended" and ended.used == Decimal(3)
     assert spawn_refusal([ended], T4, 1, 10, SHANGHAI, CNY.format) is None
-    assert api.status_json(ended)["state"] == "ended"
+    assert views.status_json(ended)["state"] == "ended"
     start(ledger, "later", "ann", after)
     assert tick(ledger, hub, after + timedelta(hours=1)).alerts == []
     assert tick(ledger, hub, after + timedelta(hours=2)).stopped == []
@@ -425,7 +428,7 @@ def test_one_poisoned_budget_does_not_stop_the_tick_for_the_others(ledger, hub):
     assert ("ann", "user:ann", 100) in first.alerts
     assert tick(ledger, hub, now + GRACE).stopped == [("ann", "")]
     # the damaged ones are left out of the API's lists, not a 500 for everyone
-    assert [s.rule.key for s in api.current_statuses(ledger, ledger.budget_rules(), now, SHANGHAI)] == [
+    assert [s.rule.key for s in current_statuses(ledger, ledger.budget_rules(), now, SHANGHAI)] == [
         "user:ann",
         "user:eve",
         "user:nan",
@@ -590,8 +593,8 @@ def test_usage_reports_of_consecutive_windows_add_up_and_agree_with_the_budget(l
     reports = []
     for since, until in (nov, dec):
         records = ledger.sessions(user="ann", since=since, until=until, overlapping=True)
-        sessions = api.sessions_json(ledger, records, now, CNY, (since, until))
-        reports.append((api.usage_totals(sessions, "CNY"), sessions, since, until))
+        sessions = views.sessions_json(ledger, records, now, CNY, (since, until))
+        reports.append((views.usage_totals(sessions, "CNY"), sessions, since, until))
     (nov_totals, nov_sessions, *_), (dec_totals, dec_sessions, dec_since, dec_until) = reports
     assert nov_totals["cost"] == {"CNY": "0.1"} and nov_totals["minutes_billed"] == 2
     assert dec_totals["cost"] == {"CNY": "1.5"} and dec_totals["minutes_billed"] == 30
@@ -687,16 +690,16 @@ def test_usage_by_paying_group_adds_up_to_the_total_spend(ledger):
     now = DEC + timedelta(hours=1)
 
     def total(**where):
-        sessions = api.sessions_json(ledger, ledger.sessions(overlapping=True, **where), now, CNY)
-        return Decimal(api.usage_totals(sessions, "CNY")["cost"]["CNY"])
+        sessions = views.sessions_json(ledger, ledger.sessions(overlapping=True, **where), now, CNY)
+        return Decimal(views.usage_totals(sessions, "CNY")["cost"]["CNY"])
 
     assert total(pool="thesis") + total(pool="cs231n") == total() == Decimal("1.5")
     assert total(group="thesis") + total(group="cs231n") == Decimal("2.5")  # members: ann counts in both
-    query = api.parse_usage_query({"group": [b"thesis"], "paid": [b"true"]}, SHANGHAI)
+    query = params.parse_usage_query({"group": [b"thesis"], "paid": [b"true"]}, SHANGHAI)
     assert (query.group, query.paid) == ("thesis", True)
     for bad, message in (({"paid": [b"true"]}, "give group= too"), ({"group": [b"x"], "paid": [b"yes"]}, "paid must")):
-        with pytest.raises(api.BadRequest, match=message):
-            api.parse_usage_query(bad, SHANGHAI)
+        with pytest.raises(params.BadRequest, match=message):
+            params.parse_usage_query(bad, SHANGHAI)
 
 
 def test_the_cli_asks_for_what_a_group_paid_for(monkeypatch, capsys):

@@ -18,12 +18,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart, UsageMinute
-from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, summary, update_advice
-from jupyterhub_gpu.service.domain.metering import to_micros
+from jupyterhub_gpu.ledger.models import UsageMinute
+from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
+from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.money import Currency, to_micros
+from jupyterhub_gpu.service.domain.advice import AdviceSettings, summary
 from jupyterhub_gpu.service.domain.savings import culling_report
-from jupyterhub_gpu.service.web import api
+from jupyterhub_gpu.service.tick import update_advice
+from jupyterhub_gpu.service.web import views
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -115,7 +117,7 @@ def test_culling_savings_per_group_count_a_two_group_student_once_for_the_pool_t
     since, until = T0 - timedelta(hours=1), now
 
     def report(group=None):
-        facts, counts = api.load_culling_inputs(ledger, since, until, group)
+        facts, counts = load_culling_inputs(ledger, since, until, group)
         return culling_report(facts, counts, since, until, now, timedelta(hours=12), group)
 
     whole = report()
@@ -144,9 +146,9 @@ def test_the_usage_csv_has_each_sessions_part_in_the_window_and_sums_to_the_page
     now = december + timedelta(days=2)
     window = (november, december)
     records = ledger.sessions(since=november, until=december, overlapping=True)
-    sessions = api.sessions_json(ledger, records, now, CNY, window)
-    totals = api.usage_totals(sessions, "CNY")
-    rows = list(csv.DictReader(io.StringIO(api.usage_csv(sessions))))
+    sessions = views.sessions_json(ledger, records, now, CNY, window)
+    totals = views.usage_totals(sessions, "CNY")
+    rows = list(csv.DictReader(io.StringIO(views.usage_csv(sessions))))
 
     assert list(rows[0])[:14] == [
         "id",
@@ -171,6 +173,6 @@ def test_the_usage_csv_has_each_sessions_part_in_the_window_and_sums_to_the_page
     assert sum(Decimal(r["cost_in_window"]) for r in rows) == Decimal(totals["cost"]["CNY"]) == Decimal("1.5")
     # and December's CSV has the rest: the two months add up to the session's charge
     dec_records = ledger.sessions(since=december, until=now, overlapping=True)
-    dec = api.sessions_json(ledger, dec_records, now, CNY, (december, now))
-    dec_rows = list(csv.DictReader(io.StringIO(api.usage_csv(dec))))
+    dec = views.sessions_json(ledger, dec_records, now, CNY, (december, now))
+    dec_rows = list(csv.DictReader(io.StringIO(views.usage_csv(dec))))
     assert Decimal(late["cost_in_window"]) + Decimal(dec_rows[0]["cost_in_window"]) == Decimal(late["cost"])

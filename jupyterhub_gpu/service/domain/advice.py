@@ -28,18 +28,22 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text, and_, or_, select
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import and_, or_, select
 
-from jupyterhub_gpu.ledger.store import Base, Ledger, SessionRecord, _aware, _naive, sessions_started
-from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.metering import billed_minutes, from_micros
+from jupyterhub_gpu.billing import billed_minutes
+from jupyterhub_gpu.clock import aware_utc, naive_utc
+from jupyterhub_gpu.gpus.names import gpu_family, memory_from_name
+from jupyterhub_gpu.ledger.models import SessionAdvice, SessionRecord
+from jupyterhub_gpu.ledger.queries.filters import sessions_started
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.money import Currency, from_micros, to_micros
+from jupyterhub_gpu.service.domain.notices import Message, Once
+from jupyterhub_gpu.session import IDLE_UTIL_PERCENT
 
 log = logging.getLogger("jupyterhub_gpu.advice")
 
@@ -52,8 +56,6 @@ LIVE_REFRESH = timedelta(minutes=5)
 UNJUDGED_REFRESH = timedelta(seconds=15)
 #: Only sessions that stopped this recently get a Lab notice with their advice (not a backlog after an upgrade).
 NOTICE_WITHIN = timedelta(days=1)
-#: A minute (or a GPU in a minute) is busy when its utilization reaches this (as culling's idle test).
-BUSY_UTIL_PERCENT = 5
 #: A GPU did work when it was busy in at least this share of the busiest GPU's busy minutes.
 GPU_USED_SHARE = 0.05
 #: Advice needs samples for at least this share of the billed minutes; under ``FULL_COVERAGE`` it is less sure.
@@ -74,36 +76,6 @@ WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 CONFIDENCE_WORDS = {"high": "very likely", "medium": "likely"}
 #: Why a session got no advice.
 REASONS = ("advised", "too_short", "no_samples", "few_samples", "no_gpu", "nothing_cheaper", "unknown_memory")
-
-#: Memory per GPU of models whose name does not say it (the smaller variant where there are two).
-KNOWN_GPU_MEMORY_GB = {
-    "t4": 16,
-    "p100": 16,
-    "v100": 16,
-    "a10": 24,
-    "a30": 24,
-    "l4": 24,
-    "a40": 48,
-    "l40": 48,
-    "l40s": 48,
-    "a6000": 48,
-    "a100": 40,
-    "a800": 40,
-    "h100": 80,
-    "h800": 80,
-    "h200": 141,
-    "k80": 12,
-    "3090": 24,
-    "4090": 24,
-}
-#: How many compute slices ("Ng" of a MIG profile "Ng.Mgb") a whole GPU of a model has.
-MIG_SLICES = {"a30": 4}
-MIG_SLICES_DEFAULT = 7
-MIG_CAPABLE = {"a100", "a800", "a30", "h100", "h800", "h200"}
-_SLICE_RE = re.compile(r"^(\d+)g\.(\d+)gb$")
-_GB_RE = re.compile(r"^(\d+)gb$")
-_TOKEN_SPLIT = re.compile(r"[^a-z0-9.]+")
-_NOISE = {"nvidia", "tesla", "geforce", "rtx", "simulated", "mig", "sxm", "sxm2", "sxm4", "sxm5", "pcie", "nvl"}
 
 
 class AdviceError(ValueError):
@@ -167,45 +139,6 @@ class ProfileOption:
         return not self.allowed_groups or bool(set(self.allowed_groups) & set(groups))
 
 
-def _tokens(text: str) -> list[str]:
-    return [t for t in _TOKEN_SPLIT.split((text or "").casefold()) if t]
-
-
-def memory_from_name(*names: str) -> int | None:
-    """GPU memory (MiB) a model or profile name states: a MIG slice (``1g.5gb``), ``40GB``, or a known model."""
-    for name in names:
-        for token in _tokens(name):
-            if m := _SLICE_RE.fullmatch(token):
-                return int(m.group(2)) * 1024
-    for name in names:
-        tokens = _tokens(name)
-        for i, token in enumerate(tokens):
-            if m := _GB_RE.fullmatch(token):
-                return int(m.group(1)) * 1024
-            if token.isdigit() and i + 1 < len(tokens) and tokens[i + 1] == "gb":
-                return int(token) * 1024
-    for name in names:
-        for token in _tokens(name):
-            if token in KNOWN_GPU_MEMORY_GB:
-                return KNOWN_GPU_MEMORY_GB[token] * 1024
-    return None
-
-
-def gpu_family(gpu_model: str) -> tuple[str, int | None, int]:
-    """``(model, slice, slices of a whole GPU)``: ``("a100", 1, 7)`` for a 1g.5gb MIG slice, ``("t4", None, 1)``."""
-    tokens = [t for t in _tokens(gpu_model) if t not in _NOISE and not _GB_RE.fullmatch(t)]
-    slice_units = None
-    rest = []
-    for t in tokens:
-        if m := _SLICE_RE.fullmatch(t):
-            slice_units = int(m.group(1))
-        else:
-            rest.append(t)
-    model = " ".join(rest)
-    whole = MIG_SLICES.get(model, MIG_SLICES_DEFAULT) if model in MIG_CAPABLE else 1
-    return model, slice_units, whole
-
-
 def compute_ratio(current_model: str, candidate_model: str) -> float | None:
     """The candidate's compute per GPU over the current one's, where it is known: same model, or MIG slices of it."""
     cur, cur_slice, cur_whole = gpu_family(current_model)
@@ -228,8 +161,6 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
     a GPU too small for their work (invariant 7). A profile whose memory stays
     unknown is never advised.
     """
-    from jupyterhub_gpu.service.domain.metering import to_micros
-
     options = []
     for p in pricing:
         slug = p["slug"]
@@ -299,11 +230,11 @@ def summarize(minutes: Iterable) -> SessionUsage:
         utils.append(util)
         memory.append(m.memory_used_max_mib)
         total = max(total, m.memory_total_mib or 0)
-        busy += util >= BUSY_UTIL_PERCENT
+        busy += util >= IDLE_UTIL_PERCENT  # a minute (or a GPU in a minute) is busy from the idle threshold up
         for uuid, g in json.loads(m.gpus or "{}").items():
             entry = per_gpu.setdefault(uuid, [0, 0])
             entry[0] = max(entry[0], int(g.get("memory_used_max_mib", 0)))
-            entry[1] += g.get("utilization_max", 0) >= BUSY_UTIL_PERCENT
+            entry[1] += g.get("utilization_max", 0) >= IDLE_UTIL_PERCENT
     n = len(utils)
     return SessionUsage(
         sampled_minutes=n,
@@ -504,47 +435,13 @@ def advise(
 # -- storage ----------------------------------------------------------------------------------
 
 
-class SessionAdvice(Base):
-    """The advice of one session: live while it runs (past ``live_after_minutes``), final once it stopped."""
-
-    __tablename__ = "gpu_session_advice"
-
-    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    profile: Mapped[str] = mapped_column(String(64), index=True)
-    computed: Mapped[datetime] = mapped_column(DateTime)
-    final: Mapped[bool] = mapped_column(Boolean, default=False)
-    reason: Mapped[str] = mapped_column(String(32))  # advised | too_short | no_samples | ...
-    minutes: Mapped[int] = mapped_column(Integer, default=0)
-    sampled_minutes: Mapped[int] = mapped_column(Integer, default=0)
-    peak_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
-    p95_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
-    memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
-    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)  # per GPU, from the catalogue (not the server)
-    util_p50_tenths: Mapped[int] = mapped_column(Integer, default=0)
-    util_p95_tenths: Mapped[int] = mapped_column(Integer, default=0)
-    busy_permille: Mapped[int] = mapped_column(Integer, default=0)
-    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
-    gpus_used: Mapped[int] = mapped_column(Integer, default=0)
-    suggested_profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    suggested_display_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    suggested_gpu_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    suggested_rate_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    confidence: Mapped[str | None] = mapped_column(String(8), nullable=True)
-    currency: Mapped[str] = mapped_column(String(3))
-    rate_micros: Mapped[int] = mapped_column(BigInteger, default=0)
-    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
-    counterfactual_micros: Mapped[int] = mapped_column(BigInteger, default=0)
-    saving_micros: Mapped[int] = mapped_column(BigInteger, default=0)
-    message: Mapped[str] = mapped_column(Text, default="")
-
-
 def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) -> SessionAdvice:
     """Write (or replace) a session's advice; a final one is never replaced by a live one."""
     usage = advice.usage
     s = advice.suggested
     values = dict(
         profile=session.profile,
-        computed=_naive(now),
+        computed=naive_utc(now),
         final=session.final,
         reason=advice.reason,
         minutes=session.minutes,
@@ -584,7 +481,8 @@ def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) 
 
 def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOption]) -> SessionFacts:
     final = record.stopped is not None
-    minutes = record.minutes if final else billed_minutes(_aware(record.started), max(now, _aware(record.started)))
+    started = aware_utc(record.started)
+    minutes = record.minutes if final else billed_minutes(started, max(now, started))
     option = next((o for o in options if o.slug == record.profile), None)
     return SessionFacts(
         id=record.id,
@@ -600,25 +498,12 @@ def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOpti
     )
 
 
-def judge(
-    ledger: Ledger, record: SessionRecord, now: datetime, settings: AdviceSettings, currency: Currency, options
-) -> Advice:
-    """Read a session's minutes, advise, and store the advice."""
-    from jupyterhub_gpu.service.web.usage import session_minutes
-
-    facts = facts_of(record, now, options)
-    advice = advise(facts, summarize(session_minutes(ledger, record.id)), options, settings, currency)
-    store(ledger, facts, advice, now)
-    return advice
-
-
-def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, currency: Currency) -> dict:
-    """One pass of the tick: final advice for newly closed sessions, live advice for long-running ones.
+def sessions_to_judge(ledger: Ledger, now: datetime, settings: AdviceSettings) -> tuple[list, list]:
+    """``(closed, live)``: the sessions one pass of the tick judges (see :func:`..tick.update_advice`).
 
     A closed session is judged once, ``CLOSE_DELAY`` after its stop (its last
-    samples arrive late), and its user gets a Lab notice when it was advised. A
-    running session is judged once it has run ``live_after_minutes`` and again
-    every ``LIVE_REFRESH``.
+    samples arrive late). A running session is judged once it has run
+    ``live_after_minutes`` and again every ``LIVE_REFRESH``.
     """
     s, a = SessionRecord, SessionAdvice
     closed_query = (
@@ -626,8 +511,8 @@ def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
         .outerjoin(a, a.session_id == s.id)
         .where(
             s.stopped.is_not(None),
-            s.stopped <= _naive(now - CLOSE_DELAY),
-            s.stopped >= _naive(now - CLOSED_LOOKBACK),
+            s.stopped <= naive_utc(now - CLOSE_DELAY),
+            s.stopped >= naive_utc(now - CLOSED_LOOKBACK),
             s.gpu_count > 0,
             or_(a.session_id.is_(None), a.final.is_(False)),
         )
@@ -640,12 +525,12 @@ def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
         .where(
             s.stopped.is_(None),
             s.gpu_count > 0,
-            s.started <= _naive(now - timedelta(minutes=settings.live_after_minutes)),
+            s.started <= naive_utc(now - timedelta(minutes=settings.live_after_minutes)),
             # judged every LIVE_REFRESH, and sooner while there were too few samples to judge
             or_(
                 a.session_id.is_(None),
-                a.computed <= _naive(now - LIVE_REFRESH),
-                and_(a.reason.in_(UNJUDGED), a.computed <= _naive(now - UNJUDGED_REFRESH)),
+                a.computed <= naive_utc(now - LIVE_REFRESH),
+                and_(a.reason.in_(UNJUDGED), a.computed <= naive_utc(now - UNJUDGED_REFRESH)),
             ),
         )
         .limit(BATCH)
@@ -653,24 +538,20 @@ def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
     with ledger.Session() as db:
         closed = list(db.scalars(closed_query))
         live = list(db.scalars(live_query))
-    result = {"final": 0, "live": 0, "advised": 0}
-    if not closed and not live:
-        return result
-    from jupyterhub_gpu.service.domain.overrides import apply_to_pricing, load_overrides
+    return closed, live
 
-    # the rates and groups the spawner charges and allows: the admins' edits applied, as for GET pricing
-    options = catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings)
-    for record in closed:
-        advice = judge(ledger, record, now, settings, currency, options)
-        result["final"] += 1
-        if advice.advised:
-            result["advised"] += 1
-            if _aware(record.stopped) >= now - NOTICE_WITHIN:
-                ledger.add_notice(record.user, "advice", advice.message, now, "info", session_id=record.id)
-    for record in live:
-        judge(ledger, record, now, settings, currency, options)
-        result["live"] += 1
-    return result
+
+def advice_message(record: SessionRecord, advice: Advice) -> Message:
+    """The Lab notice of a closed session's advice (its user's own; no mail, no webhook)."""
+    return Message(
+        user=record.user,
+        kind="advice",
+        text=advice.message,
+        level="info",
+        session_id=record.id,
+        what=f"advice notice for {record.user}",
+        source=log.name,
+    )
 
 
 # -- reading it back ----------------------------------------------------------------------------
@@ -694,7 +575,7 @@ def advice_json(row: SessionAdvice | None, currency: Currency) -> dict | None:
     money = lambda micros: f"{from_micros(micros):f}"  # noqa: E731
     return {
         "final": row.final,
-        "computed": _aware(row.computed).isoformat().replace("+00:00", "Z"),
+        "computed": aware_utc(row.computed).isoformat().replace("+00:00", "Z"),
         "profile": row.profile,
         "suggested_profile": row.suggested_profile,
         "suggested_display_name": row.suggested_display_name,
@@ -795,7 +676,7 @@ def summary(
                     "user": user,
                     "groups": group_list,
                     "pool": pool,
-                    "started": _aware(started).isoformat().replace("+00:00", "Z"),
+                    "started": aware_utc(started).isoformat().replace("+00:00", "Z"),
                     **advice_json(row, currency),
                 }
             )
@@ -841,8 +722,8 @@ def summary(
 def digest_text(group: str, report: dict, since: datetime, until: datetime, tz) -> tuple[str, str]:
     """The subject and body of an instructor's weekly right-sizing digest for one group."""
     t = report["total"]
-    first = _aware(since).astimezone(tz).date().isoformat()
-    last = (_aware(until).astimezone(tz) - timedelta(seconds=1)).date().isoformat()
+    first = aware_utc(since).astimezone(tz).date().isoformat()
+    last = (aware_utc(until).astimezone(tz) - timedelta(seconds=1)).date().isoformat()
     subject = f"GPU right-sizing for {group}: {t['potential_saving_display']} could have been saved ({first} to {last})"
     lines = [
         f"GPU sessions of the {group} group from {first} to {last}:",
@@ -865,43 +746,31 @@ def digest_text(group: str, report: dict, since: datetime, until: datetime, tz) 
     return subject, "\n".join(lines) + "\n"
 
 
-async def send_digests(
-    ledger: Ledger, settings, now: datetime, tz, currency: Currency, weekday: int, hour: int = 8
-) -> list[str]:
-    """Send each group's instructors the last week's digest, once per week, at or after ``weekday`` ``hour`` local.
+def digest_window(now: datetime, tz, weekday: int, hour: int = 8) -> tuple[datetime, datetime]:
+    """``(since, due)``: the seven whole local days a digest due at or before ``now`` covers, and when it was due.
 
-    ``settings`` are the service's :class:`~.alerts.AlertSettings` (SMTP and
-    ``instructor_emails``). A digest is claimed in the ledger before it is sent
-    (once per group and week, across restarts) and released when sending fails.
-    Groups with nothing advised get no mail.
+    A digest is due on ``weekday`` (0 = Monday) at ``hour`` in the lab's time zone.
     """
-    from jupyterhub_gpu.service.domain.alerts import send_email
-
-    if not settings.email_enabled:
-        return []
-    local = _aware(now).astimezone(tz)
+    local = aware_utc(now).astimezone(tz)
     day = local.date() - timedelta(days=(local.weekday() - weekday) % 7)
     if datetime.combine(day, time(hour), tzinfo=tz) > local:
         day -= timedelta(days=7)
     # the seven whole local days before the digest's day
     due = datetime.combine(day, time(0), tzinfo=tz)
     since = datetime.combine(day - timedelta(days=7), time(0), tzinfo=tz)
-    sent = []
-    for group, to in sorted(settings.instructor_emails.items()):
-        if not to:
-            continue
-        report = summary(ledger, since, due, group, currency)
-        if not report["total"]["sessions_advised"]:
-            continue
-        key = f"advice-digest:{group}"
-        if not ledger.claim_alert(f"group:{group}", key, due, 0, "email", now):
-            continue
-        subject, body = digest_text(group, report, since, due, tz)
-        try:
-            await send_email(settings, list(to), subject, body)
-        except Exception as e:
-            log.warning("advice digest for %s not sent (retried next tick): %s", group, e)
-            ledger.release_alert(f"group:{group}", key, due, 0, "email")
-            continue
-        sent.append(group)
-    return sent
+    return since, due
+
+
+def digest_message(group: str, to, report: dict, since: datetime, due: datetime, tz) -> tuple[Message, Once]:
+    """An instructor's weekly digest for one group, by mail only, and its once-per-group-and-week key."""
+    subject, body = digest_text(group, report, since, due, tz)
+    message = Message(
+        user=f"group:{group}",
+        kind="advice",
+        subject=subject,
+        body=body,
+        to=tuple(to),
+        what=f"advice digest for {group}",
+        source=log.name,
+    )
+    return message, Once(f"group:{group}", f"advice-digest:{group}", due, 0)

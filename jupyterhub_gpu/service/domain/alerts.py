@@ -1,19 +1,15 @@
-"""Budget alerts: who is told, what they are told, and delivery by Lab notice, email and webhook.
+"""Budget alerts: who is told, and what they are told (pure: :mod:`..notify` delivers them).
 
 Students, their instructors and the admins are warned when a budget reaches 80%
 and 95%, and get a final notice at 100% before the server is stopped. Three
-channels carry each alert:
+channels carry each alert (:data:`.notices.CHANNELS`): a Lab notice, one mail to
+every recipient (:func:`recipients`), and a webhook POST (:func:`budget_payload`).
+:func:`budget_message` is the alert as the gateway sends it.
 
-- ``lab``: a notice in the ledger that the JupyterLab extension polls (always on);
-- ``email``: one message over SMTP to every recipient (when ``smtp_host`` is set);
-- ``webhook``: a JSON POST, plain or Slack-compatible (when ``webhook_url`` is set).
-
-Each alert goes out once per user, budget, period, threshold and channel: the
-ledger's ``AlertSent`` row is claimed *before* sending (its unique constraint
-makes the claim atomic across processes). A send that fails releases its claim,
-so the next metering tick tries that channel again; the other channels are not
-affected. A process killed between claim and send loses that one alert (at most
-once), rather than sending it twice.
+Each alert goes out once per user, budget, period, threshold, budget revision
+and channel (:func:`budget_once`): the gateway claims the ledger's ``AlertSent``
+row *before* sending, and a send that fails releases its claim, so the next
+metering tick tries that channel again; the other channels are not affected.
 
 Every user-visible string is a template in :data:`MESSAGES` so that it can be
 translated; money is a Decimal, shown with :class:`~jupyterhub_gpu.money.Currency`
@@ -22,31 +18,20 @@ and sent in payloads as a decimal string, never a float.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import re
-import smtplib
-import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from decimal import ROUND_HALF_UP, Decimal
-from email.message import EmailMessage
-from email.utils import format_datetime, make_msgid
-from urllib.parse import urlsplit
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-
-from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.billing import UNITS, BudgetStatus
+from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.money import Currency, parse_amount
-from jupyterhub_gpu.service.domain.metering import UNITS, BudgetStatus
+from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, valid_address
 
 log = logging.getLogger("jupyterhub_gpu.alerts")
 
 #: The default thresholds; any whole percentage from 1 to 100 can be delivered (see :func:`parse_thresholds`).
 THRESHOLDS = (80, 95, 100)
-CHANNELS = ("lab", "email", "webhook")
-WEBHOOK_FORMATS = ("json", "slack")
 #: The Lab notice level of each tier of thresholds (see :func:`tier`).
 LEVELS = {80: "info", 95: "warning", 100: "error"}
 
@@ -124,122 +109,6 @@ MESSAGES: dict[str, str] = {
 }
 
 
-# -- settings --------------------------------------------------------------------------
-
-
-def _valid_address(address: object) -> bool:
-    """A plain ``local@domain`` address: no display name, spaces, or header-breaking characters."""
-    if not isinstance(address, str) or address.count("@") != 1:
-        return False
-    local, domain = address.split("@")
-    if not local or not domain or domain.startswith(".") or domain.endswith("."):
-        return False
-    return not any(c.isspace() or c in ',;<>"()[]\\' or ord(c) < 32 for c in address)
-
-
-def _address_list(name: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise ValueError(f"{name} must be a list of email addresses, got {value!r}")
-    for address in value:
-        if not _valid_address(address):
-            raise ValueError(f"{name}: {address!r} is not an email address such as 'ta@example.edu'")
-    return tuple(value)
-
-
-@dataclass(frozen=True)
-class AlertSettings:
-    """Where alerts go. Everything off by default except the Lab notices; checked on creation.
-
-    Raises ValueError naming the setting when a value cannot work.
-    """
-
-    #: SMTP server host name; "" turns email off.
-    smtp_host: str = ""
-    smtp_port: int = 25
-    #: Upgrade the SMTP connection with STARTTLS (certificate verified) before anything else.
-    smtp_starttls: bool = False
-    smtp_username: str = ""
-    smtp_password: str = field(default="", repr=False)
-    mail_from: str = ""
-    #: A student's address from their user name, e.g. "{username}@example.edu"; "" = students get no mail.
-    user_email_template: str = ""
-    #: Instructors' addresses per group: {"cs231n": ["ta@example.edu"]}.
-    instructor_emails: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    admin_emails: tuple[str, ...] = ()
-    #: URL that receives a JSON POST per alert; "" turns the webhook off.
-    webhook_url: str = ""
-    #: "json" (the documented payload of :func:`webhook_payload`) or "slack" ({"text": ...}).
-    webhook_format: str = "json"
-    #: Seconds for an SMTP conversation or a webhook request.
-    timeout: float = 10.0
-
-    def __post_init__(self):
-        def check_str(name):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
-
-        for name in ("smtp_host", "smtp_username", "smtp_password", "mail_from", "user_email_template", "webhook_url"):
-            check_str(name)
-        port = self.smtp_port
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ValueError(f"smtp_port must be a port number from 1 to 65535, got {port!r}")
-        if not isinstance(self.smtp_starttls, bool):
-            raise ValueError(f"smtp_starttls must be True or False, got {self.smtp_starttls!r}")
-        if self.smtp_password and not self.smtp_username:
-            raise ValueError("smtp_password is set but smtp_username is not: set both to log in, or neither")
-        if self.smtp_username and not self.smtp_password:
-            raise ValueError("smtp_username is set but smtp_password is not: set both to log in, or neither")
-        if self.smtp_host and not _valid_address(self.mail_from):
-            raise ValueError(
-                f"mail_from must be the sender's address such as 'gpu@example.edu' when smtp_host is set,"
-                f" got {self.mail_from!r}"
-            )
-        if self.mail_from and not _valid_address(self.mail_from):
-            raise ValueError(f"mail_from must be an address such as 'gpu@example.edu', got {self.mail_from!r}")
-        if self.user_email_template:
-            try:
-                sample = self.user_email_template.format(username="student")
-            except (KeyError, IndexError, ValueError) as e:
-                raise ValueError(
-                    f"user_email_template may use only the field {{username}}, e.g. '{{username}}@example.edu',"
-                    f" got {self.user_email_template!r} ({e!r})"
-                ) from None
-            if "{username}" not in self.user_email_template or not _valid_address(sample):
-                raise ValueError(
-                    "user_email_template must make an address from {username}, e.g. '{username}@example.edu',"
-                    f" got {self.user_email_template!r}"
-                )
-        if not isinstance(self.instructor_emails, dict):
-            raise ValueError(f"instructor_emails must map group names to address lists, got {self.instructor_emails!r}")
-        instructors = {}
-        for group, addresses in self.instructor_emails.items():
-            if not isinstance(group, str) or not group:
-                raise ValueError(f"instructor_emails: group names must be non-empty strings, got {group!r}")
-            instructors[group] = _address_list(f"instructor_emails[{group!r}]", addresses)
-        object.__setattr__(self, "instructor_emails", instructors)
-        object.__setattr__(self, "admin_emails", _address_list("admin_emails", self.admin_emails))
-        if self.webhook_url:
-            parts = urlsplit(self.webhook_url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(
-                    f"webhook_url must be an http:// or https:// URL such as 'https://hooks.example.edu/gpu',"
-                    f" got {self.webhook_url!r}"
-                )
-        if self.webhook_format not in WEBHOOK_FORMATS:
-            raise ValueError(f"webhook_format must be one of {', '.join(WEBHOOK_FORMATS)}, got {self.webhook_format!r}")
-        timeout = self.timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
-            raise ValueError(f"timeout must be a number of seconds above 0 and at most 600, got {timeout!r}")
-
-    @property
-    def email_enabled(self) -> bool:
-        return bool(self.smtp_host)
-
-    @property
-    def webhook_enabled(self) -> bool:
-        return bool(self.webhook_url)
-
-
 # -- alerts and their text -------------------------------------------------------------
 
 
@@ -299,7 +168,7 @@ class BudgetAlert:
         grace_seconds: int = 0,
         tz: tzinfo = timezone.utc,
     ) -> BudgetAlert:
-        """The alert for ``user`` of a budget status from :mod:`.metering`."""
+        """The alert for ``user`` of a budget status from :mod:`.billing`."""
         rule = status.rule
         return cls(
             user=user,
@@ -385,7 +254,7 @@ def recipients(alert: BudgetAlert, settings: AlertSettings) -> list[str]:
     addresses: set[str] = set()
     if settings.user_email_template:
         own = settings.user_email_template.format(username=alert.user)
-        if _valid_address(own):
+        if valid_address(own):
             addresses.add(own)
         else:
             log.warning("No email for user %r: %r is not an address", alert.user, own)
@@ -401,39 +270,11 @@ def _decimal_string(value: Decimal) -> str:
     return f"{value:f}"
 
 
-#: ``@name``, ``@channel``, ``@here``, ``@all``: a mention in Mattermost and Rocket.Chat, even without ``<>``.
-_MENTION_RE = re.compile(r"@(?=[\w.-])")
+def budget_payload(alert: BudgetAlert) -> dict:
+    """The JSON body POSTed to the webhook (``webhook_format = "json"``).
 
-
-def _slack_escape(text: str) -> str:
-    """User-controlled text (user, group, server names, notebook paths, job errors) safe in a Slack-style message.
-
-    ``&``, ``<`` and ``>`` as Slack asks (so ``<!channel>``, ``<@U123>`` and links
-    ``<url|text>`` cannot be written), and a zero-width space after each ``@`` so
-    that no name becomes a mention.
-    """
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MENTION_RE.sub("@\u200b", text)
-
-
-def slack_text(text: str, title: str | None = None) -> str:
-    """The ``text`` of a Slack-style message: the title in bold, every part escaped."""
-    body = _slack_escape(text)
-    return f"*{_slack_escape(title)}*\n{body}" if title else body
-
-
-def webhook_body(settings: AlertSettings, payload: dict) -> dict:
-    """What every notice POSTs: the JSON ``payload`` as it is, or for ``slack`` its escaped title and text only."""
-    if settings.webhook_format == "slack":
-        return {"text": slack_text(str(payload.get("text") or ""), payload.get("title"))}
-    return payload
-
-
-def webhook_payload(alert: BudgetAlert, settings: AlertSettings) -> dict:
-    """The JSON body POSTed to the webhook.
-
-    ``webhook_format = "slack"``: ``{"text": "..."}`` (Slack, Mattermost, Rocket.Chat).
-    ``webhook_format = "json"``::
+    For ``webhook_format = "slack"`` the gateway sends ``{"text": "..."}`` made of
+    its title and text (Slack, Mattermost, Rocket.Chat; :func:`..notify.webhook_body`)::
 
         {
           "event": "budget_threshold",
@@ -455,8 +296,6 @@ def webhook_payload(alert: BudgetAlert, settings: AlertSettings) -> dict:
     """
     title, summary, advice = _email_parts(alert)
     text = f"{summary} {advice}"
-    if settings.webhook_format == "slack":
-        return {"text": slack_text(text, title)}
     return {
         "event": "budget_threshold",
         "user": alert.user,
@@ -476,106 +315,23 @@ def webhook_payload(alert: BudgetAlert, settings: AlertSettings) -> dict:
     }
 
 
-# -- senders ---------------------------------------------------------------------------
+def budget_once(alert: BudgetAlert) -> Once:
+    """An alert goes out once per user, budget, period, threshold, budget revision and channel."""
+    return Once(alert.user, alert.budget_key, alert.period_start, alert.threshold, alert.revision)
 
 
-class WebhookError(RuntimeError):
-    """The webhook answered with something other than 2xx."""
-
-
-def _smtp_send(settings: AlertSettings, message: EmailMessage, to: list[str]) -> None:
-    with smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=settings.timeout) as smtp:
-        smtp.ehlo()
-        if settings.smtp_starttls:
-            # Raises SMTPNotSupportedError if the server does not offer it: never fall back to plain text.
-            smtp.starttls(context=ssl.create_default_context())
-            smtp.ehlo()
-        if settings.smtp_username:
-            smtp.login(settings.smtp_username, settings.smtp_password)
-        refused = smtp.send_message(message, from_addr=settings.mail_from, to_addrs=to)
-    if refused:  # some recipients got it; retrying would send them a second copy
-        log.warning("SMTP server refused some alert recipients: %s", refused)
-
-
-async def send_email(settings: AlertSettings, to: list[str], subject: str, body: str) -> None:
-    """Send one UTF-8 message to ``to`` over SMTP (in a thread: smtplib blocks)."""
-    message = EmailMessage()
-    message["From"] = settings.mail_from
-    message["To"] = ", ".join(to)
-    message["Subject"] = subject
-    message["Date"] = format_datetime(utcnow())
-    message["Message-ID"] = make_msgid(domain=settings.mail_from.split("@")[-1])
-    message.set_content(body, charset="utf-8")
-    await asyncio.to_thread(_smtp_send, settings, message, list(to))
-
-
-async def post_webhook(settings: AlertSettings, payload: dict) -> None:
-    """POST ``payload`` as JSON to the webhook; WebhookError unless it answers 2xx."""
-    request = HTTPRequest(
-        settings.webhook_url,
-        method="POST",
-        body=json.dumps(payload, ensure_ascii=False).encode("utf-8"),
-        headers={"Content-Type": "application/json; charset=utf-8"},
-        connect_timeout=settings.timeout,
-        request_timeout=settings.timeout,
-        follow_redirects=False,
-        user_agent="jupyterhub-gpu",
+def budget_message(alert: BudgetAlert, settings: AlertSettings) -> Message:
+    """The alert as the gateway delivers it: the Lab notice, the mail to :func:`recipients`, the webhook payload."""
+    subject, body = alert_text(alert)
+    return Message(
+        user=alert.user,
+        kind="budget",
+        text=lab_text(alert),
+        level=LEVELS[tier(alert.threshold)],
+        subject=subject,
+        body=body,
+        to=tuple(recipients(alert, settings)) if settings.email_enabled else (),
+        payload=budget_payload(alert),
+        what=f"Budget alert {alert.budget_key} {alert.threshold}% for {alert.user}",
+        source=log.name,
     )
-    response = await AsyncHTTPClient().fetch(request, raise_error=False)
-    if not 200 <= response.code < 300:
-        reason = response.error or response.reason
-        raise WebhookError(f"webhook {settings.webhook_url} answered HTTP {response.code}: {reason}")
-
-
-# -- delivery --------------------------------------------------------------------------
-
-#: Failures of the far end (logged in one line); anything else is logged with its traceback.
-_EXPECTED_FAILURES = (OSError, smtplib.SMTPException, HTTPClientError, WebhookError)
-
-
-async def deliver(alert: BudgetAlert, settings: AlertSettings, ledger, now: datetime) -> dict[str, bool]:
-    """Send an alert on every configured channel that has not sent it yet; which were sent now.
-
-    Each channel claims its ``AlertSent`` row first and sends only if the claim is
-    new, so concurrent or repeated calls send once. A failed send is logged, its
-    claim released so that the next call retries it, and the other channels go on.
-    The ledger calls are short writes made on the event loop, as the tick makes them.
-    """
-    sent = dict.fromkeys(CHANNELS, False)
-    key = (alert.user, alert.budget_key, alert.period_start, alert.threshold)
-
-    async def channel(name: str, send) -> None:
-        if not ledger.claim_alert(*key, name, now, alert.revision):
-            return
-        try:
-            await send()
-        except Exception as e:
-            log.warning(
-                "Budget alert %s %d%% for %s by %s failed, will retry: %s",
-                alert.budget_key,
-                alert.threshold,
-                alert.user,
-                name,
-                e,
-                exc_info=not isinstance(e, _EXPECTED_FAILURES),
-            )
-            try:
-                ledger.release_alert(*key, name, alert.revision)
-            except Exception:
-                log.exception("Could not release the %s alert claim of %s; it will not be retried", name, alert.user)
-        else:
-            sent[name] = True
-
-    async def lab():
-        ledger.add_notice(
-            alert.user, kind="budget", message=lab_text(alert), now=now, level=LEVELS[tier(alert.threshold)]
-        )
-
-    await channel("lab", lab)
-    if settings.email_enabled:
-        to = recipients(alert, settings)
-        if to:
-            await channel("email", lambda: send_email(settings, to, *alert_text(alert)))
-    if settings.webhook_enabled:
-        await channel("webhook", lambda: post_webhook(settings, webhook_payload(alert, settings)))
-    return sent

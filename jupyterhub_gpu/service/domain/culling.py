@@ -45,12 +45,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import pairwise
 
-KINDS = ("gpu_idle", "inactive", "max_age")
+from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
+from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT, StopReason
+
+#: A rule's kind is the stop reason of the servers it stops.
+KINDS = CULL_REASONS
 #: Actions from least to most urgent.
 ACTIONS = ("none", "cancel", "warn", "stop")
 #: Warning lead used when a configured rule gives none (capped below ``minutes``).
-DEFAULT_WARN_MINUTES = {"gpu_idle": 5, "inactive": 5, "max_age": 30}
-DEFAULT_UTIL_THRESHOLD = 5.0
+DEFAULT_WARN_MINUTES = {StopReason.GPU_IDLE: 5, StopReason.INACTIVE: 5, StopReason.MAX_AGE: 30}
+DEFAULT_UTIL_THRESHOLD = float(IDLE_UTIL_PERCENT)
 #: The largest ``minutes`` a rule may have: a 31-day month.
 MAX_MINUTES = 31 * 24 * 60
 MINUTE = timedelta(minutes=1)
@@ -85,6 +90,8 @@ MESSAGES: dict[str, str] = {
         " Billing stopped with it; your files are kept."
     ),
     "cancel": "You are using your server again: it will not be stopped.",
+    "subject.warn": "Your GPU server will be stopped",
+    "subject.cancel": "Idle stop cancelled",
     "memory_high": (
         "GPU memory has been above {percent}% for {minutes} minutes: a profile with a larger GPU may help."
     ),
@@ -151,9 +158,9 @@ def _is_int(value) -> bool:
 #: for 30 minutes", nothing at all (no user, no kernel, no GPU) for 15 minutes, and at
 #: most a day per server; each warned 5 minutes ahead (30 for the day).
 DEFAULT_RULES: tuple[CullRule, ...] = (
-    CullRule("gpu_idle", minutes=30, warn_minutes=5, util_threshold=5.0),
-    CullRule("inactive", minutes=15, warn_minutes=5, util_threshold=5.0),
-    CullRule("max_age", minutes=24 * 60, warn_minutes=30),
+    CullRule(StopReason.GPU_IDLE, minutes=30, warn_minutes=5, util_threshold=DEFAULT_UTIL_THRESHOLD),
+    CullRule(StopReason.INACTIVE, minutes=15, warn_minutes=5, util_threshold=DEFAULT_UTIL_THRESHOLD),
+    CullRule(StopReason.MAX_AGE, minutes=24 * 60, warn_minutes=30),
 )
 
 
@@ -239,7 +246,7 @@ def parse_config(raw, where: str = "cull_rules") -> dict:
 
 def _leniency(rule: CullRule) -> tuple:
     # longer T, then (gpu rules) a lower threshold, then a longer warning
-    return (rule.minutes, -rule.util_threshold if rule.kind != "max_age" else 0, rule.warn_minutes)
+    return (rule.minutes, -rule.util_threshold if rule.kind != StopReason.MAX_AGE else 0, rule.warn_minutes)
 
 
 def most_lenient(rule_lists: Sequence[Sequence[CullRule]]) -> tuple[CullRule, ...]:
@@ -465,13 +472,13 @@ def evaluate(
     _aware(now, "now")
     candidates: list[_Candidate] = []
     for rule in rules:
-        if rule.kind == "gpu_idle":
+        if rule.kind == StopReason.GPU_IDLE:
             if not has_gpu:
                 continue
             since = _gpu_idle_since(rule, started, now, signals, last_user_activity)
             if since is None:
                 continue
-        elif rule.kind == "inactive":
+        elif rule.kind == StopReason.INACTIVE:
             since = _inactive_since(rule, started, now, signals, last_user_activity)
         else:
             since = started
@@ -537,3 +544,49 @@ def memory_notice(threshold: float = 0.9, minutes: int = 10) -> str:
     return MESSAGES["memory_high"].format(
         percent=int(percent) if float(percent).is_integer() else round(percent, 1), minutes=minutes
     )
+
+
+def cull_message(session, decision: Decision, settings: AlertSettings) -> Message:
+    """An idle warning (or its cancellation) for the session's user: in JupyterLab, by mail and webhook.
+
+    ``session`` is the ledger's record (``user``, ``server_name``, ``id``). The
+    mail goes to the user's own address (``user_email_template``), never to
+    instructors; a failed mail or webhook is logged and not retried (the Lab
+    notice is the warning that counts).
+    """
+    warn = decision.action == "warn"
+    address = user_address(settings, session.user)
+    return Message(
+        user=session.user,
+        kind="cull",
+        text=decision.message,
+        level="warning" if warn else "info",
+        session_id=session.id,
+        subject=MESSAGES["subject.warn" if warn else "subject.cancel"],
+        to=(address,) if address else (),
+        payload={
+            "event": "idle_warning" if warn else "idle_warning_cancelled",
+            "user": session.user,
+            "server_name": session.server_name,
+            "session_id": session.id,
+            "rule": decision.rule.kind if decision.rule else None,
+            "stop_at": isoformat(decision.stop_at) if decision.stop_at else None,
+            "text": decision.message,
+        },
+        what=f"idle notice for {session.user}",
+        source="jupyterhub_gpu.service",
+    )
+
+
+def memory_message(session, threshold: float = 0.9, minutes: int = 10) -> tuple[Message, Once]:
+    """The "GPU memory high" notice of a session, in JupyterLab only, and its once-per-session key."""
+    message = Message(
+        user=session.user,
+        kind="advice",
+        text=memory_notice(threshold, minutes),
+        level="info",
+        session_id=session.id,
+        what=f"memory notice for {session.user}",
+        source="jupyterhub_gpu.service",
+    )
+    return message, Once(session.user, f"session:{session.id}", session.started, 90)
