@@ -69,6 +69,7 @@ class GPUService(Application):
         Config file to load (ignored when it does not exist).
 
             python -m jupyterhub_gpu.service --config=/etc/jupyterhub/gpu_config.py
+            c.GPUService.config_file = "/etc/jupyterhub/gpu_config.py"
         """,
     ).tag(config=True)
 
@@ -81,8 +82,23 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
-    currency = Unicode("USD", help="ISO 4217 code of the prices (as in the spawner).").tag(config=True)
-    currency_symbol = Unicode(None, allow_none=True, help="Symbol shown before amounts.").tag(config=True)
+    currency = Unicode(
+        "USD",
+        help="""
+        ISO 4217 code of the prices (as in the spawner).
+
+            c.GPUService.currency = "CNY"
+        """,
+    ).tag(config=True)
+    currency_symbol = Unicode(
+        None,
+        allow_none=True,
+        help="""
+        Symbol shown before amounts; None: the currency's own.
+
+            c.GPUService.currency_symbol = "¥"
+        """,
+    ).tag(config=True)
 
     timezone = Unicode(
         "UTC",
@@ -93,12 +109,21 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
-    tick_interval = Float(30, help="Seconds between metering ticks (budget alerts and stops).").tag(config=True)
+    tick_interval = Float(
+        30,
+        help="""
+        Seconds between metering ticks (budget alerts and stops).
+
+            c.GPUService.tick_interval = 30
+        """,
+    ).tag(config=True)
     reconcile_interval = Float(
         600,
         help="""
         Seconds between reconciliations with the hub (listing its active servers).
         Listing costs the hub about 0.6 ms of CPU per active server, so keep this rare.
+
+            c.GPUService.reconcile_interval = 600
         """,
     ).tag(config=True)
 
@@ -113,15 +138,62 @@ class GPUService(Application):
         """,
     ).tag(config=True)
     budget_grace_seconds = Float(
-        300, help="Seconds between the 100% notice and the stop of an over-budget server."
+        300,
+        help="""
+        Seconds between the 100% notice and the stop of an over-budget server.
+
+            c.GPUService.budget_grace_seconds = 300
+        """,
     ).tag(config=True)
 
-    smtp_host = Unicode("", help="SMTP server for alert mail; empty for no mail.").tag(config=True)
-    smtp_port = Int(25, help="SMTP port.").tag(config=True)
-    smtp_starttls = Bool(False, help="Use STARTTLS.").tag(config=True)
-    smtp_username = Unicode("", help="SMTP login.").tag(config=True)
-    smtp_password = Unicode("", help="SMTP password.").tag(config=True)
-    mail_from = Unicode("jupyterhub-gpu@localhost", help="Sender of alert mail.").tag(config=True)
+    smtp_host = Unicode(
+        "",
+        help="""
+        SMTP server for alert mail; empty for no mail.
+
+            c.GPUService.smtp_host = "smtp.example.edu"
+        """,
+    ).tag(config=True)
+    smtp_port = Int(
+        25,
+        help="""
+        SMTP port.
+
+            c.GPUService.smtp_port = 587
+        """,
+    ).tag(config=True)
+    smtp_starttls = Bool(
+        False,
+        help="""
+        Upgrade the SMTP connection with STARTTLS (certificate verified) before anything else.
+
+            c.GPUService.smtp_starttls = True
+        """,
+    ).tag(config=True)
+    smtp_username = Unicode(
+        "",
+        help="""
+        SMTP login (set with smtp_password, or neither).
+
+            c.GPUService.smtp_username = "gpu-alerts"
+        """,
+    ).tag(config=True)
+    smtp_password = Unicode(
+        "",
+        help="""
+        SMTP password (set with smtp_username, or neither).
+
+            c.GPUService.smtp_password = os.environ["GPU_SMTP_PASSWORD"]
+        """,
+    ).tag(config=True)
+    mail_from = Unicode(
+        "jupyterhub-gpu@localhost",
+        help="""
+        Sender of alert mail.
+
+            c.GPUService.mail_from = "gpu@example.edu"
+        """,
+    ).tag(config=True)
     user_email_template = Unicode(
         "",
         help="""
@@ -130,10 +202,37 @@ class GPUService(Application):
             c.GPUService.user_email_template = "{username}@mails.example.edu.cn"
         """,
     ).tag(config=True)
-    instructor_emails = Dict(help="Group name -> instructor addresses, for alerts.").tag(config=True)
-    admin_emails = List(Unicode(), help="Admin addresses, for alerts.").tag(config=True)
-    webhook_url = Unicode("", help="URL that receives alerts as JSON POSTs; empty for none.").tag(config=True)
-    webhook_format = Unicode("json", help='"json" or "slack" (a {"text": ...} body).').tag(config=True)
+    instructor_emails = Dict(
+        help="""
+        Group name -> instructor addresses, for alerts and the weekly right-sizing digest.
+
+            c.GPUService.instructor_emails = {"cs231n": ["ta@example.edu"]}
+        """
+    ).tag(config=True)
+    admin_emails = List(
+        Unicode(),
+        help="""
+        Admin addresses, for alerts.
+
+            c.GPUService.admin_emails = ["gpu-admin@example.edu"]
+        """,
+    ).tag(config=True)
+    webhook_url = Unicode(
+        "",
+        help="""
+        URL that receives alerts and notices as JSON POSTs; empty for none.
+
+            c.GPUService.webhook_url = "https://hooks.example.edu/gpu"
+        """,
+    ).tag(config=True)
+    webhook_format = Unicode(
+        "json",
+        help="""
+        "json" (the documented payloads) or "slack" (a {"text": ...} body, escaped).
+
+            c.GPUService.webhook_format = "slack"
+        """,
+    ).tag(config=True)
 
     cull_rules = Dict(
         None,
@@ -162,10 +261,20 @@ class GPUService(Application):
         """,
     ).tag(config=True)
     job_time_limit_minutes = Int(
-        24 * 60, help="The time limit of a notebook job that does not give one (minutes)."
+        24 * 60,
+        help="""
+        The time limit of a notebook job that does not give one (minutes).
+
+            c.GPUService.job_time_limit_minutes = 24 * 60
+        """,
     ).tag(config=True)
     job_time_limit_max_minutes = Int(
-        7 * 24 * 60, help="The longest time limit a notebook job may ask for (minutes)."
+        7 * 24 * 60,
+        help="""
+        The longest time limit a notebook job may ask for (minutes).
+
+            c.GPUService.job_time_limit_max_minutes = 7 * 24 * 60
+        """,
     ).tag(config=True)
 
     @validate("max_concurrent_jobs", "job_time_limit_minutes", "job_time_limit_max_minutes")
@@ -185,10 +294,20 @@ class GPUService(Application):
         """,
     ).tag(config=True)
     advice_min_minutes = Int(
-        15, help="Sessions shorter than this many billed minutes get no right-sizing advice (too short to judge)."
+        15,
+        help="""
+        Sessions shorter than this many billed minutes get no right-sizing advice (too short to judge).
+
+            c.GPUService.advice_min_minutes = 15
+        """,
     ).tag(config=True)
     advice_live_after_minutes = Int(
-        30, help="A running session gets live right-sizing advice (in JupyterLab) once it has run this many minutes."
+        30,
+        help="""
+        A running session gets live right-sizing advice (in JupyterLab) once it has run this many minutes.
+
+            c.GPUService.advice_live_after_minutes = 30
+        """,
     ).tag(config=True)
     advice_profile_memory_gb = Dict(
         help="""
@@ -207,7 +326,14 @@ class GPUService(Application):
             c.GPUService.advice_digest_weekday = "monday"
         """,
     ).tag(config=True)
-    advice_digest_hour = Int(8, help="The local hour at which the weekly right-sizing digest is sent.").tag(config=True)
+    advice_digest_hour = Int(
+        8,
+        help="""
+        The local hour at which the weekly right-sizing digest is sent.
+
+            c.GPUService.advice_digest_hour = 8
+        """,
+    ).tag(config=True)
 
     @validate("advice_digest_weekday")
     def _valid_weekday(self, proposal):

@@ -132,6 +132,14 @@ def lab_notice(ledger: Ledger, message: Message, now: datetime | None = None) ->
 # -- once per key -------------------------------------------------------------------------
 
 
+def passed(ledger: Ledger, key: Once, channel: str, now: datetime) -> bool:
+    """Record ``key`` as told on ``channel`` without sending it (a threshold passed while a higher one is told).
+
+    It is then never sent late; False when it had been claimed already.
+    """
+    return ledger.claim_alert(key.user, key.key, key.period_start, key.threshold, channel, now, key.revision)
+
+
 async def send_once(
     ledger: Ledger,
     key: Once | None,

@@ -64,10 +64,10 @@ from jupyterhub_gpu.service.domain.jobs import (
     run_once,
     update_job,
 )
-from jupyterhub_gpu.service.domain.notices import CHANNELS, AlertSettings
+from jupyterhub_gpu.service.domain.notices import CHANNELS, AlertSettings, Once
 from jupyterhub_gpu.service.domain.overrides import apply_to_pricing, load_overrides
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
-from jupyterhub_gpu.service.notify import Notifier, lab_notice, send_once, webhook_body
+from jupyterhub_gpu.service.notify import Notifier, lab_notice, passed, send_once, webhook_body
 from jupyterhub_gpu.session import SessionStart, StopReason
 
 log = logging.getLogger("jupyterhub_gpu.service")
@@ -240,7 +240,7 @@ async def _enforce_user(tick: _BudgetPass, user: str, sessions) -> None:
             for lower in crossed[:-1]:
                 for channel in CHANNELS:
                     if (*key, lower, channel, rule.revision) not in sent:
-                        ledger.claim_alert(user, rule.key, status.period_start, lower, channel, now, rule.revision)
+                        passed(ledger, Once(user, rule.key, status.period_start, lower, rule.revision), channel, now)
             if channels is not None and all((*key, crossed[-1], ch, rule.revision) in sent for ch in channels):
                 continue
             await tick.notify(user, groups, status, crossed[-1])
