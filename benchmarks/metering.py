@@ -2,7 +2,7 @@
 
 Runs the service's real code (:func:`enforce_budgets`, :class:`Reconciler`, the
 real :class:`Ledger` and :class:`HubClient`, alerts through the real
-:func:`alerts.deliver` with Lab notices only) against:
+:func:`tick.deliver` with Lab notices only) against:
 
 - a fresh ledger (sqlite in a temp dir, or ``--db URL`` of a scratch database)
   holding N open sessions (users ``u00000``...), three closed sessions per user
