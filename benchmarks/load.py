@@ -75,12 +75,15 @@ def find_service_pid(marker: str) -> int:
 
 
 def make_tokens(hub: Hub, names: list[str]) -> dict[str, str]:
-    """One token per user, made by the hub's admin service token (scope ``tokens``)."""
+    """One token per user's default server, as the hub gives it to the server (the spawner's
+    ``server_token_scopes``: only the session's own server may push its samples), made by the hub's
+    admin service token (scope ``tokens``)."""
     session = requests.Session()
     session.headers["Authorization"] = f"token {hub.token}"
     tokens = {}
     for name in names:
-        r = session.post(f"{hub.api_url}/users/{name}/tokens", json={"note": "load"}, timeout=30)
+        scopes = [f"servers!server={name}/", f"access:servers!server={name}/", "access:services!service=gpu"]
+        r = session.post(f"{hub.api_url}/users/{name}/tokens", json={"note": "load", "scopes": scopes}, timeout=30)
         r.raise_for_status()
         tokens[name] = r.json()["token"]
     return tokens

@@ -1,15 +1,272 @@
-"""Every table of the ledger in one metadata, for the migrations.
+"""Every table of the ledger, on one ``Base``: sessions, budgets, alerts, notices, usage minutes, pricing,
+advice, jobs and the admins' profile overrides.
 
-The tables are declared next to the code that owns them (``ledger``, ``access``, ``jobs``, ``advice``), on
-the one ``ledger.Base``; a table joins ``Base.metadata`` only when its module is imported. Alembic's
-environment imports this module, so that ``alembic revision --autogenerate`` compares the database with
-every table, not only those some earlier import happened to load (it proposed dropping the jobs and
-price-override tables).
+Alembic's environment (``migrations/env.py``) takes :data:`metadata` from here, so that ``alembic
+revision --autogenerate`` compares the database with every table, whatever else was imported (it once
+proposed dropping the jobs and price-override tables, declared in modules env.py did not load). The
+modules that read and write these tables are :mod:`.store` (the :class:`~.store.Ledger`) and
+:mod:`.queries`; times are stored as naive UTC (:func:`jupyterhub_gpu.clock.naive_utc`), money as
+integer micro-units.
 """
 
 from __future__ import annotations
 
-from jupyterhub_gpu.ledger.store import Base
-from jupyterhub_gpu.service.domain import advice, jobs, overrides  # noqa: F401  (imported for their tables)
+import json
+from datetime import date, datetime
+from decimal import Decimal
+
+from sqlalchemy import BigInteger, Boolean, Date, DateTime, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from jupyterhub_gpu.billing import BudgetRule
+from jupyterhub_gpu.clock import naive_utc
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SessionRecord(Base):
+    """One server session: from the moment its server started to the moment it stopped."""
+
+    __tablename__ = "gpu_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    server_name: Mapped[str] = mapped_column(String(255), default="")
+    groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list, the user's groups at start
+    # the one group whose budget pays for the session (None: the user was in no group)
+    pool: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
+    profile: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of device UUIDs
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    rate_micros: Mapped[int] = mapped_column(BigInteger)  # per minute
+    currency: Mapped[str] = mapped_column(String(3))
+    started: Mapped[datetime] = mapped_column(DateTime, index=True)
+    stopped: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, index=True)
+    stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    pending_stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    minutes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # culling: the user's last activity as reported by the server or the hub, and a pending warning
+    last_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    cull_warned_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    cull_rule: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+    @property
+    def group_list(self) -> list[str]:
+        return json.loads(self.groups or "[]")
+
+    @property
+    def gpu_list(self) -> list[str]:
+        return json.loads(self.gpus or "[]")
+
+
+class Budget(Base):
+    """A budget for a user or a group, per week, month or term, in money or GPU-hours."""
+
+    __tablename__ = "gpu_budgets"
+    __table_args__ = (UniqueConstraint("scope", "subject", name="uq_budget_subject"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(8))  # user | group
+    subject: Mapped[str] = mapped_column(String(255))
+    period: Mapped[str] = mapped_column(String(8))  # week | month | term
+    unit: Mapped[str] = mapped_column(String(12))  # money | gpu_hours
+    limit: Mapped[str] = mapped_column(String(40))  # a decimal string: exact, never a float
+    term_start: Mapped[date | None] = mapped_column(Date, nullable=True)
+    term_end: Mapped[date | None] = mapped_column(Date, nullable=True)
+    updated: Mapped[datetime] = mapped_column(DateTime)
+
+    @property
+    def revision(self) -> str:
+        """Changes with every edit: alerts are sent once per revision of a budget and period."""
+        return naive_utc(self.updated).isoformat() if self.updated else ""
+
+    def rule(self) -> BudgetRule:
+        return BudgetRule(
+            scope=self.scope,
+            subject=self.subject,
+            period=self.period,
+            unit=self.unit,
+            limit=Decimal(self.limit),
+            term_start=self.term_start,
+            term_end=self.term_end,
+            revision=self.revision,
+        )
+
+
+class AlertSent(Base):
+    """An alert sent once per user, budget revision, period, threshold and channel."""
+
+    __tablename__ = "gpu_alerts"
+    __table_args__ = (
+        UniqueConstraint(
+            "user", "budget_key", "period_start", "threshold", "channel", "revision", name="uq_alert_once"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    budget_key: Mapped[str] = mapped_column(String(270))
+    period_start: Mapped[datetime] = mapped_column(DateTime)
+    threshold: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(16))  # email | webhook | lab
+    sent: Mapped[datetime] = mapped_column(DateTime)
+    # the budget's revision (Budget.revision) when sent: an edited budget alerts afresh
+    revision: Mapped[str] = mapped_column(String(40), default="", server_default="")
+
+
+class Notice(Base):
+    """A message for a user's JupyterLab (budget thresholds, stop countdowns, advice)."""
+
+    __tablename__ = "gpu_notices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    level: Mapped[str] = mapped_column(String(16), default="info")  # info | warning | error
+    message: Mapped[str] = mapped_column(Text)
+    created: Mapped[datetime] = mapped_column(DateTime)
+    session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    dismissed: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class UsageMinute(Base):
+    """One session's GPU usage in one minute (UTC), merged from the pushes that fell in it."""
+
+    __tablename__ = "gpu_usage_minutes"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    minute: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    pushes: Mapped[int] = mapped_column(Integer, default=0)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    utilization_tenths_sum: Mapped[int] = mapped_column(Integer, default=0)  # Σ(avg × 10 × samples)
+    memory_used_max_mib: Mapped[int] = mapped_column(Integer, default=0)
+    memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
+    kernels_max: Mapped[int] = mapped_column(Integer, default=0)
+    busy_kernels_max: Mapped[int] = mapped_column(Integer, default=0)
+    last_kernel_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    gpus: Mapped[str] = mapped_column(Text, default="{}")  # uuid -> {"utilization_max", "memory_used_max_mib"}
+
+    @property
+    def utilization_avg(self) -> float:
+        return self.utilization_tenths_sum / 10 / self.samples if self.samples else 0.0
+
+
+class PriceRecord(Base):
+    """A profile as the hub published it: who may use it and its rate per minute."""
+
+    __tablename__ = "gpu_pricing"
+
+    slug: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    display_name: Mapped[str] = mapped_column(String(255))
+    gpu_model: Mapped[str] = mapped_column(String(64), default="")
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    rate_micros: Mapped[int] = mapped_column(BigInteger)  # per minute
+    currency: Mapped[str] = mapped_column(String(3))
+    allowed_groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list; empty: everyone
+    updated: Mapped[datetime] = mapped_column(DateTime)
+    # the configured parts of the rate (decimal strings) and one GPU's memory in the inventory (migration 0009)
+    price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+# -- right-sizing advice (service/domain/advice.py) ---------------------------------------------
+
+
+class SessionAdvice(Base):
+    """The advice of one session: live while it runs (past ``live_after_minutes``), final once it stopped."""
+
+    __tablename__ = "gpu_session_advice"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    profile: Mapped[str] = mapped_column(String(64), index=True)
+    computed: Mapped[datetime] = mapped_column(DateTime)
+    final: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str] = mapped_column(String(32))  # advised | too_short | no_samples | ...
+    minutes: Mapped[int] = mapped_column(Integer, default=0)
+    sampled_minutes: Mapped[int] = mapped_column(Integer, default=0)
+    peak_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    p95_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)  # per GPU, from the catalogue (not the server)
+    util_p50_tenths: Mapped[int] = mapped_column(Integer, default=0)
+    util_p95_tenths: Mapped[int] = mapped_column(Integer, default=0)
+    busy_permille: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    gpus_used: Mapped[int] = mapped_column(Integer, default=0)
+    suggested_profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    suggested_display_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    suggested_gpu_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    suggested_rate_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    confidence: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    currency: Mapped[str] = mapped_column(String(3))
+    rate_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    counterfactual_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    saving_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+# -- notebook jobs (service/domain/jobs.py) ------------------------------------------------------
+
+
+class JobRecord(Base):
+    """One notebook job: what to run, in which profile, and how it ended."""
+
+    __tablename__ = "gpu_jobs"
+
+    id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    server_name: Mapped[str] = mapped_column(String(255))
+    notebook: Mapped[str] = mapped_column(String(1024))  # relative to the user's home (the server's root)
+    profile: Mapped[str] = mapped_column(String(64))
+    parameters: Mapped[str] = mapped_column(Text, default="{}")  # a JSON object, papermill-style
+    time_limit_seconds: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    created: Mapped[datetime] = mapped_column(DateTime)
+    started: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    @property
+    def parameter_dict(self) -> dict:
+        return json.loads(self.parameters or "{}")
+
+    @property
+    def output_dir(self) -> str:
+        return f"work/jobs/{self.id}"
+
+    @property
+    def output_notebook(self) -> str:
+        return f"{self.output_dir}/{self.notebook.rsplit('/', 1)[-1]}"
+
+    @property
+    def log_file(self) -> str:
+        return f"{self.output_dir}/job.log"
+
+
+# -- admins' edits of profile prices and access (service/domain/overrides.py) --------------------
+
+
+class ProfileOverride(Base):
+    """An admin's edit of one profile's prices and allowed groups (NULL: the configured value)."""
+
+    __tablename__ = "gpu_profile_overrides"
+
+    slug: Mapped[str] = mapped_column(String(64), primary_key=True)
+    price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
+    price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
+    allowed_groups: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON list; [] means everyone
+    updated: Mapped[datetime] = mapped_column(DateTime)
+    updated_by: Mapped[str] = mapped_column(String(255))
+
 
 metadata = Base.metadata

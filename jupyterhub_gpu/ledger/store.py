@@ -14,31 +14,17 @@ import json
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    Date,
-    DateTime,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
-    create_engine,
-    delete,
-    event,
-    select,
-    update,
-)
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, delete, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.orm import sessionmaker
 
-from jupyterhub_gpu.service.domain.metering import (
+from jupyterhub_gpu.billing import (
     BudgetRule,
     BudgetStatus,
     UsageRow,
@@ -48,227 +34,21 @@ from jupyterhub_gpu.service.domain.metering import (
     status_from_totals,
     window_totals,
 )
+from jupyterhub_gpu.clock import aware_utc, naive_utc
+from jupyterhub_gpu.ledger.models import AlertSent, Budget, Notice, PriceRecord, SessionRecord
+from jupyterhub_gpu.ledger.queries.filters import sessions_overlapping, sessions_started
+from jupyterhub_gpu.money import from_micros, parse_amount, to_micros
+from jupyterhub_gpu.session import SessionStart
 
 log = logging.getLogger("jupyterhub_gpu.ledger")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def _naive(moment: datetime) -> datetime:
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
-
-
-def _aware(moment: datetime | None) -> datetime | None:
-    return moment.replace(tzinfo=timezone.utc) if moment is not None and moment.tzinfo is None else moment
-
-
 def _usage_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_count, naive_now) -> UsageRow:
     """A :class:`UsageRow` from a session's stored columns (naive UTC times)."""
     row = session_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_count, naive_now)
-    return dataclasses.replace(row, started=_aware(started))
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class SessionRecord(Base):
-    """One server session: from the moment its server started to the moment it stopped."""
-
-    __tablename__ = "gpu_sessions"
-
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    server_name: Mapped[str] = mapped_column(String(255), default="")
-    groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list, the user's groups at start
-    # the one group whose budget pays for the session (None: the user was in no group)
-    pool: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
-    profile: Mapped[str] = mapped_column(String(64))
-    gpus: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of device UUIDs
-    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
-    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
-    rate_micros: Mapped[int] = mapped_column(BigInteger)  # per minute
-    currency: Mapped[str] = mapped_column(String(3))
-    started: Mapped[datetime] = mapped_column(DateTime, index=True)
-    stopped: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, index=True)
-    stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    pending_stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    minutes: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    last_seen: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    # culling: the user's last activity as reported by the server or the hub, and a pending warning
-    last_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    cull_warned_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    cull_rule: Mapped[str | None] = mapped_column(String(16), nullable=True)
-
-    @property
-    def group_list(self) -> list[str]:
-        return json.loads(self.groups or "[]")
-
-    @property
-    def gpu_list(self) -> list[str]:
-        return json.loads(self.gpus or "[]")
-
-
-class Budget(Base):
-    """A budget for a user or a group, per week, month or term, in money or GPU-hours."""
-
-    __tablename__ = "gpu_budgets"
-    __table_args__ = (UniqueConstraint("scope", "subject", name="uq_budget_subject"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    scope: Mapped[str] = mapped_column(String(8))  # user | group
-    subject: Mapped[str] = mapped_column(String(255))
-    period: Mapped[str] = mapped_column(String(8))  # week | month | term
-    unit: Mapped[str] = mapped_column(String(12))  # money | gpu_hours
-    limit: Mapped[str] = mapped_column(String(40))  # a decimal string: exact, never a float
-    term_start: Mapped[date | None] = mapped_column(Date, nullable=True)
-    term_end: Mapped[date | None] = mapped_column(Date, nullable=True)
-    updated: Mapped[datetime] = mapped_column(DateTime)
-
-    @property
-    def revision(self) -> str:
-        """Changes with every edit: alerts are sent once per revision of a budget and period."""
-        return _naive(self.updated).isoformat() if self.updated else ""
-
-    def rule(self) -> BudgetRule:
-        return BudgetRule(
-            scope=self.scope,
-            subject=self.subject,
-            period=self.period,
-            unit=self.unit,
-            limit=Decimal(self.limit),
-            term_start=self.term_start,
-            term_end=self.term_end,
-            revision=self.revision,
-        )
-
-
-class AlertSent(Base):
-    """An alert sent once per user, budget revision, period, threshold and channel."""
-
-    __tablename__ = "gpu_alerts"
-    __table_args__ = (
-        UniqueConstraint(
-            "user", "budget_key", "period_start", "threshold", "channel", "revision", name="uq_alert_once"
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    budget_key: Mapped[str] = mapped_column(String(270))
-    period_start: Mapped[datetime] = mapped_column(DateTime)
-    threshold: Mapped[int] = mapped_column(Integer)
-    channel: Mapped[str] = mapped_column(String(16))  # email | webhook | lab
-    sent: Mapped[datetime] = mapped_column(DateTime)
-    # the budget's revision (Budget.revision) when sent: an edited budget alerts afresh
-    revision: Mapped[str] = mapped_column(String(40), default="", server_default="")
-
-
-class Notice(Base):
-    """A message for a user's JupyterLab (budget thresholds, stop countdowns, advice)."""
-
-    __tablename__ = "gpu_notices"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    kind: Mapped[str] = mapped_column(String(32))
-    level: Mapped[str] = mapped_column(String(16), default="info")  # info | warning | error
-    message: Mapped[str] = mapped_column(Text)
-    created: Mapped[datetime] = mapped_column(DateTime)
-    session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    dismissed: Mapped[bool] = mapped_column(Boolean, default=False)
-
-
-class UsageMinute(Base):
-    """One session's GPU usage in one minute (UTC), merged from the pushes that fell in it."""
-
-    __tablename__ = "gpu_usage_minutes"
-
-    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    minute: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    pushes: Mapped[int] = mapped_column(Integer, default=0)
-    samples: Mapped[int] = mapped_column(Integer, default=0)
-    utilization_tenths_sum: Mapped[int] = mapped_column(Integer, default=0)  # Σ(avg × 10 × samples)
-    memory_used_max_mib: Mapped[int] = mapped_column(Integer, default=0)
-    memory_total_mib: Mapped[int] = mapped_column(Integer, default=0)
-    kernels_max: Mapped[int] = mapped_column(Integer, default=0)
-    busy_kernels_max: Mapped[int] = mapped_column(Integer, default=0)
-    last_kernel_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    gpus: Mapped[str] = mapped_column(Text, default="{}")  # uuid -> {"utilization_max", "memory_used_max_mib"}
-
-    @property
-    def utilization_avg(self) -> float:
-        return self.utilization_tenths_sum / 10 / self.samples if self.samples else 0.0
-
-
-@dataclass(frozen=True)
-class SessionStart:
-    """What a spawner knows when its server has started."""
-
-    id: str
-    user: str
-    server_name: str
-    groups: tuple[str, ...]
-    profile: str
-    gpus: tuple[str, ...]
-    rate_micros: int
-    currency: str
-    started: datetime
-    simulated: bool = False
-    #: The one group whose budget pays; None: the default, the first of ``groups`` in sorted order.
-    pool: str | None = None
-
-    def pool_name(self) -> str | None:
-        """The group that pays; ValueError for a pool that is not one of the user's groups."""
-        if self.pool is None:
-            return default_pool(self.groups)
-        if self.pool not in self.groups:
-            raise ValueError(
-                f"session {self.id}: the pool {self.pool!r} is not one of the groups {sorted(self.groups)}"
-            )
-        return self.pool
-
-
-def default_pool(groups) -> str | None:
-    """The documented default pool of a session: the first of its groups in sorted order (also for old rows)."""
-    names = sorted(groups)
-    return names[0] if names else None
-
-
-def sessions_overlapping(query, start: datetime | None, end: datetime | None):
-    """``query`` narrowed to sessions with a billed minute that may start in ``[start, end)``.
-
-    A session's minutes start in ``[started, stopped)`` (a zero-length one: at
-    ``started``), so it overlaps when it started before ``end`` and had not
-    stopped by ``start``.
-    """
-    s = SessionRecord
-    if end is not None:
-        query = query.where(s.started < _naive(end))
-    if start is not None:
-        query = query.where(s.stopped.is_(None) | (s.stopped > _naive(start)) | (s.started >= _naive(start)))
-    return query
-
-
-def sessions_started(
-    query,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    group: str | None = None,
-    user: str | None = None,
-):
-    """``query`` narrowed to sessions that started in ``[since, until)``, of one group and user (None: any)."""
-    if user is not None:
-        query = query.where(SessionRecord.user == user)
-    if since is not None:
-        query = query.where(SessionRecord.started >= _naive(since))
-    if until is not None:
-        query = query.where(SessionRecord.started < _naive(until))
-    if group is not None:
-        query = query.where(SessionRecord.groups.contains(json.dumps(group), autoescape=True))
-    return query
+    return dataclasses.replace(row, started=aware_utc(started))
 
 
 def make_engine(db_url: str) -> Engine:
@@ -301,9 +81,6 @@ def shared_ledger(db_url: str) -> Ledger:
 
 def upgrade(engine: Engine) -> None:
     """Bring the ledger's schema to the latest Alembic revision (a no-op when it is there)."""
-    from alembic import command
-    from alembic.config import Config
-
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
@@ -349,7 +126,7 @@ class Ledger:
                     simulated=start.simulated,
                     rate_micros=start.rate_micros,
                     currency=start.currency,
-                    started=_naive(start.started),
+                    started=naive_utc(start.started),
                 )
             )
             try:
@@ -372,7 +149,7 @@ class Ledger:
             record = db.get(SessionRecord, session_id)
             if record is None or record.stopped is not None:
                 return False
-            stopped_naive = max(_naive(stopped), record.started)
+            stopped_naive = max(naive_utc(stopped), record.started)
             result = charge(record.started, stopped_naive, record.rate_micros, record.gpu_count)
             changed = db.execute(
                 update(SessionRecord)
@@ -404,13 +181,13 @@ class Ledger:
             db.execute(
                 update(SessionRecord)
                 .where(SessionRecord.id.in_(ids), SessionRecord.stopped.is_(None))
-                .values(last_seen=_naive(now))
+                .values(last_seen=naive_utc(now))
             )
             db.commit()
 
     def note_activity(self, session_id: str, moment: datetime) -> None:
         """Move a session's last activity forward (never back)."""
-        moment = _naive(moment)
+        moment = naive_utc(moment)
         with self.Session() as db:
             db.execute(
                 update(SessionRecord)
@@ -428,7 +205,7 @@ class Ledger:
             db.execute(
                 update(SessionRecord)
                 .where(SessionRecord.id == session_id)
-                .values(cull_warned_at=_naive(at) if at else None, cull_rule=rule)
+                .values(cull_warned_at=naive_utc(at) if at else None, cull_rule=rule)
             )
             db.commit()
 
@@ -473,9 +250,9 @@ class Ledger:
         """Budget-relevant charges: stored for stopped sessions, computed live for running ones.
 
         Each row keeps its minutes, rate and GPU count, so that budgets split it
-        at period boundaries (:func:`.metering.minutes_in_window`).
+        at period boundaries (:func:`jupyterhub_gpu.billing.minutes_in_window`).
         """
-        naive_now = _naive(now)
+        naive_now = naive_utc(now)
         return [
             _usage_row(
                 r.id,
@@ -540,7 +317,9 @@ class Ledger:
             budget.term_end = rule.term_end
             # the revision of the budget's alerts: a new one with every edit, even within one clock tick
             previous = budget.updated
-            budget.updated = _naive(now) if previous is None else max(_naive(now), previous + timedelta(microseconds=1))
+            budget.updated = (
+                naive_utc(now) if previous is None else max(naive_utc(now), previous + timedelta(microseconds=1))
+            )
             db.commit()
             return budget
 
@@ -570,10 +349,10 @@ class Ledger:
                 AlertSent(
                     user=user,
                     budget_key=budget_key,
-                    period_start=_naive(period_start),
+                    period_start=naive_utc(period_start),
                     threshold=threshold,
                     channel=channel,
-                    sent=_naive(now),
+                    sent=naive_utc(now),
                     revision=revision,
                 )
             )
@@ -587,15 +366,15 @@ class Ledger:
     def alerts_since(self, since: datetime) -> list[AlertSent]:
         """Alerts of the periods that start at or after ``since`` (read once per tick)."""
         with self.Session() as db:
-            return list(db.scalars(select(AlertSent).where(AlertSent.period_start >= _naive(since))))
+            return list(db.scalars(select(AlertSent).where(AlertSent.period_start >= naive_utc(since))))
 
     def final_notices_before(self, period_start: datetime, sent_since: datetime) -> list[AlertSent]:
         """100% Lab notices of periods before ``period_start`` sent at or after ``sent_since`` (stops still due)."""
         query = select(AlertSent).where(
             AlertSent.threshold == 100,
             AlertSent.channel == "lab",
-            AlertSent.period_start < _naive(period_start),
-            AlertSent.sent >= _naive(sent_since),
+            AlertSent.period_start < naive_utc(period_start),
+            AlertSent.sent >= naive_utc(sent_since),
         )
         with self.Session() as db:
             return list(db.scalars(query))
@@ -613,14 +392,12 @@ class Ledger:
         Never loads every session: the stopped sessions wholly inside the window
         are summed in SQL (one row per user and pool), and only the sessions that
         run across a boundary of the window or are still running are loaded and
-        split minute by minute (:func:`.metering.window_totals`, the same rule as
+        split minute by minute (:func:`jupyterhub_gpu.billing.window_totals`, the same rule as
         everywhere). ``users`` and ``pools`` narrow the query to the subjects
         asked about (None: everyone).
         """
-        from sqlalchemy import func, or_
-
         s = SessionRecord
-        a, b = _naive(start), _naive(end)
+        a, b = naive_utc(start), naive_utc(end)
         inside = (s.stopped.is_not(None), s.started >= a, s.started < b, s.stopped <= b)
         narrow = []
         users = None if users is None else sorted(set(users))
@@ -641,7 +418,7 @@ class Ledger:
         crossing = sessions_overlapping(
             select(s.id, s.user, s.pool, s.started, s.stopped, s.minutes, s.rate_micros, s.gpu_count), start, end
         ).where(~(s.stopped.is_not(None) & (s.started >= a) & (s.stopped <= b)), *narrow)
-        naive_now = _naive(now)
+        naive_now = naive_utc(now)
         with self.engine.connect() as db:
             summed = list(db.execute(closed))
             rows = [
@@ -667,7 +444,7 @@ class Ledger:
         counts in the period in which it starts (a session across a reset counts
         its new minutes in the new period at once); a group budget counts the
         sessions its group pays for. The result equals
-        :func:`.metering.rule_statuses` over every session. A rule whose period
+        :func:`jupyterhub_gpu.billing.rule_statuses` over every session. A rule whose period
         cannot be computed (a damaged row) is logged and left out, so that one
         bad budget does not hide the others.
         """
@@ -703,7 +480,7 @@ class Ledger:
     ) -> Notice:
         with self.Session() as db:
             notice = Notice(
-                user=user, kind=kind, level=level, message=message, created=_naive(now), session_id=session_id
+                user=user, kind=kind, level=level, message=message, created=naive_utc(now), session_id=session_id
             )
             db.add(notice)
             db.commit()
@@ -733,7 +510,7 @@ class Ledger:
                 delete(AlertSent).where(
                     AlertSent.user == user,
                     AlertSent.budget_key == budget_key,
-                    AlertSent.period_start == _naive(period_start),
+                    AlertSent.period_start == naive_utc(period_start),
                     AlertSent.threshold == threshold,
                     AlertSent.channel == channel,
                     AlertSent.revision == revision,
@@ -754,8 +531,6 @@ class Ledger:
         hub's inventory); other keys are ignored, so the fields of a spawner
         ``Profile`` can be passed as they are.
         """
-        from jupyterhub_gpu.money import parse_amount
-        from jupyterhub_gpu.service.domain.metering import to_micros
 
         def part(profile: dict, name: str) -> str | None:
             value = profile.get(name)
@@ -776,7 +551,7 @@ class Ledger:
                     rate_micros=to_micros(rate),
                     currency=currency,
                     allowed_groups=json.dumps(sorted(profile.get("allowed_groups") or ())),
-                    updated=_naive(now),
+                    updated=naive_utc(now),
                     price_per_gpu_hour=part(profile, "price_per_gpu_hour"),
                     price_per_hour=part(profile, "price_per_hour"),
                     gpu_memory_mib=int(memory) if memory else None,
@@ -790,8 +565,6 @@ class Ledger:
 
     def pricing(self) -> list[dict]:
         """The published profiles in their configured order, rates as decimal strings."""
-        from jupyterhub_gpu.service.domain.metering import from_micros
-
         with self.Session() as db:
             records = list(db.scalars(select(PriceRecord).order_by(PriceRecord.position, PriceRecord.slug)))
         return [
@@ -803,7 +576,7 @@ class Ledger:
                 "rate_per_minute": f"{from_micros(r.rate_micros):f}",
                 "currency": r.currency,
                 "allowed_groups": json.loads(r.allowed_groups or "[]"),
-                "updated": _aware(r.updated),
+                "updated": aware_utc(r.updated),
                 # the rate's configured parts (None: published before they were kept) and one GPU's memory
                 "price_per_gpu_hour": r.price_per_gpu_hour,
                 "price_per_hour": r.price_per_hour,
@@ -821,8 +594,6 @@ class Ledger:
         is in exactly one row (its pool, the one group that paid), so sums over
         the rows are the total spend, never counted twice.
         """
-        from sqlalchemy import func
-
         s = SessionRecord
         query = (
             select(
@@ -857,23 +628,3 @@ class Ledger:
         query = select(SessionRecord).where(SessionRecord.user == user, SessionRecord.stopped.is_(None))
         with self.Session() as db:
             return list(db.scalars(query.order_by(SessionRecord.started, SessionRecord.id)))
-
-
-class PriceRecord(Base):
-    """A profile as the hub published it: who may use it and its rate per minute."""
-
-    __tablename__ = "gpu_pricing"
-
-    slug: Mapped[str] = mapped_column(String(64), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, default=0)
-    display_name: Mapped[str] = mapped_column(String(255))
-    gpu_model: Mapped[str] = mapped_column(String(64), default="")
-    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
-    rate_micros: Mapped[int] = mapped_column(BigInteger)  # per minute
-    currency: Mapped[str] = mapped_column(String(3))
-    allowed_groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list; empty: everyone
-    updated: Mapped[datetime] = mapped_column(DateTime)
-    # the configured parts of the rate (decimal strings) and one GPU's memory in the inventory (migration 0009)
-    price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
-    price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
-    gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)

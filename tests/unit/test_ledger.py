@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -15,8 +17,11 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, inspect, text
 
-from jupyterhub_gpu.ledger.store import MIGRATIONS, Base, Ledger, SessionRecord, SessionStart, upgrade
-from jupyterhub_gpu.service.domain.metering import BudgetRule
+from jupyterhub_gpu.billing import BudgetRule
+from jupyterhub_gpu.ledger.batch import SampleBatcher
+from jupyterhub_gpu.ledger.models import Base, SessionRecord
+from jupyterhub_gpu.ledger.queries.samples import Push, Sample, SampleError, record_sample, session_minutes
+from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger, SessionStart, upgrade
 
 T0 = datetime(2026, 11, 29, 19, 46, 4, 123456, tzinfo=timezone.utc)
 T4_RATE = 50_000  # ¥0.05 per minute, in micro-units
@@ -471,3 +476,144 @@ def test_session_record_columns_hold_what_was_started(ledger):
     assert record.group_list == ["cs231n", "thesis"]
     assert record.simulated is True and record.rate_micros == T4_RATE
     assert record.stopped is None and record.minutes is None and record.cost_micros is None
+
+
+# -- samples in batches ------------------------------------------------------------------------
+
+
+def usage_rows(ledger: Ledger) -> tuple[list[tuple], list[tuple]]:
+    """Every usage minute (every column) and every session's last activity, in a stable order."""
+    with ledger.engine.connect() as conn:
+        minutes = [tuple(r) for r in conn.execute(text("SELECT * FROM gpu_usage_minutes ORDER BY session_id, minute"))]
+        activity = [tuple(r) for r in conn.execute(text("SELECT id, last_activity FROM gpu_sessions ORDER BY id"))]
+    return minutes, activity
+
+
+def sample_sequence() -> list[Push]:
+    """Pushes of three sessions over three minutes, with activity, kernels, GPUs and two a full minute refuses."""
+    pushes = []
+    for i in range(40):
+        sid = ("a", "b", "c")[i % 3]
+        at = T0 + timedelta(seconds=7 * i)
+        gpus = ((f"GPU-{sid}-0", (i * 13) % 100, 100 * i),) + (((f"GPU-{sid}-1", 50.0, 7),) if sid == "c" else ())
+        sample = Sample(
+            session_id=sid,
+            sampled_until=at,
+            samples=2500 if sid == "b" else 3,  # b's minute is full after two pushes
+            utilization_avg=(i * 7.3) % 100,
+            memory_used_max_mib=(i * 997) % 16_000,
+            memory_total_mib=16_384,
+            kernels=i % 4,
+            busy_kernels=i % 2,
+            last_kernel_activity=at - timedelta(seconds=i % 5) if i % 2 else None,
+            last_activity=at - timedelta(seconds=3) if i % 3 == 0 else None,
+            gpus=gpus,
+        )
+        # the session holds one GPU except c (two): a third GPU of c is refused
+        pushes.append(Push("ann", sample, 2 if sid == "c" else 1, sample.last_activity or sample.last_kernel_activity))
+    extra = Sample("c", T0, 1, 1.0, 1, 16_384, 0, 0, None, None, (("GPU-c-9", 1.0, 1),))
+    pushes.insert(5, Push("ann", extra, 2, None))
+    return pushes
+
+
+def start_sample_sessions(ledger: Ledger) -> None:
+    for sid, gpus in (("a", ("GPU-a-0",)), ("b", ("GPU-b-0",)), ("c", ("GPU-c-0", "GPU-c-1"))):
+        ledger.record_start(make_start(sid, gpus=gpus, started=T0 - timedelta(minutes=5)))
+
+
+def one_by_one(ledger: Ledger, pushes: list[Push]) -> list[str | None]:
+    """What the samples handler did before batches: one transaction per push, then one for its activity."""
+    errors = []
+    for push in pushes:
+        try:
+            record_sample(ledger, push.user, push.sample, max_gpus=push.max_gpus)
+        except SampleError as e:
+            errors.append(str(e))
+            continue
+        errors.append(None)
+        if push.activity is not None:
+            ledger.note_activity(push.sample.session_id, push.activity)
+    return errors
+
+
+async def batched(ledger: Ledger, pushes: list[Push], batcher: SampleBatcher) -> list[str | None]:
+    results = await asyncio.gather(*(batcher.submit(p) for p in pushes), return_exceptions=True)
+    for r in results:
+        assert not isinstance(r, Exception) or isinstance(r, SampleError), r
+    return [str(r) if isinstance(r, SampleError) else None for r in results]
+
+
+async def test_samples_in_batches_leave_exactly_the_rows_of_pushing_them_one_by_one(db_url, tmp_path):
+    pushes = sample_sequence()
+    if db_url.startswith("sqlite"):
+        other_url = f"sqlite:///{tmp_path / 'one-by-one.sqlite'}"
+    else:
+        other_url = db_url
+    batch_ledger = Ledger(db_url)
+    start_sample_sessions(batch_ledger)
+    batcher = SampleBatcher(batch_ledger)
+    try:
+        errors = await batched(batch_ledger, pushes, batcher)
+        assert batcher.batches < len(pushes) / 4  # gathered: not one transaction per push
+        batch_rows = usage_rows(batch_ledger)
+    finally:
+        batcher.close()
+    if other_url == db_url:  # one PostgreSQL database per test: the reference goes into the same one, emptied
+        with batch_ledger.engine.begin() as conn:
+            conn.execute(text("DELETE FROM gpu_usage_minutes"))
+            conn.execute(text("UPDATE gpu_sessions SET last_activity = NULL"))
+    batch_ledger.close()
+    reference = Ledger(other_url)
+    try:
+        if other_url != db_url:
+            start_sample_sessions(reference)
+        assert one_by_one(reference, pushes) == errors
+        assert usage_rows(reference) == batch_rows
+    finally:
+        reference.close()
+    refused = [e for e in errors if e]
+    assert any("already has 2 pushes and 5000 samples" in e for e in refused)  # b's full minutes
+    assert any("would be one more" in e for e in refused)  # c's third GPU
+    assert batch_rows[0] and any(activity for _, activity in batch_rows[1])
+
+
+async def test_a_refused_sample_in_a_batch_fails_alone(ledger):
+    start_sample_sessions(ledger)
+    good = Sample("a", T0, 3, 40.0, 100, 16_384, 1, 1, None, None, (("GPU-a-0", 40.0, 100),))
+    later = Sample("a", T0 + timedelta(seconds=30), 3, 60.0, 200, 16_384, 1, 0, None, None, (("GPU-a-0", 60.0, 200),))
+    too_many_gpus = Sample("a", T0, 3, 99.0, 9_999, 16_384, 9, 9, None, None, (("GPU-a-1", 99.0, 9_999),))
+    batcher = SampleBatcher(ledger)
+    try:
+        results = await asyncio.gather(
+            batcher.submit(Push("ann", good, 1, T0)),
+            batcher.submit(Push("ann", too_many_gpus, 1, T0 + timedelta(seconds=50))),
+            batcher.submit(Push("ann", later, 1, T0 + timedelta(seconds=20))),
+            return_exceptions=True,
+        )
+    finally:
+        batcher.close()
+    assert batcher.batches == 1
+    assert isinstance(results[1], SampleError) and "would be one more" in str(results[1])
+    assert results[0].minute == results[2].minute == T0.replace(tzinfo=None, second=0, microsecond=0)
+    (row,) = session_minutes(ledger, "a")
+    # the two good pushes only: none of the refused one's numbers, GPU or activity
+    assert (row.pushes, row.samples, row.kernels_max, row.busy_kernels_max) == (2, 6, 1, 1)
+    assert row.utilization_tenths_sum == 400 * 3 // 1 + 600 * 3 // 1 and row.memory_used_max_mib == 200
+    assert json.loads(row.gpus) == {"GPU-a-0": {"memory_used_max_mib": 200, "utilization_max": 60.0}}
+    assert ledger.get_session("a").last_activity == (T0 + timedelta(seconds=20)).replace(tzinfo=None)
+
+
+async def test_a_failing_database_fails_every_push_of_its_batch(ledger):
+    start_sample_sessions(ledger)
+    batcher = SampleBatcher(ledger)
+    ledger.engine.dispose()
+    with ledger.engine.begin() as conn:
+        conn.execute(text("DROP TABLE gpu_usage_minutes"))
+    sample = Sample("a", T0, 3, 40.0, 100, 16_384, 1, 1, None, None, ())
+    try:
+        results = await asyncio.gather(
+            *(batcher.submit(Push("ann", sample, 1, None)) for _ in range(3)), return_exceptions=True
+        )
+    finally:
+        batcher.close()
+    assert all(isinstance(r, Exception) and not isinstance(r, SampleError) for r in results)

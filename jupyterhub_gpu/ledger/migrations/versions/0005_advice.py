@@ -7,9 +7,6 @@ Revises: 0004
 import sqlalchemy as sa
 from alembic import op
 
-# registers the model on the ledger's Base, so that the migrated schema compares equal to the models
-import jupyterhub_gpu.service.domain.advice  # noqa: F401
-
 revision = "0005"
 down_revision = "0004"
 branch_labels = None

@@ -1,0 +1,115 @@
+"""The culling report's inputs: the sessions that ran in a window, and their sampled and idle minutes.
+
+:func:`load_culling_inputs` reads them in two plain queries (minutes counted in SQL), as the values
+:mod:`jupyterhub_gpu.service.domain.savings` estimates from (:class:`SessionFacts`,
+:class:`MinuteCounts`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import and_, case, func, or_, select
+
+from jupyterhub_gpu.clock import aware_utc, naive_utc
+from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.session import IDLE_UTIL_PERCENT
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What the estimate needs of one session (aware UTC datetimes, money in micro-units per minute)."""
+
+    id: str
+    user: str
+    started: datetime
+    stopped: datetime | None = None
+    stop_reason: str | None = None
+    gpu_count: int = 1
+    rate_micros: int = 0
+    currency: str = ""
+    groups: tuple[str, ...] = ()
+    profile: str = ""
+    server_name: str = ""
+    pool: str | None = None  # the one group that paid (a group's report counts the sessions it paid for)
+
+
+@dataclass(frozen=True)
+class MinuteCounts:
+    """A session's sampled minutes in the window, and of those the idle ones."""
+
+    sampled: int = 0
+    idle: int = 0
+
+
+def load_culling_inputs(
+    ledger: Ledger, since: datetime | None, until: datetime, group: str | None = None
+) -> tuple[list[SessionFacts], dict[str, MinuteCounts]]:
+    """The sessions that ran in ``[since, until)`` (every user's) and the minute counts of the reported ones.
+
+    Two plain queries: the sessions that started before ``until`` and had not
+    stopped before ``since``; then, per chunk of the reported GPU sessions (the
+    primary key's index), their sampled and idle minutes in the window, counted
+    in SQL (a minute is idle when its mean utilization is under
+    ``IDLE_UTIL_PERCENT`` and no kernel was busy).
+    """
+
+    s = SessionRecord
+    query = select(
+        s.id,
+        s.user,
+        s.server_name,
+        s.groups,
+        s.profile,
+        s.gpu_count,
+        s.rate_micros,
+        s.currency,
+        s.started,
+        s.stopped,
+        s.stop_reason,
+        s.pool,
+    ).where(s.started < naive_utc(until))
+    if since is not None:
+        query = query.where(or_(s.stopped.is_(None), s.stopped >= naive_utc(since)))
+    facts = []
+    with ledger.engine.connect() as db:
+        for sid, user, server, groups, profile, gpus, rate, currency, started, stopped, reason, pool in db.execute(
+            query
+        ):
+            facts.append(
+                SessionFacts(
+                    id=sid,
+                    user=user,
+                    started=aware_utc(started),
+                    stopped=aware_utc(stopped),
+                    stop_reason=reason,
+                    gpu_count=gpus,
+                    rate_micros=rate,
+                    currency=currency,
+                    groups=tuple(json.loads(groups or "[]")),
+                    profile=profile,
+                    server_name=server or "",
+                    pool=pool,
+                )
+            )
+    # a group's report counts the sessions it paid for (each session once, for its pool)
+    ids = [f.id for f in facts if f.gpu_count and (group is None or f.pool == group)]
+    u = UsageMinute
+    sampled = func.sum(case((u.samples > 0, 1), else_=0))
+    # mean utilization under the threshold: Σ(tenths) / 10 / samples < IDLE_UTIL_PERCENT, in integers
+    quiet = and_(u.samples > 0, u.utilization_tenths_sum < 10 * IDLE_UTIL_PERCENT * u.samples, u.busy_kernels_max == 0)
+    idle = func.sum(case((quiet, 1), else_=0))
+    counts = {}
+    with ledger.engine.connect() as db:
+        for i in range(0, len(ids), 500):
+            chunk = select(u.session_id, sampled, idle).where(
+                u.session_id.in_(ids[i : i + 500]), u.minute < naive_utc(until)
+            )
+            if since is not None:
+                chunk = chunk.where(u.minute >= naive_utc(since))
+            for sid, n_sampled, n_idle in db.execute(chunk.group_by(u.session_id)):
+                counts[sid] = MinuteCounts(sampled=int(n_sampled or 0), idle=int(n_idle or 0))
+    return facts, counts

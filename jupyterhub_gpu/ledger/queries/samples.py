@@ -1,0 +1,156 @@
+"""GPU usage samples in the ledger: one row per session and minute, merged from the pushes that fell in it.
+
+Utilization is kept as a sum and a count (so that merging is exact), memory as a maximum, and the
+kernels' activity; every sum is bounded (``MAX_SAMPLES_PER_MINUTE``, ``MAX_PUSHES_PER_MINUTE``, as
+many distinct GPUs as the session holds), so that a 32-bit column never overflows whatever a server
+sends. :func:`record_samples` writes many pushes in one transaction (the service's
+:class:`~jupyterhub_gpu.ledger.batch.SampleBatcher`), with exactly the rows that pushing them one by
+one with :func:`record_sample` gives: a push that a full minute refuses fails alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from jupyterhub_gpu.clock import naive_utc
+from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
+from jupyterhub_gpu.ledger.store import Ledger
+
+#: Caps on one session's minute row: a server samples every few seconds and pushes every 30 s.
+MAX_SAMPLES_PER_MINUTE = 6000
+MAX_PUSHES_PER_MINUTE = 600
+
+
+class SampleError(ValueError):
+    """A sample body that cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    session_id: str
+    sampled_until: datetime
+    samples: int
+    utilization_avg: float
+    memory_used_max_mib: int
+    memory_total_mib: int
+    kernels: int
+    busy_kernels: int
+    last_kernel_activity: datetime | None
+    last_activity: datetime | None
+    gpus: tuple[tuple[str, float, int], ...]
+
+
+@dataclass(frozen=True)
+class Push:
+    """One push to record: the session's user, its sample, how many GPUs the session holds, and the
+    user's activity it reports (already capped at now), which moves the session's last activity forward."""
+
+    user: str
+    sample: Sample
+    max_gpus: int = 64
+    activity: datetime | None = None
+
+
+def _merge(row: UsageMinute, sample: Sample, max_gpus: int, minute: datetime) -> None:
+    """Merge ``sample`` into ``row``; SampleError, with ``row`` unchanged, when the minute is full."""
+    # bounded sums: a 32-bit integer column must never overflow, whatever a server sends
+    if row.pushes >= MAX_PUSHES_PER_MINUTE or row.samples + sample.samples > MAX_SAMPLES_PER_MINUTE:
+        raise SampleError(
+            f"The minute {minute.isoformat()}Z already has {row.pushes} pushes and {row.samples} samples;"
+            f" a minute takes at most {MAX_PUSHES_PER_MINUTE} pushes and {MAX_SAMPLES_PER_MINUTE} samples."
+        )
+    gpus = json.loads(row.gpus or "{}")
+    for uuid, util, mem in sample.gpus:
+        if uuid not in gpus and len(gpus) >= max(max_gpus, 1):
+            raise SampleError(f"The session holds {max_gpus} GPU(s); {uuid!r} would be one more.")
+        g = gpus.setdefault(uuid, {"utilization_max": 0, "memory_used_max_mib": 0})
+        g["utilization_max"] = max(g["utilization_max"], util)
+        g["memory_used_max_mib"] = max(g["memory_used_max_mib"], mem)
+    row.pushes += 1
+    row.samples += sample.samples
+    row.utilization_tenths_sum += round(sample.utilization_avg * 10 * sample.samples)
+    row.memory_used_max_mib = max(row.memory_used_max_mib, sample.memory_used_max_mib)
+    row.memory_total_mib = max(row.memory_total_mib or 0, sample.memory_total_mib)
+    row.kernels_max = max(row.kernels_max, sample.kernels)
+    row.busy_kernels_max = max(row.busy_kernels_max, sample.busy_kernels)
+    if sample.last_kernel_activity is not None:
+        last = naive_utc(sample.last_kernel_activity)
+        row.last_kernel_activity = max(row.last_kernel_activity or last, last)
+    row.gpus = json.dumps(gpus, sort_keys=True)
+
+
+def record_samples(ledger: Ledger, pushes: Sequence[Push]) -> list[UsageMinute | SampleError]:
+    """Merge the pushes, in their order, into their minutes' rows in one transaction.
+
+    Returns, per push, its minute's row or the SampleError that refused it (the minute was full):
+    a refused push changes nothing and the others are stored, so the rows are exactly those of
+    pushing them one by one. A push's activity moves its session's last activity forward (never
+    back), as :meth:`.Ledger.note_activity` does, in the same transaction.
+    """
+    for _attempt in range(3):
+        results: list[UsageMinute | SampleError] = []
+        with ledger.Session() as db:
+            rows: dict[tuple[str, datetime], UsageMinute] = {}
+            activity: dict[str, datetime] = {}
+            for push in pushes:
+                sample = push.sample
+                minute = naive_utc(sample.sampled_until).replace(second=0, microsecond=0)
+                key = (sample.session_id, minute)
+                row = rows.get(key)
+                if row is None:
+                    row = db.get(UsageMinute, key)
+                    if row is None:
+                        row = UsageMinute(session_id=sample.session_id, minute=minute, user=push.user, gpus="{}")
+                        row.pushes = row.samples = row.utilization_tenths_sum = 0
+                        row.memory_used_max_mib = row.kernels_max = row.busy_kernels_max = 0
+                    rows[key] = row
+                try:
+                    _merge(row, sample, push.max_gpus, minute)
+                except SampleError as e:
+                    results.append(e)
+                    continue
+                db.add(row)  # a new row is added once a push is merged into it (a refused one adds nothing)
+                results.append(row)
+                if push.activity is not None:
+                    moment = naive_utc(push.activity)
+                    activity[sample.session_id] = max(activity.get(sample.session_id, moment), moment)
+            for session_id, moment in activity.items():
+                db.execute(
+                    update(SessionRecord)
+                    .where(
+                        SessionRecord.id == session_id,
+                        (SessionRecord.last_activity.is_(None)) | (SessionRecord.last_activity < moment),
+                    )
+                    .values(last_activity=moment)
+                )
+            try:
+                db.commit()
+                return results
+            except IntegrityError:  # another process created one of the rows first: merge again
+                db.rollback()
+    raise RuntimeError("could not record the samples")
+
+
+def record_sample(ledger: Ledger, user: str, sample: Sample, max_gpus: int = 64) -> UsageMinute:
+    """Merge a sample into its session's row for that minute; SampleError when the minute is full.
+
+    ``max_gpus`` is how many GPUs the session holds: a minute's row names at most that many.
+    """
+    (result,) = record_samples(ledger, [Push(user, sample, max_gpus)])
+    if isinstance(result, SampleError):
+        raise result
+    return result
+
+
+def session_minutes(ledger: Ledger, session_id: str, since: datetime | None = None) -> list[UsageMinute]:
+    query = select(UsageMinute).where(UsageMinute.session_id == session_id).order_by(UsageMinute.minute)
+    if since is not None:
+        query = query.where(UsageMinute.minute >= naive_utc(since))
+    with ledger.Session() as db:
+        return list(db.scalars(query))
