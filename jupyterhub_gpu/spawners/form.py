@@ -25,26 +25,37 @@ _templates = jinja2.Environment(
 )
 
 
-def describe_profile(profile: Profile, allocator: Allocator, currency: Currency) -> str:
-    """The one-line summary shown in the form, e.g. ``1× T4 16 GB — ¥0.05/min — 3 of 4 free``."""
+def profile_line(profile: Profile, currency: Currency, counts: dict | None, model: str, memory: str, where: str) -> str:
+    """A profile's line in the form: ``2× T4 16 GB — ¥0.10/min — 1 of 4 free (2 waiting)``.
+
+    ``counts`` are an allocator's (``free``, ``total``, ``waiting``; ``known`` False when they cannot
+    be read now), None for a CPU-only profile; ``memory`` is the GPU memory as shown (`` 16 GB`` or
+    empty) and ``where`` says where a missing GPU is missing ("on this host", "in the cluster").
+    """
     price = "free" if profile.rate_per_minute == 0 else f"{currency.format_rate(profile.rate_per_minute)}/min"
-    if profile.gpu_count == 0:
+    if profile.gpu_count == 0 or counts is None:
         return f"CPU only — {price}"
+    head = f"{profile.gpu_count}× {model}{memory} — {price}"
+    if not counts.get("known", True):
+        return f"{head} — free GPUs unknown right now"
+    if counts["total"] == 0:
+        return f"{head} — no such GPU {where}"
+    waiting = f" ({counts['waiting']} waiting)" if counts["waiting"] else ""
+    if counts["free"] == 0:
+        return f"{head} — none free{waiting}"
+    return f"{head} — {counts['free']} of {counts['total']} free{waiting}"
+
+
+def describe_profile(profile: Profile, allocator: Allocator, currency: Currency) -> str:
+    """The one-line summary shown in the form on a host, e.g. ``1× T4 16 GB — ¥0.05/min — 3 of 4 free``."""
+    if profile.gpu_count == 0:
+        return profile_line(profile, currency, None, "", "", "")
     devices = allocator.matching(profile.gpu_model)
     model = profile.gpu_model
     if devices and devices[0].simulated and not model.lower().startswith("simulated"):
         model = f"Simulated {model}"
     memory = f" {devices[0].memory_gb} GB" if devices and devices[0].memory_mib else ""
-    counts = allocator.counts(profile.gpu_model)
-    if counts["total"] == 0:
-        availability = "no such GPU on this host"
-    elif counts["free"] == 0:
-        availability = f"none free ({counts['waiting']} waiting)" if counts["waiting"] else "none free"
-    else:
-        availability = f"{counts['free']} of {counts['total']} free"
-        if counts["waiting"]:
-            availability += f" ({counts['waiting']} waiting)"
-    return f"{profile.gpu_count}× {model}{memory} — {price} — {availability}"
+    return profile_line(profile, currency, allocator.counts(profile.gpu_model), model, memory, "on this host")
 
 
 def queue_message(model: str, count: int, simulated: bool, position: int, length: int) -> str:

@@ -12,9 +12,11 @@ from jupyterhub_gpu.gpus.inventory import simulated_inventory, static_inventory
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
 from jupyterhub_gpu.spawners.assign.protocol import QueueCancelled
+from jupyterhub_gpu.spawners.form import _templates, describe_profile, queue_message
+from jupyterhub_gpu.spawners.kube.spawner import describe_kube_profile
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
-from jupyterhub_gpu.spawners.mixin import _templates, check_config, describe_profile, queue_message
 from jupyterhub_gpu.spawners.profiles import parse_profiles
+from jupyterhub_gpu.spawners.startup import check_config
 
 CNY = Currency.from_config("CNY")
 USD = Currency.from_config("USD")
@@ -329,3 +331,22 @@ def test_check_config_flags_a_profile_no_gpu_of_this_host_can_serve():
         "profile 'v100': needs 1× 'V100' but this host has 0 (its GPUs: Simulated A100, Simulated T4)",
         "profile 't4x8': needs 8× 'T4' but this host has 2 (its GPUs: Simulated A100, Simulated T4)",
     ]
+
+
+def test_the_kubernetes_form_line_says_the_same_as_the_hosts_in_cluster_words():
+    a100 = PROFILES["a100"]
+    counts = {"free": 3, "total": 8, "waiting": 0, "known": True, "memory_mib": 40960}
+    assert describe_kube_profile(a100, counts, CNY) == "1× A100 40 GB — ¥0.25/min — 3 of 8 free"
+    assert describe_kube_profile(a100, {**counts, "waiting": 2}, CNY) == (
+        "1× A100 40 GB — ¥0.25/min — 3 of 8 free (2 waiting)"
+    )
+    assert describe_kube_profile(a100, {**counts, "free": 0, "waiting": 1}, CNY) == (
+        "1× A100 40 GB — ¥0.25/min — none free (1 waiting)"
+    )
+    assert describe_kube_profile(a100, {**counts, "total": 0, "memory_mib": 0}, CNY) == (
+        "1× A100 — ¥0.25/min — no such GPU in the cluster"
+    )
+    assert describe_kube_profile(a100, {**counts, "known": False}, CNY) == (
+        "1× A100 40 GB — ¥0.25/min — free GPUs unknown right now"
+    )
+    assert describe_kube_profile(PROFILES["cpu-paid"], None, CNY) == "CPU only — ¥0.01/min"

@@ -32,6 +32,7 @@ from jupyterhub_gpu.spawners.assign.cluster import (
     fetch_with_kubernetes_asyncio,
     shared_cluster_allocator,
 )
+from jupyterhub_gpu.spawners.form import profile_line
 from jupyterhub_gpu.spawners.kube.objects import (
     SchemaError,
     enforce_pod_policy,
@@ -87,20 +88,13 @@ def pod_finished_at(pod: dict | None, container: str = "notebook") -> datetime |
 
 
 def describe_kube_profile(profile: Profile, counts: dict | None, currency: Currency) -> str:
-    """The form's one-line summary on Kubernetes, e.g. ``1× A100 40 GB — ¥0.25/min — 3 of 8 free``."""
-    price = "free" if profile.rate_per_minute == 0 else f"{currency.format_rate(profile.rate_per_minute)}/min"
-    if profile.gpu_count == 0 or counts is None:
-        return f"CPU only — {price}"
-    memory = f" {round(counts['memory_mib'] / 1024)} GB" if counts.get("memory_mib") else ""
-    head = f"{profile.gpu_count}× {profile.gpu_model}{memory} — {price}"
-    if not counts["known"]:
-        return f"{head} — free GPUs unknown right now"
-    if counts["total"] == 0:
-        return f"{head} — no such GPU in the cluster"
-    waiting = f" ({counts['waiting']} waiting)" if counts["waiting"] else ""
-    if counts["free"] == 0:
-        return f"{head} — none free{waiting}"
-    return f"{head} — {counts['free']} of {counts['total']} free{waiting}"
+    """The form's one-line summary on Kubernetes, e.g. ``1× A100 40 GB — ¥0.25/min — 3 of 8 free``.
+
+    ``counts`` are the cluster allocator's (None for a CPU-only profile); the memory is what GPU
+    Feature Discovery reports for the nodes.
+    """
+    memory = f" {round(counts['memory_mib'] / 1024)} GB" if counts and counts.get("memory_mib") else ""
+    return profile_line(profile, currency, counts, profile.gpu_model, memory, "in the cluster")
 
 
 class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
