@@ -20,6 +20,22 @@ DEFAULT_API_URL = "http://127.0.0.1:8081/hub/api"
 class HubAPIError(RuntimeError):
     """The hub answered with an error, or could not be reached."""
 
+    def refusal(self) -> tuple[int, str]:
+        """The status and message of the hub's refusal (e.g. a budget that cannot pay, an unknown profile).
+
+        A 4xx of the hub keeps its status and the hub's own message; anything else is a 502.
+        """
+        cause = self.__cause__
+        response = getattr(cause, "response", None)
+        code = getattr(cause, "code", 502) or 502
+        message = str(self)
+        if response is not None and response.body:
+            try:
+                message = json.loads(response.body).get("message") or message
+            except (ValueError, AttributeError):
+                pass
+        return (code if 400 <= code < 500 else 502), message
+
 
 class HubClient:
     def __init__(self, api_url: str, token: str, timeout: float = 30):
