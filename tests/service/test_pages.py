@@ -24,9 +24,9 @@ import requests
 
 from jupyterhub_gpu.ledger.store import Ledger, SessionStart
 from jupyterhub_gpu.service import i18n
-from jupyterhub_gpu.service.domain.overrides import AccessError, apply_overrides, load_overrides, parse_override
+from jupyterhub_gpu.service.domain.overrides import AccessError, load_overrides, parse_override
 from jupyterhub_gpu.service.web.pages import daily_series, table_csv, totals_by
-from jupyterhub_gpu.spawners.profiles import parse_profiles
+from jupyterhub_gpu.spawners.profiles import apply_overrides, parse_profiles
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 

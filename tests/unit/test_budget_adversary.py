@@ -43,7 +43,7 @@ def spawn(spawner, options, now):
     spawner.user_options = options
     asyncio.run(at(now, spawner.run_pre_spawn_hook()))
     pool = spawner._gpu_pool
-    from jupyterhub_gpu.spawners.mixin import _drop_reservation
+    from jupyterhub_gpu.spawners.budget import drop_reservation as _drop_reservation
 
     _drop_reservation(spawner)  # the start is not recorded here: free the hold and the GPUs for the next attempt
     spawner.allocator.release(spawner._gpu_key)
@@ -130,7 +130,7 @@ def test_periods_tile_the_time_line_across_dst_changes(zone):
 
 def test_concurrent_named_spawns_split_over_two_pools_still_fit_the_users_own_budget(ledger):
     """Eight named servers at once, four on each of two group pools: the user's own budget holds them all."""
-    from jupyterhub_gpu.spawners.mixin import _drop_reservation
+    from jupyterhub_gpu.spawners.budget import drop_reservation as _drop_reservation
 
     # room for 2 × 20 minutes (budget_min_minutes) of ¥0.05 in ann's own budget; the pools have plenty
     ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("2.5")), LATE)

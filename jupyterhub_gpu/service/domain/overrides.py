@@ -4,7 +4,7 @@ The configuration stays the source of a profile (image, GPUs, limits); an admin
 may override, from the usage pages, its prices (per GPU-hour and per hour) and
 which JupyterHub groups may use it. One row per edited profile; a field left
 ``NULL`` keeps the configured value. The spawner applies the overrides when it
-builds the spawn form and checks a spawn (:func:`apply_overrides`), and ``GET
+builds the spawn form and checks a spawn (``spawners/profiles.py``: ``apply_overrides``), and ``GET
 pricing`` shows the rates the spawner will charge (:func:`apply_to_pricing`).
 Both price a profile from its parts with the one function
 :func:`jupyterhub_gpu.money.profile_rate`, the published parts being the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -112,36 +112,8 @@ def effective_rate(gpu_count: int, price_per_gpu_hour: Decimal, price_per_hour: 
     return profile_rate(gpu_count, price_per_gpu_hour, price_per_hour)
 
 
-def apply_overrides(profiles: list, overrides: dict[str, Override]) -> list:
-    """The spawner's profiles with the admins' prices and allowed groups."""
-    result = []
-    for p in profiles:
-        o = overrides.get(p.slug)
-        if o is None:
-            result.append(p)
-            continue
-        gpu_price = p.price_per_gpu_hour if o.price_per_gpu_hour is None else o.price_per_gpu_hour
-        flat = p.price_per_hour if o.price_per_hour is None else o.price_per_hour
-        groups = p.allowed_groups if o.allowed_groups is None else o.allowed_groups
-        try:
-            rate = effective_rate(p.gpu_count, gpu_price, flat)
-        except MoneyError as e:
-            log.warning("ignoring the price edit of profile %r, which no longer prices: %s", p.slug, e)
-            gpu_price, flat, rate = p.price_per_gpu_hour, p.price_per_hour, p.rate_per_minute
-        result.append(
-            replace(
-                p,
-                price_per_gpu_hour=gpu_price,
-                price_per_hour=flat,
-                rate_per_minute=rate,
-                allowed_groups=tuple(groups),
-            )
-        )
-    return result
-
-
 def apply_to_pricing(pricing: list[dict], overrides: dict[str, Override]) -> list[dict]:
-    """The published profiles (``Ledger.pricing()``) as the overrides change them (as :func:`apply_overrides`)."""
+    """The published profiles (``Ledger.pricing()``) as the overrides change them (as the spawner's profiles)."""
     result = []
     for p in pricing:
         o = overrides.get(p["slug"])
