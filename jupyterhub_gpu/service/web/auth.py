@@ -163,6 +163,13 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(data))
 
+    def send_csv(self, name: str, text: str) -> None:
+        """A CSV download named ``gpu-NAME.csv`` (the text from one of :mod:`.views`' CSV writers)."""
+        self.set_header("Content-Type", "text/csv; charset=UTF-8")
+        self.set_header("Content-Disposition", f'attachment; filename="gpu-{name}.csv"')
+        self.set_header("Cache-Control", "no-store")
+        self.finish(text)
+
     def write_error(self, status_code, **kwargs):
         message = self._reason
         exc = kwargs.get("exc_info", (None, None, None))[1]

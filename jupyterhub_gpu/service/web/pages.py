@@ -36,17 +36,10 @@ from tornado.log import app_log
 
 from jupyterhub_gpu.billing import applies_to, local_midnight, minutes_in_window
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
+from jupyterhub_gpu.ledger.queries.overrides import Override, delete_override, load_overrides, save_override
 from jupyterhub_gpu.money import from_micros, to_micros
 from jupyterhub_gpu.service.domain.advice import summary as advice_summary
-from jupyterhub_gpu.service.domain.overrides import (
-    AccessError,
-    Override,
-    apply_to_pricing,
-    delete_override,
-    load_overrides,
-    parse_override,
-    save_override,
-)
+from jupyterhub_gpu.service.domain.overrides import AccessError, apply_to_pricing, parse_override
 from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON, culling_report
 from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.hubapi import HubAPIError
@@ -288,12 +281,6 @@ class PageHandler(BaseHandler):
     def session_pool(self, session: dict) -> str | None:
         """The one group that paid for a session (so that group totals add up to the total spend)."""
         return self._pool_by_id.get(session["id"])
-
-    def send_csv(self, name: str, text: str) -> None:
-        self.set_header("Content-Type", "text/csv; charset=UTF-8")
-        self.set_header("Content-Disposition", f'attachment; filename="gpu-{name}.csv"')
-        self.set_header("Cache-Control", "no-store")
-        self.finish(text)
 
     def export(self, values: dict, tables: dict) -> bool:
         """Answer ``?format=csv&table=NAME`` from ``tables`` (name -> (columns, rows) or CSV text)."""

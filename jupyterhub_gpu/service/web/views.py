@@ -18,9 +18,10 @@ from urllib.parse import quote
 from jupyterhub_gpu.billing import BudgetStatus, billed_minutes, minutes_in_window
 from jupyterhub_gpu.clock import aware_utc, isoformat
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
+from jupyterhub_gpu.ledger.queries.advice import advice_of
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import from_micros, to_micros
-from jupyterhub_gpu.service.domain.advice import advice_json, advice_of
+from jupyterhub_gpu.service.domain.advice import advice_json
 from jupyterhub_gpu.service.domain.savings import CullingReport, Tally
 from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT
 
@@ -82,7 +83,7 @@ def decimal_str(value: Decimal, unit: str = "money") -> str:
 def session_json(record, now: datetime, currency, advice: dict | None = None, window: tuple = (None, None)) -> dict:
     """A session as the API shows it: cost so far for running ones, the final charge for stopped ones.
 
-    ``advice`` is its right-sizing advice (:func:`.advice.advice_json`), None when it has none.
+    ``advice`` is its right-sizing advice (:func:`~jupyterhub_gpu.service.domain.advice.advice_json`), None when it has none.
     ``minutes_in_window`` and ``cost_in_window`` are the part of it inside ``window``
     (``since``, ``until``): a minute counts in the window in which it starts, as
     budgets count it, so the reports of consecutive windows add up to the charge.

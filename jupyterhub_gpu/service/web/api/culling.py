@@ -31,9 +31,6 @@ class CullingHandler(BaseHandler):
         facts, counts = load_culling_inputs(self.ledger, query.since, end, query.group)
         report = culling_report(facts, counts, query.since, query.until, now, query.horizon, query.group)
         if query.format == "csv":
-            self.set_header("Content-Type", "text/csv; charset=UTF-8")
-            self.set_header("Content-Disposition", 'attachment; filename="gpu-culling.csv"')
-            self.set_header("Cache-Control", "no-store")
-            self.finish(culling_csv(report))
+            self.send_csv("culling", culling_csv(report))
             return
         self.write_json(culling_json(report, self.ctx.currency.code))

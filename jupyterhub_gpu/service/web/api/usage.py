@@ -41,10 +41,7 @@ class UsageHandler(BaseHandler):
         )
         sessions = sessions_json(self.ledger, records, now, currency, (query.since, query.until))
         if query.format == "csv":
-            self.set_header("Content-Type", "text/csv; charset=UTF-8")
-            self.set_header("Content-Disposition", 'attachment; filename="gpu-usage.csv"')
-            self.set_header("Cache-Control", "no-store")
-            self.finish(usage_csv(sessions))
+            self.send_csv("usage", usage_csv(sessions))
             return
         self.write_json(
             {
