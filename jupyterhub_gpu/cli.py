@@ -31,6 +31,7 @@ from decimal import Decimal, InvalidOperation
 from urllib.parse import quote, urlencode
 
 from jupyterhub_gpu import __version__
+from jupyterhub_gpu.env import CLI_URL
 from jupyterhub_gpu.money import Currency, MoneyError
 
 DEFAULT_URL = "http://127.0.0.1:8000/services/gpu/"
@@ -116,7 +117,7 @@ def _connection_options(parser: argparse.ArgumentParser, top: bool) -> None:
     parser.add_argument(
         "--url",
         default=default,
-        help=f"the gpu service's URL (default: $JUPYTERHUB_GPU_URL or {DEFAULT_URL})",
+        help=f"the gpu service's URL (default: ${CLI_URL} or {DEFAULT_URL})",
     )
     parser.add_argument("--token", default=default, help="a JupyterHub API token (default: $JUPYTERHUB_API_TOKEN)")
 
@@ -438,7 +439,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
     args = parser.parse_args(argv)
     check_args(parser, args)
     client = Client(
-        args.url or os.environ.get("JUPYTERHUB_GPU_URL") or DEFAULT_URL,
+        args.url or os.environ.get(CLI_URL) or DEFAULT_URL,
         args.token or os.environ["JUPYTERHUB_API_TOKEN"],
     )
     try:

@@ -1,4 +1,4 @@
-"""The one money type: prices, rates and amounts as :class:`decimal.Decimal`.
+"""The one money type: prices, rates and amounts as :class:`decimal.Decimal`, stored as integer micro-units.
 
 Money is never a float. Prices come from configuration as decimal strings
 (``"3.00"``) or integers; a float is refused because ``0.1 + 0.2`` is not
@@ -14,6 +14,8 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 #: Rates per minute are kept exact to this many decimal places.
 RATE_PLACES = 6
 _RATE_QUANTUM = Decimal(1).scaleb(-RATE_PLACES)
+#: Micro-units per currency unit: the ledger keeps every amount as an integer of millionths.
+MICROS = 1_000_000
 #: No single price or amount reaches this (it would overflow the arithmetic of a bill).
 MAX_AMOUNT = Decimal(10) ** 15
 
@@ -37,6 +39,19 @@ KNOWN_CURRENCIES: dict[str, tuple[str, int]] = {
 
 class MoneyError(ValueError):
     """A price or amount that cannot be used as money."""
+
+
+def to_micros(amount: Decimal) -> int:
+    """Exact micro-units of a Decimal; ValueError if it has more than six decimal places."""
+    micros = amount * MICROS
+    if micros != micros.to_integral_value():
+        raise ValueError(f"{amount} has more than six decimal places")
+    return int(micros)
+
+
+def from_micros(micros: int) -> Decimal:
+    """The Decimal of an amount of micro-units, without trailing zeros (``0`` for zero)."""
+    return (Decimal(micros) / MICROS).normalize() if micros else Decimal(0)
 
 
 @dataclass(frozen=True)

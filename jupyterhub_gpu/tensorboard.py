@@ -14,13 +14,15 @@ from importlib.metadata import entry_points
 from importlib.util import find_spec
 from pathlib import Path
 
+from jupyterhub_gpu.env import tensorboard_logdir_from_env
+
 PATH = "tensorboard"
 DEFAULT_LOGDIR = "~/work/logs"
 
 
 def logdir(env=os.environ) -> Path:
     """The directory TensorBoard reads, made if missing."""
-    path = Path(os.path.expanduser(env.get("JUPYTERHUB_GPU_TENSORBOARD_LOGDIR") or DEFAULT_LOGDIR))
+    path = Path(os.path.expanduser(tensorboard_logdir_from_env(env) or DEFAULT_LOGDIR))
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:

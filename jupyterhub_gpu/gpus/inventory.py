@@ -8,96 +8,12 @@ real hardware.
 from __future__ import annotations
 
 import re
-import uuid as uuidlib
-from dataclasses import dataclass
+
+from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError, check_unique
+from jupyterhub_gpu.gpus.nvml import nvml_inventory
+from jupyterhub_gpu.gpus.simulated import simulated_inventory
 
 BACKENDS = ("nvml", "static", "simulated")
-_TOKEN_SPLIT = re.compile(r"[^a-z0-9.]+")
-_MIG_SLICE = re.compile(r"\d+g\.\d+gb")
-
-
-class InventoryError(RuntimeError):
-    """The inventory cannot be read or its configuration is invalid."""
-
-
-@dataclass(frozen=True)
-class GPUDevice:
-    """One schedulable GPU: a whole GPU, or a MIG instance with its own UUID."""
-
-    index: str
-    uuid: str
-    name: str
-    memory_mib: int
-    simulated: bool = False
-    parent_uuid: str | None = None
-
-    @property
-    def memory_gb(self) -> int:
-        return round(self.memory_mib / 1024)
-
-    def to_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "name": self.name,
-            "memory_mib": self.memory_mib,
-            "simulated": self.simulated,
-            "parent_uuid": self.parent_uuid,
-        }
-
-
-def _tokens(text: str) -> list[str]:
-    return [t for t in _TOKEN_SPLIT.split(text.casefold()) if t]
-
-
-def model_matches(gpu_model: str, device_name: str) -> bool:
-    """Whether a profile's ``gpu_model`` names this device.
-
-    The model's words must appear in the device name as consecutive words, so
-    "A100" matches "NVIDIA A100-SXM4-40GB" but "L4" does not match "NVIDIA L40S".
-    A MIG instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") matches only a model that
-    asks for MIG or names a slice ("MIG", "1g.5gb"): an "A100" profile means a
-    whole A100, never a slice of one.
-    """
-    want = _tokens(gpu_model)
-    have = _tokens(device_name)
-    if not want:
-        return False
-    if "mig" in have and "mig" not in want and not any(_MIG_SLICE.fullmatch(t) for t in want):
-        return False
-    return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1))
-
-
-def simulated_inventory(spec: list[dict]) -> list[GPUDevice]:
-    """Devices from ``[{"model": "T4", "count": 2, "memory_gb": 16}, ...]``, named "Simulated T4"."""
-    if not isinstance(spec, list):
-        raise InventoryError("simulated_gpus must be a list of {'model', 'count', 'memory_gb'} dicts")
-    devices = []
-    for n, entry in enumerate(spec):
-        if not isinstance(entry, dict) or set(entry) - {"model", "count", "memory_gb"}:
-            raise InventoryError(
-                f"simulated_gpus #{n + 1} must be a dict with keys model, count, memory_gb; got {entry!r}"
-            )
-        model, count, mem = entry.get("model"), entry.get("count", 1), entry.get("memory_gb", 16)
-        if not isinstance(model, str) or not model.strip():
-            raise InventoryError(f"simulated_gpus #{n + 1}: 'model' must be a non-empty string")
-        if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= 256:
-            raise InventoryError(f"simulated_gpus #{n + 1}: 'count' must be an integer from 1 to 256")
-        if isinstance(mem, bool) or not isinstance(mem, int) or not 0 < mem <= 4096:
-            raise InventoryError(f"simulated_gpus #{n + 1}: 'memory_gb' must be a positive integer")
-        for _ in range(count):
-            i = len(devices)
-            devices.append(
-                GPUDevice(
-                    index=str(i),
-                    # stable across restarts, so saved assignments still name the same device
-                    uuid=f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'jupyterhub-gpu-sim/{i}/{model}')}",
-                    name=f"Simulated {model.strip()}",
-                    memory_mib=mem * 1024,
-                    simulated=True,
-                )
-            )
-    return devices
 
 
 def static_inventory(spec: list[dict]) -> list[GPUDevice]:
@@ -125,75 +41,8 @@ def static_inventory(spec: list[dict]) -> list[GPUDevice]:
         if isinstance(mem, bool) or not isinstance(mem, int) or mem < 0:
             raise InventoryError(f"static_gpus #{n + 1}: memory must be a non-negative integer")
         devices.append(GPUDevice(index=str(index), uuid=uuid, name=name.strip(), memory_mib=mem))
-    _check_unique(devices)
+    check_unique(devices)
     return devices
-
-
-def nvml_inventory(nvml=None) -> list[GPUDevice]:
-    """Devices read with NVML; with MIG enabled, each MIG instance is listed by its own UUID."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
-            raise InventoryError(f"nvidia-ml-py is not installed: {e}") from e
-    try:
-        nvml.nvmlInit()
-    except Exception as e:
-        raise InventoryError(
-            f"NVML could not start ({type(e).__name__}: {e}). Is the NVIDIA driver installed?"
-            " Use gpu_backend = 'static' to declare GPUs, or 'simulated' for a demo."
-        ) from e
-    devices = []
-    try:
-        for i in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            name = _text(nvml.nvmlDeviceGetName(handle))
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle).total // 1024**2
-            mig_on = False
-            try:
-                current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-                mig_on = current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
-            except Exception:
-                mig_on = False  # not a MIG-capable GPU
-            if not mig_on:
-                devices.append(GPUDevice(index=str(i), uuid=uuid, name=name, memory_mib=memory))
-                continue
-            for j in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-                try:
-                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
-                except Exception:
-                    continue  # an empty MIG slot
-                devices.append(
-                    GPUDevice(
-                        index=f"{i}:{j}",
-                        uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
-                        name=_text(nvml.nvmlDeviceGetName(mig)),
-                        memory_mib=nvml.nvmlDeviceGetMemoryInfo(mig).total // 1024**2,
-                        parent_uuid=uuid,
-                    )
-                )
-    except Exception as e:
-        raise InventoryError(f"NVML could not list the GPUs ({type(e).__name__}: {e})") from e
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:
-            pass
-    _check_unique(devices)
-    return devices
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _check_unique(devices: list[GPUDevice]) -> None:
-    seen = set()
-    for d in devices:
-        if d.uuid in seen:
-            raise InventoryError(f"GPU {d.uuid} is listed twice")
-        seen.add(d.uuid)
 
 
 def make_inventory(backend: str, static_gpus=None, simulated_gpus=None) -> list[GPUDevice]:

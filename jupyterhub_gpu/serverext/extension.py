@@ -21,10 +21,19 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
+from jupyterhub_gpu.billing import billed_minutes
 from jupyterhub_gpu.clock import isoformat, utcnow
-from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.serverext import startup
-from jupyterhub_gpu.serverext.sampler import DeviceInfo, KernelActivity, NVMLReader, Sampler, SimulatedReader
+from jupyterhub_gpu.env import (
+    devices_from_env,
+    gpu_count_from_env,
+    service_url_from_env,
+    session_from_env,
+    tensorboard_url_from_env,
+)
+from jupyterhub_gpu.gpus.nvml import NVMLReader
+from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader
+from jupyterhub_gpu.serverext import jobs, startup, stopwhendone
+from jupyterhub_gpu.serverext.sampler import Sampler
 from jupyterhub_gpu.serverext.stopwhendone import hub_stop_request
 from jupyterhub_gpu.tensorboard import tensorboard_url
 
@@ -45,53 +54,13 @@ class GPUStats(Configurable):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         if not self.service_url:
-            self.service_url = os.environ.get("JUPYTERHUB_GPU_SERVICE_URL", "")
+            self.service_url = service_url_from_env()
         if not self.tensorboard_url:
-            self.tensorboard_url = os.environ.get("JUPYTERHUB_GPU_TENSORBOARD_URL", "") or tensorboard_url(
-                getattr(self.parent, "base_url", "/")
-            )
-
-
-def session_from_env(env=os.environ) -> dict | None:
-    """The session facts the spawner put in the environment, or None outside jupyterhub-gpu."""
-    if "JUPYTERHUB_GPU_SESSION_ID" not in env:
-        return None
-    currency = Currency.from_config(
-        env.get("JUPYTERHUB_GPU_CURRENCY", "USD"), env.get("JUPYTERHUB_GPU_CURRENCY_SYMBOL") or None
-    )
-    return {
-        "id": env["JUPYTERHUB_GPU_SESSION_ID"],
-        "profile": env.get("JUPYTERHUB_GPU_PROFILE", ""),
-        "display_name": env.get("JUPYTERHUB_GPU_PROFILE_NAME", env.get("JUPYTERHUB_GPU_PROFILE", "")),
-        "gpu_model": env.get("JUPYTERHUB_GPU_MODEL", ""),
-        "started": env.get("JUPYTERHUB_GPU_STARTED", ""),
-        "rate_per_minute": env.get("JUPYTERHUB_GPU_RATE_PER_MINUTE", "0"),
-        "currency": currency.code,
-        "currency_symbol": currency.symbol,
-        "simulated": env.get("JUPYTERHUB_GPU_SIMULATED") == "1",
-    }
-
-
-def devices_from_env(env=os.environ) -> list[DeviceInfo]:
-    if env.get("JUPYTERHUB_GPU_DEVICE_DISCOVERY") == "nvml":
-        # Kubernetes: the device plugin chose the GPUs and made only those visible to this pod
-        from jupyterhub_gpu.gpus.inventory import InventoryError, nvml_inventory
-
-        try:
-            return [DeviceInfo(d.index, d.uuid, d.name, d.memory_mib) for d in nvml_inventory()]
-        except InventoryError:
-            return []
-    info = env.get("JUPYTERHUB_GPU_DEVICE_INFO")
-    if info:
-        return [DeviceInfo(str(d["index"]), d["uuid"], d["name"], int(d["memory_mib"])) for d in json.loads(info)]
-    uuids = [u for u in env.get("JUPYTERHUB_GPU_DEVICES", "").split(",") if u]
-    return [DeviceInfo(str(i), u, u, 0) for i, u in enumerate(uuids)]
+            self.tensorboard_url = tensorboard_url_from_env() or tensorboard_url(getattr(self.parent, "base_url", "/"))
 
 
 def session_cost(session: dict, now: datetime) -> tuple[int, Decimal]:
     """(minutes billed, cost so far): every started minute, the first at the start."""
-    from jupyterhub_gpu.service.domain.metering import billed_minutes
-
     started = datetime.fromisoformat(session["started"].replace("Z", "+00:00"))
     minutes = billed_minutes(started, max(now, started))
     return minutes, minutes * Decimal(session["rate_per_minute"])
@@ -102,9 +71,7 @@ def budget_summary(me: dict | None, session: dict) -> dict:
     if not me or not me.get("budgets"):
         return {"budget_remaining": None, "budget_unit": None, "budget_minutes_left": None}
     rate = Decimal(session["rate_per_minute"])
-    gpus = int(os.environ.get("JUPYTERHUB_GPU_COUNT") or 0) or len(
-        json.loads(os.environ.get("JUPYTERHUB_GPU_DEVICE_INFO", "[]"))
-    )
+    gpus = gpu_count_from_env()
     # only the budgets this session draws from: its user's and its pool's, and only while they bind
     mine = [s for s in me.get("active_sessions") or () if s.get("id") == session.get("id")]
     pool = mine[0].get("pool") if mine else None
@@ -382,8 +349,6 @@ def load(serverapp) -> GPUExtension:
     )
     extension.start()
     startup.start(serverapp)  # the user's ~/work/.jupyterhub-gpu/startup.sh (docs/images.md)
-    from jupyterhub_gpu.serverext import jobs, stopwhendone
-
     stopwhendone.load(serverapp, extension)  # "stop when done" (docs/jobs.md)
     jobs.load_handlers(serverapp)  # the Lab's "Run notebook as a GPU job" and job list
     jobs.start(serverapp, extension)  # a notebook job's server runs its job

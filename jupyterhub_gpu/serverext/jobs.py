@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 from pathlib import Path, PurePosixPath
@@ -36,6 +35,7 @@ from tornado import web
 from tornado.httpclient import HTTPClientError
 
 from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.env import job_id_from_env
 from jupyterhub_gpu.serverext.stopwhendone import stop_own_server
 
 
@@ -181,7 +181,7 @@ async def run_job(serverapp, gpu, job_id: str) -> str:
 
 def start(serverapp, gpu) -> None:
     """Run the job of this server, if it is a job's server (``JUPYTERHUB_GPU_JOB_ID``)."""
-    job_id = os.environ.get("JUPYTERHUB_GPU_JOB_ID")
+    job_id = job_id_from_env()
     if not job_id:
         return None
     serverapp.log.info("jupyterhub-gpu: this server runs job %s", job_id)

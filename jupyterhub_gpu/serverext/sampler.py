@@ -1,18 +1,10 @@
 """The one GPU sampler of a single-user server: NVML or simulated readings in a thread.
 
 NVML is read by one thread at a fixed interval (default 2 s), never per
-request; handlers return the latest sample. The simulated reader stands in
-where there is no GPU (the demo and the tests), and follows the server's real
-kernel activity in a documented way:
-
-- every running kernel holds ``SIM_MEMORY_PER_KERNEL_MIB`` of GPU memory (as a
-  TensorFlow kernel that has touched the GPU does), capped at the GPU's total;
-- every busy kernel adds ``SIM_UTIL_PER_BUSY_KERNEL`` percentage points of
-  utilization, capped at 100; with no busy kernel the GPU is idle (0%);
-- temperature is ``30 + util / 2`` °C and power ``20 + 2.5 × util`` W.
-
-So a test that starts one kernel and keeps it busy sees exactly 45% and 1 GiB
-per GPU; two busy kernels, 90% and 2 GiB.
+request; handlers return the latest sample. The readers are
+:class:`jupyterhub_gpu.gpus.nvml.NVMLReader` and, where there is no GPU (the
+demo and the tests), :class:`jupyterhub_gpu.gpus.simulated.SimulatedReader`,
+which follows the server's real kernel activity as documented there.
 """
 
 from __future__ import annotations
@@ -21,121 +13,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from jupyterhub_gpu.gpus.device import GPUReading
 
 log = logging.getLogger("jupyterhub_gpu.serverext")
-
-SIM_MEMORY_PER_KERNEL_MIB = 1024
-SIM_UTIL_PER_BUSY_KERNEL = 45
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    index: str
-    uuid: str
-    name: str
-    memory_mib: int
-
-
-@dataclass(frozen=True)
-class GPUReading:
-    index: str
-    uuid: str
-    name: str
-    utilization_percent: int
-    memory_used_mib: int
-    memory_total_mib: int
-    temperature_c: int | None
-    power_w: float | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class KernelActivity:
-    """What the simulated GPU reacts to: how many kernels run, and how many are busy."""
-
-    kernels: int = 0
-    busy: int = 0
-
-
-def simulated_reading(device: DeviceInfo, activity: KernelActivity) -> GPUReading:
-    """The documented response of a simulated GPU to the server's kernels."""
-    util = min(100, SIM_UTIL_PER_BUSY_KERNEL * activity.busy)
-    memory = min(device.memory_mib, SIM_MEMORY_PER_KERNEL_MIB * activity.kernels)
-    return GPUReading(
-        index=device.index,
-        uuid=device.uuid,
-        name=device.name,
-        utilization_percent=util,
-        memory_used_mib=memory,
-        memory_total_mib=device.memory_mib,
-        temperature_c=30 + util // 2,
-        power_w=round(20 + 2.5 * util, 1),
-    )
-
-
-class SimulatedReader:
-    def __init__(self, devices: list[DeviceInfo], activity: Callable[[], KernelActivity]):
-        self.devices = devices
-        self.activity = activity
-
-    def read(self) -> list[GPUReading]:
-        activity = self.activity()
-        return [simulated_reading(d, activity) for d in self.devices]
-
-    def close(self):
-        pass
-
-
-class NVMLReader:
-    """Reads the assigned GPUs (by UUID, MIG instances included) through NVML."""
-
-    def __init__(self, devices: list[DeviceInfo], nvml=None):
-        if nvml is None:
-            import pynvml as nvml
-        self.nvml = nvml
-        nvml.nvmlInit()
-        self.handles = []
-        for d in devices:
-            handle = nvml.nvmlDeviceGetHandleByUUID(d.uuid.encode() if isinstance(d.uuid, str) else d.uuid)
-            self.handles.append((d, handle))
-
-    def _optional(self, fn, *args):
-        try:
-            return fn(*args)
-        except Exception:  # not supported on this device (MIG slices have no temperature)
-            return None
-
-    def read(self) -> list[GPUReading]:
-        nvml = self.nvml
-        readings = []
-        for d, handle in self.handles:
-            util = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            temp = self._optional(nvml.nvmlDeviceGetTemperature, handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
-            power = self._optional(nvml.nvmlDeviceGetPowerUsage, handle)
-            readings.append(
-                GPUReading(
-                    index=d.index,
-                    uuid=d.uuid,
-                    name=d.name,
-                    utilization_percent=int(util.gpu) if util is not None else 0,
-                    memory_used_mib=int(memory.used // 1024**2),
-                    memory_total_mib=int(memory.total // 1024**2),
-                    temperature_c=int(temp) if temp is not None else None,
-                    power_w=round(power / 1000, 1) if power is not None else None,
-                )
-            )
-        return readings
-
-    def close(self):
-        try:
-            self.nvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 @dataclass

@@ -27,7 +27,7 @@ from pathlib import Path
 from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
 
-ENV_TIMEOUT = "JUPYTERHUB_GPU_STARTUP_TIMEOUT"
+from jupyterhub_gpu.env import STARTUP_TIMEOUT, startup_timeout_from_env
 
 
 class StartupScript(Configurable):
@@ -41,13 +41,13 @@ class StartupScript(Configurable):
         "~/work/.jupyterhub-gpu/startup.log", help="Where its output goes (the previous run's gets '.1')."
     ).tag(config=True)
     timeout = Float(
-        help=f"Seconds the script may run before it and its children are killed (default ${ENV_TIMEOUT}, else 120)."
+        help=f"Seconds the script may run before it and its children are killed (default ${STARTUP_TIMEOUT}, else 120)."
     ).tag(config=True)
     kill_grace = Float(2.0, help="Seconds between SIGTERM and SIGKILL at the time limit.").tag(config=True)
 
     @default("timeout")
     def _default_timeout(self):
-        value = os.environ.get(ENV_TIMEOUT, "").strip()
+        value = startup_timeout_from_env()
         if not value:
             return 120.0
         try:
@@ -82,7 +82,7 @@ def refusal(script: Path, timeout: float) -> str | None:
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"others may write to {script} (mode {stat.filemode(info.st_mode)}): chmod go-w it"
     if not (timeout > 0):
-        return f"the startup time limit is not a positive number of seconds (${ENV_TIMEOUT}?)"
+        return f"the startup time limit is not a positive number of seconds (${STARTUP_TIMEOUT}?)"
     return None
 
 

@@ -20,7 +20,7 @@ A policy decides, minute by minute, whether to stop it:
 - ``always-on``: never stopped; a session with ``end: null`` runs to the end of
   its minutes.
 
-Billing is the real :func:`~jupyterhub_gpu.service.domain.metering.billed_minutes`:
+Billing is the real :func:`~jupyterhub_gpu.billing.billed_minutes`:
 every started minute until the stop (or the natural end). A minute is *idle*
 when its ``gpu_util`` is under 5%; a *false cull* is a culled session whose
 trace shows a busy kernel or GPU utilization of 5% or more after the stop.
@@ -37,11 +37,11 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+from jupyterhub_gpu.billing import billed_minutes
 from jupyterhub_gpu.service.domain.culling import MinuteSignal, evaluate, gpu_memory_high, parse_config, rules_for
-from jupyterhub_gpu.service.domain.metering import billed_minutes
+from jupyterhub_gpu.session import IDLE_UTIL_PERCENT
 
 #: A minute under this GPU utilization (percent) is idle, for every policy's accounting.
-IDLE_UTIL_PERCENT = 5
 #: Price of one GPU-minute when none is given (3.00 per GPU-hour).
 DEFAULT_RATE = Decimal("0.05")
 ALWAYS_ON = "always-on"

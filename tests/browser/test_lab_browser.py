@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import BudgetRule
 from tests.browser.conftest import shot
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config

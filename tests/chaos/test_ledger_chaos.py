@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from jupyterhub_gpu.billing import billed_minutes
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import billed_minutes
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

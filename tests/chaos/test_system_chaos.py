@@ -46,8 +46,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from jupyterhub_gpu.billing import billed_minutes
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import billed_minutes
 from tests.chaos.test_ledger_chaos import (
     Plan,
     ProcessWatch,

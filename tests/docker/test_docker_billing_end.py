@@ -24,8 +24,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from jupyterhub_gpu.billing import billed_minutes
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import billed_minutes
 from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 from tests.conftest import wait_for
 from tests.docker.test_docker_spawner import IMAGE, config, docker, remove_by_prefix

@@ -2,15 +2,14 @@
 
 Skipped where NVML cannot start, which is every CI machine: these checks run on a
 lent GPU machine with ``scripts/gpu-device-check.sh``. That machine has
-nvidia-ml-py and PyTorch but not the hub's dependencies, so the two modules under
-test (stdlib-only) are loaded from their files instead of through
-``jupyterhub_gpu.spawners``, whose package imports JupyterHub. The stats API test
-needs jupyter_server (carried there as wheels).
+nvidia-ml-py and PyTorch but not the hub's dependencies: the modules under test
+(``jupyterhub_gpu.gpus`` and the server extension's sampler) are pure and import
+nothing of JupyterHub. The stats API test needs jupyter_server (carried there as
+wheels).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -26,25 +25,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the checkout, without installing it (the GPU machine has none of its dependencies)
 pytestmark = pytest.mark.gpu
 
-
-def _load(relpath: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / relpath)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-inventory = _load("jupyterhub_gpu/gpus/inventory.py", "_gpu_inventory")
-sampler = _load("jupyterhub_gpu/serverext/sampler.py", "_gpu_sampler")
+from jupyterhub_gpu.gpus import names, nvml  # noqa: E402
+from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError  # noqa: E402
+from jupyterhub_gpu.serverext import sampler  # noqa: E402
 
 
 def _nvml_or_skip():
     try:
-        return inventory.nvml_inventory()
-    except inventory.InventoryError as e:
+        return nvml.nvml_inventory()
+    except InventoryError as e:
         pytest.skip(f"no usable NVIDIA GPU here: {e}")
 
 
@@ -76,8 +68,8 @@ def test_nvml_inventory_equals_nvidia_smi():
         assert not d.simulated and d.uuid.startswith("GPU-") and d.parent_uuid is None
         # the word a profile would use for this model matches it ("H200" in "NVIDIA H200")
         model = d.name.replace("NVIDIA", "").split()[0]
-        assert inventory.model_matches(model, d.name)
-        assert not inventory.model_matches("Simulated " + model, d.name)
+        assert names.model_matches(model, d.name)
+        assert not names.model_matches("Simulated " + model, d.name)
 
 
 def _free_port() -> int:
@@ -114,8 +106,8 @@ def test_sampler_reads_real_utilization_and_memory():
     devices = _nvml_or_skip()
     _torch_or_skip()
     d = devices[0]
-    info = [sampler.DeviceInfo(d.index, d.uuid, d.name, d.memory_mib)]
-    s = sampler.Sampler(sampler.NVMLReader(info), interval=0.25)
+    info = [GPUDevice(d.index, d.uuid, d.name, d.memory_mib)]
+    s = sampler.Sampler(nvml.NVMLReader(info), interval=0.25)
     s.sample_once()
     base = s.latest[0]
     assert base.uuid == d.uuid and base.memory_total_mib == d.memory_mib
@@ -136,7 +128,7 @@ def test_sampler_reads_real_utilization_and_memory():
     assert peak_mem >= base.memory_used_mib + hold_mib
     assert peak_util >= 50
     # the load's memory is given back when it exits
-    after = sampler.NVMLReader(info)
+    after = nvml.NVMLReader(info)
     try:
         deadline = time.time() + 10
         while (used := after.read()[0].memory_used_mib) > base.memory_used_mib + 512 and time.time() < deadline:

@@ -14,9 +14,9 @@ from decimal import Decimal
 
 import pytest
 
+from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import BudgetRule
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.hub

@@ -24,8 +24,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from jupyterhub_gpu.billing import BudgetRule, period_window
 from jupyterhub_gpu.ledger.store import Ledger, SessionStart
-from jupyterhub_gpu.service.domain.metering import BudgetRule, period_window
 from tests.conftest import BIN, Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 
+from jupyterhub_gpu.billing import BudgetRule, billed_minutes
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import BudgetRule, billed_minutes
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

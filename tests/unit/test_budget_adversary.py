@@ -19,8 +19,8 @@ import pytest
 from jupyterhub.spawner import SpawnException
 from test_budget_periods import DEC, LATE, StopHub, at, make_spawner, start
 
+from jupyterhub_gpu.billing import BudgetRule, minutes_in_window, period_window
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import BudgetRule, minutes_in_window, period_window
 
 UTC = timezone.utc
 

@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from jupyterhub_gpu.billing import billed_minutes
 from jupyterhub_gpu.service.domain.culling import (
     DEFAULT_RULES,
     MESSAGES,
@@ -22,7 +23,6 @@ from jupyterhub_gpu.service.domain.culling import (
     parse_rules,
     rules_for,
 )
-from jupyterhub_gpu.service.domain.metering import billed_minutes
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)

@@ -8,7 +8,8 @@ from html.parser import HTMLParser
 import pytest
 from traitlets.config import Config
 
-from jupyterhub_gpu.gpus.inventory import simulated_inventory, static_inventory
+from jupyterhub_gpu.gpus.inventory import static_inventory
+from jupyterhub_gpu.gpus.simulated import simulated_inventory
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
 from jupyterhub_gpu.spawners.assign.protocol import QueueCancelled

@@ -7,16 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyterhub_gpu.gpus.inventory import (
-    BACKENDS,
-    GPUDevice,
-    InventoryError,
-    make_inventory,
-    model_matches,
-    nvml_inventory,
-    simulated_inventory,
-    static_inventory,
-)
+from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
+from jupyterhub_gpu.gpus.inventory import BACKENDS, make_inventory, static_inventory
+from jupyterhub_gpu.gpus.names import model_matches
+from jupyterhub_gpu.gpus.nvml import nvml_inventory
+from jupyterhub_gpu.gpus.simulated import simulated_inventory
 
 # -- model_matches ------------------------------------------------------------------
 

@@ -8,20 +8,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.metering import (
+from jupyterhub_gpu.billing import (
     BudgetRule,
     UsageRow,
     billed_minutes,
     budget_status,
     charge,
     crossed_thresholds,
-    from_micros,
     period_window,
     spawn_refusal,
-    to_micros,
     user_statuses,
 )
+from jupyterhub_gpu.money import Currency, from_micros, to_micros
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -135,7 +133,7 @@ def test_gpu_hour_budget_does_not_limit_cpu_profiles_until_used_up():
 
 
 def test_rule_statuses_equal_budget_status_for_every_rule():
-    from jupyterhub_gpu.service.domain.metering import rule_statuses
+    from jupyterhub_gpu.billing import rule_statuses
 
     rules = [
         BudgetRule("user", "a", "month", "money", Decimal("100")),

@@ -9,10 +9,10 @@ from decimal import Decimal
 import pytest
 
 from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.env import make_gpu_env
 from jupyterhub_gpu.spawners.docker.objects import (
     make_container_spec,
     make_device_requests,
-    make_gpu_env,
     make_labels,
     make_network_spec,
     make_volume_binds,

@@ -5,15 +5,11 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
+from jupyterhub_gpu.gpus.device import GPUDevice as DeviceInfo
+from jupyterhub_gpu.gpus.device import GPUReading
+from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader, simulated_reading
 from jupyterhub_gpu.serverext.extension import budget_summary, session_cost
-from jupyterhub_gpu.serverext.sampler import (
-    DeviceInfo,
-    GPUReading,
-    KernelActivity,
-    Sampler,
-    SimulatedReader,
-    simulated_reading,
-)
+from jupyterhub_gpu.serverext.sampler import Sampler
 
 T4 = DeviceInfo("0", "GPU-1", "Simulated T4", 16384)
 
@@ -126,7 +122,7 @@ def test_stats_cost_is_never_in_exponent_form(monkeypatch):
 def test_kubernetes_pods_discover_their_gpus_and_count_gpu_hours_from_the_count(monkeypatch):
     """On Kubernetes the device plugin picks the GPUs: the server lists what NVML shows it, and a GPU-hour
     budget divides by JUPYTERHUB_GPU_COUNT (there is no device list in the environment)."""
-    from jupyterhub_gpu.serverext.extension import devices_from_env
+    from jupyterhub_gpu.env import devices_from_env
 
     # no NVIDIA driver on this machine: the pod sees no GPU (the panel then says why), never a made-up one
     assert devices_from_env({"JUPYTERHUB_GPU_DEVICE_DISCOVERY": "nvml", "JUPYTERHUB_GPU_DEVICE_INFO": "[]"}) == []

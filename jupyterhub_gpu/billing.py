@@ -1,9 +1,13 @@
-"""Metering: per-started-minute charges, budget periods and budget status, as pure functions.
+"""Billing: per-started-minute charges, budget periods and budget status, as pure functions.
 
-Money is kept as integer micro-units (millionths of the currency unit): a rate
-per minute is exact to six decimal places (see :mod:`jupyterhub_gpu.money`), so
-``minutes × rate`` is an exact integer and nothing is ever rounded except for
-display. GPU time is kept as integer GPU-minutes.
+The one per-minute core shared by the hub side (the spawners' budget refusal),
+the gpu service (metering, budgets, reports) and the user's server (cost so
+far). Imports nothing of ``jupyterhub``.
+
+Money is kept as integer micro-units (millionths of the currency unit, see
+:func:`jupyterhub_gpu.money.to_micros`): a rate per minute is exact to six
+decimal places, so ``minutes × rate`` is an exact integer and nothing is ever
+rounded except for display. GPU time is kept as integer GPU-minutes.
 """
 
 from __future__ import annotations
@@ -14,22 +18,11 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-MICROS = 1_000_000
+from jupyterhub_gpu.money import from_micros
+
 PERIODS = ("week", "month", "term")
 UNITS = ("money", "gpu_hours")
 _MINUTE_US = 60_000_000
-
-
-def to_micros(amount: Decimal) -> int:
-    """Exact micro-units of a Decimal; ValueError if it has more than six decimal places."""
-    micros = amount * MICROS
-    if micros != micros.to_integral_value():
-        raise ValueError(f"{amount} has more than six decimal places")
-    return int(micros)
-
-
-def from_micros(micros: int) -> Decimal:
-    return (Decimal(micros) / MICROS).normalize() if micros else Decimal(0)
 
 
 def billed_minutes(started: datetime, ended: datetime) -> int:
@@ -38,8 +31,12 @@ def billed_minutes(started: datetime, ended: datetime) -> int:
     A session that ran ``t`` seconds is charged ``ceil(t / 60)`` minutes (60 s -> 1,
     61 s -> 2); the first minute is charged at the start (0 s -> 1).
     """
-    elapsed_us = (ended - started) // timedelta(microseconds=1)
-    return max(1, -(-elapsed_us // _MINUTE_US))
+    return max(1, ceil_minutes(ended - started))
+
+
+def ceil_minutes(delta: timedelta) -> int:
+    """Whole minutes in ``delta``, a started minute counting whole (exact, in microseconds; negative stays negative)."""
+    return -(-(delta // timedelta(microseconds=1)) // _MINUTE_US)
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,8 @@ def charge(started: datetime, ended: datetime, rate_micros: int, gpu_count: int)
 # -- periods ---------------------------------------------------------------------------
 
 
-def _local_midnight(day: date, tz: ZoneInfo) -> datetime:
+def local_midnight(day: date, tz: ZoneInfo) -> datetime:
+    """The start of ``day`` in the lab's time zone, in UTC."""
     return datetime.combine(day, time(0), tzinfo=tz).astimezone(timezone.utc)
 
 
@@ -73,15 +71,15 @@ def period_window(
     local = now.astimezone(tz).date()
     if period == "week":
         monday = local - timedelta(days=local.weekday())
-        return _local_midnight(monday, tz), _local_midnight(monday + timedelta(days=7), tz)
+        return local_midnight(monday, tz), local_midnight(monday + timedelta(days=7), tz)
     if period == "month":
         first = local.replace(day=1)
         days = calendar.monthrange(first.year, first.month)[1]
-        return _local_midnight(first, tz), _local_midnight(first + timedelta(days=days), tz)
+        return local_midnight(first, tz), local_midnight(first + timedelta(days=days), tz)
     if period == "term":
         if term_start is None or term_end is None:
             raise ValueError("a term budget needs a start and an end date")
-        return _local_midnight(term_start, tz), _local_midnight(term_end + timedelta(days=1), tz)
+        return local_midnight(term_start, tz), local_midnight(term_end + timedelta(days=1), tz)
     raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
 
 
@@ -106,23 +104,25 @@ def reset_text(period: str, end: datetime, tz: ZoneInfo) -> str:
 # -- minutes and periods ---------------------------------------------------------------
 
 
-def minutes_in_window(started: datetime, minutes: int, start: datetime, end: datetime) -> int:
-    """How many of a session's ``minutes`` billed minutes fall in ``[start, end)``.
+def minutes_in_window(started: datetime, minutes: int, start: datetime | None, end: datetime | None) -> int:
+    """How many of a session's ``minutes`` billed minutes fall in ``[start, end)``; a bound of None is open.
 
     Minute ``k`` of a session (``0 <= k < minutes``) is the one that starts at
     ``started + 60k`` seconds, and it belongs to the period in which it starts:
     a minute that straddles a period boundary counts in the period it began in.
     Over periods that tile the time line, the counts add up to ``minutes``
     exactly, so the charges add up to the session's charge to the micro-unit.
+    Budgets, reports, savings and the usage pages all count with this.
     """
     if minutes <= 0:
         return 0
 
     def first_at_or_after(moment: datetime) -> int:
-        offset_us = (moment - started) // timedelta(microseconds=1)
-        return min(minutes, max(0, -(-offset_us // _MINUTE_US)))
+        return min(minutes, max(0, ceil_minutes(moment - started)))
 
-    return first_at_or_after(end) - first_at_or_after(start)
+    lo = 0 if start is None else first_at_or_after(start)
+    hi = minutes if end is None else first_at_or_after(end)
+    return max(0, hi - lo)
 
 
 # -- budget status ---------------------------------------------------------------------

@@ -1,0 +1,200 @@
+"""The one list of ``JUPYTERHUB_GPU_*`` environment variables: written by the spawners, read by the server side.
+
+The spawners put a session's facts in its server's environment with
+:func:`make_gpu_env` (Docker and local processes as they are;
+:func:`nvml_discovery_env` on Kubernetes, where the device plugin picks the
+GPUs); the server extension, the Keras callbacks, TensorBoard and the startup
+script read them back here. No other module names one of these variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+
+from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
+from jupyterhub_gpu.gpus.nvml import nvml_inventory
+from jupyterhub_gpu.money import Currency
+
+PREFIX = "JUPYTERHUB_GPU_"
+
+# -- what the spawner writes (one session) --------------------------------------------------
+#: The ledger's id of the session; its presence means "started by jupyterhub-gpu".
+SESSION_ID = "JUPYTERHUB_GPU_SESSION_ID"
+#: The profile's slug, display name and GPU model.
+PROFILE = "JUPYTERHUB_GPU_PROFILE"
+PROFILE_NAME = "JUPYTERHUB_GPU_PROFILE_NAME"
+MODEL = "JUPYTERHUB_GPU_MODEL"
+#: When the server started (ISO 8601, UTC), and the exact rate per minute as a decimal string.
+STARTED = "JUPYTERHUB_GPU_STARTED"
+RATE_PER_MINUTE = "JUPYTERHUB_GPU_RATE_PER_MINUTE"
+CURRENCY = "JUPYTERHUB_GPU_CURRENCY"
+CURRENCY_SYMBOL = "JUPYTERHUB_GPU_CURRENCY_SYMBOL"
+#: "1" when the GPUs are simulated (the demo and the tests).
+SIMULATED = "JUPYTERHUB_GPU_SIMULATED"
+#: The assigned GPUs: their UUIDs (comma-separated) and their index, uuid, name and memory (JSON).
+DEVICES = "JUPYTERHUB_GPU_DEVICES"
+DEVICE_INFO = "JUPYTERHUB_GPU_DEVICE_INFO"
+#: Kubernetes: "nvml" when the server lists its GPUs itself, how many it has, and the extended resource.
+DEVICE_DISCOVERY = "JUPYTERHUB_GPU_DEVICE_DISCOVERY"
+COUNT = "JUPYTERHUB_GPU_COUNT"
+RESOURCE = "JUPYTERHUB_GPU_RESOURCE"
+#: The gpu service's URL as the server reaches it (where the hub's config gives one).
+SERVICE_URL = "JUPYTERHUB_GPU_SERVICE_URL"
+#: The notebook job this server runs (servers the service starts for a job, docs/jobs.md).
+JOB_ID = "JUPYTERHUB_GPU_JOB_ID"
+
+# -- what an admin or a user may set in the server's environment ------------------------------
+#: Path of TensorBoard for the Lab's button, and the directory TensorBoard reads.
+TENSORBOARD_URL = "JUPYTERHUB_GPU_TENSORBOARD_URL"
+TENSORBOARD_LOGDIR = "JUPYTERHUB_GPU_TENSORBOARD_LOGDIR"
+#: Seconds the user's startup script may run.
+STARTUP_TIMEOUT = "JUPYTERHUB_GPU_STARTUP_TIMEOUT"
+#: The gpu service's URL for the ``jupyterhub-gpu`` command line.
+CLI_URL = "JUPYTERHUB_GPU_URL"
+
+#: Every variable of this list.
+NAMES = (
+    SESSION_ID,
+    PROFILE,
+    PROFILE_NAME,
+    MODEL,
+    STARTED,
+    RATE_PER_MINUTE,
+    CURRENCY,
+    CURRENCY_SYMBOL,
+    SIMULATED,
+    DEVICES,
+    DEVICE_INFO,
+    DEVICE_DISCOVERY,
+    COUNT,
+    RESOURCE,
+    SERVICE_URL,
+    JOB_ID,
+    TENSORBOARD_URL,
+    TENSORBOARD_LOGDIR,
+    STARTUP_TIMEOUT,
+    CLI_URL,
+)
+
+# -- written by the spawners ----------------------------------------------------------------
+
+
+def make_gpu_env(
+    *,
+    profile_slug: str,
+    device_uuids: list[str],
+    rate_per_minute: Decimal,
+    currency: str,
+    session_id: str,
+    started: datetime,
+    simulated: bool,
+    devices: list[dict] | None = None,
+    gpu_model: str = "",
+    profile_name: str = "",
+    currency_symbol: str = "",
+    service_url: str = "",
+) -> dict[str, str]:
+    """Environment variables that tell a server its GPUs, profile, rate and session.
+
+    ``devices`` (index, uuid, name, memory_mib of each assigned GPU) lets the
+    server extension label and size the GPUs it reads.
+    """
+    visible = ",".join(device_uuids)
+    env = {
+        # "void" hides every GPU from the NVIDIA runtime for a CPU-only profile;
+        # base images set NVIDIA_VISIBLE_DEVICES=all otherwise.
+        "NVIDIA_VISIBLE_DEVICES": visible or "void",
+        "CUDA_VISIBLE_DEVICES": visible,
+        PROFILE: profile_slug,
+        DEVICES: visible,
+        RATE_PER_MINUTE: str(rate_per_minute),
+        CURRENCY: currency,
+        SESSION_ID: session_id,
+        STARTED: isoformat(started),
+        SIMULATED: "1" if simulated else "0",
+        DEVICE_INFO: json.dumps(devices or [], sort_keys=True),
+        MODEL: gpu_model,
+        PROFILE_NAME: profile_name or profile_slug,
+        CURRENCY_SYMBOL: currency_symbol,
+    }
+    if service_url:
+        env[SERVICE_URL] = service_url
+    return env
+
+
+def nvml_discovery_env(gpu_count: int, gpu_resource: str) -> dict[str, str]:
+    """What changes on Kubernetes: a GPU pod lists the GPUs the device plugin gave it; a CPU pod has none."""
+    if not gpu_count:
+        return {COUNT: "0"}
+    return {DEVICES: "", DEVICE_INFO: "[]", DEVICE_DISCOVERY: "nvml", COUNT: str(gpu_count), RESOURCE: gpu_resource}
+
+
+# -- read by the server side ----------------------------------------------------------------
+
+
+def session_from_env(env: Mapping[str, str] = os.environ) -> dict | None:
+    """The session facts the spawner put in the environment, or None outside jupyterhub-gpu."""
+    if SESSION_ID not in env:
+        return None
+    currency = Currency.from_config(env.get(CURRENCY, "USD"), env.get(CURRENCY_SYMBOL) or None)
+    return {
+        "id": env[SESSION_ID],
+        "profile": env.get(PROFILE, ""),
+        "display_name": env.get(PROFILE_NAME, env.get(PROFILE, "")),
+        "gpu_model": env.get(MODEL, ""),
+        "started": env.get(STARTED, ""),
+        "rate_per_minute": env.get(RATE_PER_MINUTE, "0"),
+        "currency": currency.code,
+        "currency_symbol": currency.symbol,
+        "simulated": env.get(SIMULATED) == "1",
+    }
+
+
+def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
+    """The GPUs assigned to this server: listed by the spawner, or (Kubernetes) found with NVML."""
+    if env.get(DEVICE_DISCOVERY) == "nvml":
+        # Kubernetes: the device plugin chose the GPUs and made only those visible to this pod
+        try:
+            return nvml_inventory()
+        except InventoryError:
+            return []
+    info = env.get(DEVICE_INFO)
+    if info:
+        return [GPUDevice(str(d["index"]), d["uuid"], d["name"], int(d["memory_mib"])) for d in json.loads(info)]
+    uuids = [u for u in env.get(DEVICES, "").split(",") if u]
+    return [GPUDevice(str(i), u, u, 0) for i, u in enumerate(uuids)]
+
+
+def gpu_count_from_env(env: Mapping[str, str] = os.environ) -> int:
+    """How many GPUs this server has: the count the spawner wrote, else the number of listed devices."""
+    return int(env.get(COUNT) or 0) or len(json.loads(env.get(DEVICE_INFO, "[]")))
+
+
+def service_url_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """The gpu service's URL as this server reaches it, or ""."""
+    return env.get(SERVICE_URL, "")
+
+
+def tensorboard_url_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """The path of TensorBoard an admin set for the Lab's button, or ""."""
+    return env.get(TENSORBOARD_URL, "")
+
+
+def tensorboard_logdir_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """The directory TensorBoard should read, as set, or ""."""
+    return env.get(TENSORBOARD_LOGDIR) or ""
+
+
+def job_id_from_env(env: Mapping[str, str] = os.environ) -> str | None:
+    """The notebook job this server runs, or None for an interactive server."""
+    return env.get(JOB_ID) or None
+
+
+def startup_timeout_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """The startup script's time limit as set (seconds, text), or ""."""
+    return env.get(STARTUP_TIMEOUT, "").strip()

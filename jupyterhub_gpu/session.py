@@ -1,0 +1,115 @@
+"""A GPU session as every side knows it: its start, why it stopped, and when its GPU counts as idle.
+
+Pure and shared by the hub side (the spawners write the start and the stop),
+the gpu service (the tick, the reconciliation, reports) and the ledger; imports
+nothing of ``jupyterhub``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from enum import Enum
+
+from jupyterhub_gpu.money import to_micros
+
+#: A sampled minute under this mean GPU utilization (percent), with no busy kernel, is idle: the
+#: default of the ``gpu_idle`` and ``inactive`` cull rules, the savings report and the cull simulator.
+IDLE_UTIL_PERCENT = 5
+
+
+class StopReason(str, Enum):
+    """Why a session stopped, as the ledger stores it (``gpu_sessions.stop_reason``).
+
+    The values are the ledger's strings, unchanged: a member compares equal to
+    its string and is stored, formatted and serialized as it.
+    """
+
+    #: The user (or an admin) stopped the server.
+    STOPPED = "stopped"
+    #: The server ended on its own.
+    EXITED = "exited"
+    #: The service stopped it: a budget it draws from was used up.
+    BUDGET = "budget"
+    #: Cull rules (``culling.CullRule.kind``).
+    GPU_IDLE = "gpu_idle"
+    INACTIVE = "inactive"
+    MAX_AGE = "max_age"
+    #: The service found it gone at a reconciliation with the hub (stopped while the service was down).
+    RECONCILED = "reconciled"
+    #: Notebook jobs and "stop when done" (docs/jobs.md).
+    JOB_FINISHED = "job_finished"
+    JOB_TIME_LIMIT = "job_time_limit"
+    JOB_CANCELLED = "job_cancelled"
+    STOP_WHEN_DONE = "stop_when_done"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The stop reasons of cull rules, in report order.
+CULL_REASONS = (StopReason.GPU_IDLE, StopReason.INACTIVE, StopReason.MAX_AGE)
+#: The stop reasons of notebook-job runs and "stop when done".
+RUN_REASONS = (
+    StopReason.JOB_FINISHED,
+    StopReason.JOB_TIME_LIMIT,
+    StopReason.JOB_CANCELLED,
+    StopReason.STOP_WHEN_DONE,
+)
+
+
+def default_pool(groups) -> str | None:
+    """The documented default pool of a session: the first of its groups in sorted order (also for old rows)."""
+    names = sorted(groups)
+    return names[0] if names else None
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    """What a spawner knows when its server has started."""
+
+    id: str
+    user: str
+    server_name: str
+    groups: tuple[str, ...]
+    profile: str
+    gpus: tuple[str, ...]
+    rate_micros: int
+    currency: str
+    started: datetime
+    simulated: bool = False
+    #: The one group whose budget pays; None: the default, the first of ``groups`` in sorted order.
+    pool: str | None = None
+
+    def pool_name(self) -> str | None:
+        """The group that pays; ValueError for a pool that is not one of the user's groups."""
+        if self.pool is None:
+            return default_pool(self.groups)
+        if self.pool not in self.groups:
+            raise ValueError(
+                f"session {self.id}: the pool {self.pool!r} is not one of the groups {sorted(self.groups)}"
+            )
+        return self.pool
+
+    @classmethod
+    def from_spawner_state(cls, user: str, server_name: str, groups, gpu: dict) -> SessionStart:
+        """The start of a session from the ``gpu`` part of a spawner's state.
+
+        The spawner records its own start with it, and the service's
+        reconciliation records the start of a running server the ledger missed.
+        ``groups`` count only where the state has none of its own.
+        """
+        return cls(
+            id=gpu["session_id"],
+            user=user,
+            server_name=server_name,
+            groups=tuple(gpu.get("groups", groups)),
+            pool=gpu.get("pool"),
+            profile=gpu["profile"],
+            gpus=tuple(gpu.get("devices", [])),
+            rate_micros=to_micros(Decimal(gpu["rate_per_minute"])),
+            currency=gpu["currency"],
+            started=datetime.fromisoformat(gpu["started"].replace("Z", "+00:00")),
+            simulated=bool(gpu.get("simulated", False)),
+        )
