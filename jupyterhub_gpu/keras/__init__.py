@@ -25,7 +25,7 @@ __all__ = ["BudgetGuard", "CheckpointAndResume", "PlateauStop"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from jupyterhub_gpu.keras import callbacks
+        from jupyterhub_gpu.keras import callbacks  # optional heavy dependency: TensorFlow, on first use
 
         return getattr(callbacks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,8 @@ def _jupyter_server_extension_points():
 
 
 def _load_jupyter_server_extension(serverapp):
+    # optional heavy dependency: jupyter_server and tornado, loaded only when jupyter_server loads the extension
+    # (the sampler and the Keras callbacks import this package without them)
     from jupyterhub_gpu.serverext.extension import load
 
     serverapp.jupyterhub_gpu = load(serverapp)

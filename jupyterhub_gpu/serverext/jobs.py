@@ -79,13 +79,14 @@ def output_dir(serverapp, job_id: str) -> Path:
 
 
 def read_notebook(path: Path):
-    import nbformat
+    import nbformat  # optional heavy dependency: only a job's server reads notebooks
 
     return nbformat.read(path, as_version=4) if path.is_file() else None
 
 
 async def execute_notebook(serverapp, spec: dict, out_dir: Path, log: JobLog) -> tuple[str, str | None]:
     """Execute the job's notebook; (state, error) with state succeeded, failed or timed_out."""
+    # optional heavy dependencies: nbformat and nbclient, only in a job's server
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -95,7 +96,7 @@ async def execute_notebook(serverapp, spec: dict, out_dir: Path, log: JobLog) ->
     if nb is None:
         return "failed", f"The notebook ~/{spec['notebook']} does not exist."
     if spec.get("parameters"):
-        from papermill.parameterize import parameterize_notebook
+        from papermill.parameterize import parameterize_notebook  # optional heavy dependency: only with parameters
 
         for cell in nb.cells:  # papermill reads every cell's tags, and its own metadata
             cell.metadata.setdefault("tags", [])

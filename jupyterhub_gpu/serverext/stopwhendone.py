@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
@@ -198,8 +198,6 @@ class StopWhenDone:
 
 
 def _seconds(value: float):
-    from datetime import timedelta
-
     return timedelta(seconds=value)
 
 

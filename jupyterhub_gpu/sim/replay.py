@@ -147,7 +147,10 @@ def parse_session(data, line: int = 0) -> TraceSession:
     if not isinstance(raw_minutes, list) or not raw_minutes:
         raise ValueError("'minutes' must be a non-empty list, one entry per started minute")
     if end is not None:
-        expected = max(1, math.ceil((end - start) / 60))
+        # the minutes billing charges for start..end (to the microsecond, as the replay bills them)
+        expected = billed_minutes(
+            datetime.fromtimestamp(start, timezone.utc), datetime.fromtimestamp(end, timezone.utc)
+        )
         if len(raw_minutes) != expected:
             raise ValueError(
                 f"'minutes' has {len(raw_minutes)} entries but start..end ({end - start:g} s) spans {expected}"
