@@ -19,7 +19,7 @@ sessions that nothing cheaper fits.
 The service computes advice at each session's close (final) and, for sessions
 running longer than ``live_after_minutes`` (default 30), every few minutes while
 they run (live); both are stored in ``gpu_session_advice``, one row per session
-(:func:`update_advice`). The REST API serves it with each session and sums it per
+(:func:`..tick.update_advice`). The REST API serves it with each session and sums it per
 group and per profile (:func:`summary`). Money is integer micro-units.
 """
 
@@ -33,13 +33,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
 
-from sqlalchemy import and_, or_, select
-
 from jupyterhub_gpu.billing import billed_minutes
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.gpus.names import gpu_family, memory_from_name
 from jupyterhub_gpu.ledger.models import SessionAdvice, SessionRecord
-from jupyterhub_gpu.ledger.queries.filters import sessions_started
+from jupyterhub_gpu.ledger.queries.advice import (
+    final_advice_rows,
+    running_sessions_due_for_advice,
+    save_advice,
+    sessions_without_final_advice,
+)
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, from_micros, to_micros
 from jupyterhub_gpu.service.domain.notices import Message, Once
@@ -467,16 +470,7 @@ def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) 
         saving_micros=advice.saving_micros,
         message=advice.message,
     )
-    with ledger.Session() as db:
-        row = db.get(SessionAdvice, session.id)
-        if row is None:
-            row = SessionAdvice(session_id=session.id, **values)
-            db.add(row)
-        elif not row.final or session.final:
-            for key, value in values.items():
-                setattr(row, key, value)
-        db.commit()
-        return row
+    return save_advice(ledger, session.id, session.final, values)
 
 
 def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOption]) -> SessionFacts:
@@ -505,39 +499,16 @@ def sessions_to_judge(ledger: Ledger, now: datetime, settings: AdviceSettings) -
     samples arrive late). A running session is judged once it has run
     ``live_after_minutes`` and again every ``LIVE_REFRESH``.
     """
-    s, a = SessionRecord, SessionAdvice
-    closed_query = (
-        select(s)
-        .outerjoin(a, a.session_id == s.id)
-        .where(
-            s.stopped.is_not(None),
-            s.stopped <= naive_utc(now - CLOSE_DELAY),
-            s.stopped >= naive_utc(now - CLOSED_LOOKBACK),
-            s.gpu_count > 0,
-            or_(a.session_id.is_(None), a.final.is_(False)),
-        )
-        .order_by(s.stopped)
-        .limit(BATCH)
+    closed = sessions_without_final_advice(ledger, now - CLOSED_LOOKBACK, now - CLOSE_DELAY, BATCH)
+    live = running_sessions_due_for_advice(
+        ledger,
+        now - timedelta(minutes=settings.live_after_minutes),
+        now - LIVE_REFRESH,
+        # judged every LIVE_REFRESH, and sooner while there were too few samples to judge
+        UNJUDGED,
+        now - UNJUDGED_REFRESH,
+        BATCH,
     )
-    live_query = (
-        select(s)
-        .outerjoin(a, a.session_id == s.id)
-        .where(
-            s.stopped.is_(None),
-            s.gpu_count > 0,
-            s.started <= naive_utc(now - timedelta(minutes=settings.live_after_minutes)),
-            # judged every LIVE_REFRESH, and sooner while there were too few samples to judge
-            or_(
-                a.session_id.is_(None),
-                a.computed <= naive_utc(now - LIVE_REFRESH),
-                and_(a.reason.in_(UNJUDGED), a.computed <= naive_utc(now - UNJUDGED_REFRESH)),
-            ),
-        )
-        .limit(BATCH)
-    )
-    with ledger.Session() as db:
-        closed = list(db.scalars(closed_query))
-        live = list(db.scalars(live_query))
     return closed, live
 
 
@@ -555,17 +526,6 @@ def advice_message(record: SessionRecord, advice: Advice) -> Message:
 
 
 # -- reading it back ----------------------------------------------------------------------------
-
-
-def advice_of(ledger: Ledger, session_ids: Sequence[str]) -> dict[str, SessionAdvice]:
-    """The stored advice of these sessions (only those that have one), in chunks of the primary key."""
-    found: dict[str, SessionAdvice] = {}
-    ids = list(session_ids)
-    with ledger.Session() as db:
-        for i in range(0, len(ids), 500):
-            for row in db.scalars(select(SessionAdvice).where(SessionAdvice.session_id.in_(ids[i : i + 500]))):
-                found[row.session_id] = row
-    return found
 
 
 def advice_json(row: SessionAdvice | None, currency: Currency) -> dict | None:
@@ -644,22 +604,11 @@ def summary(
     to what that group paid for, and the per-group rows add up to the total
     (less the sessions of users in no group), as the spend does.
     """
-    s, a = SessionRecord, SessionAdvice
-    query = (
-        select(a, s.user, s.groups, s.started, s.pool)
-        .join(s, s.id == a.session_id)
-        .where(a.final.is_(True), a.reason.in_(JUDGED))
-        .order_by(s.started, s.id)
-    )
-    query = sessions_started(query, since, until)
-    if group is not None:
-        query = query.where(s.pool == group)
     total = Tally()
     by_group: dict[str, Tally] = {}
     by_profile: dict[str, Tally] = {}
     sessions = []
-    with ledger.Session() as db:
-        rows = list(db.execute(query))
+    rows = final_advice_rows(ledger, since, until, group, JUDGED)
     names = {p["slug"]: p["display_name"] for p in ledger.pricing()}
     for row, user, groups, started, pool in rows:
         group_list = json.loads(groups or "[]")
