@@ -83,7 +83,8 @@ def decimal_str(value: Decimal, unit: str = "money") -> str:
 def session_json(record, now: datetime, currency, advice: dict | None = None, window: tuple = (None, None)) -> dict:
     """A session as the API shows it: cost so far for running ones, the final charge for stopped ones.
 
-    ``advice`` is its right-sizing advice (:func:`~jupyterhub_gpu.service.domain.advice.advice_json`), None when it has none.
+    ``advice`` is its right-sizing advice
+    (:func:`~jupyterhub_gpu.service.domain.advice.advice_json`), None when it has none.
     ``minutes_in_window`` and ``cost_in_window`` are the part of it inside ``window``
     (``since``, ``until``): a minute counts in the window in which it starts, as
     budgets count it, so the reports of consecutive windows add up to the charge.
