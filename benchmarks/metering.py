@@ -409,7 +409,7 @@ async def measure(coro_factory, ledger: Ledger, hub: HubClient, profile: cProfil
 
 
 def make_notify(ledger: Ledger, settings: AlertSettings, now_box: list[datetime]):
-    """GPUService.notify, with the tick's clock instead of the wall clock."""
+    """tick.budget_notify, with the tick's clock instead of the wall clock."""
 
     async def notify(user, groups, status, threshold):
         alert = BudgetAlert.from_status(
