@@ -1,0 +1,74 @@
+"""The admins' edits of profile prices and access in the ledger (``gpu_profile_overrides``, one row per profile).
+
+:mod:`jupyterhub_gpu.service.domain.overrides` validates the edits and applies them over the configured
+profiles; here they are read and written, as :class:`Override` values (``None``: the configured value).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import select
+
+from jupyterhub_gpu.clock import naive_utc
+from jupyterhub_gpu.ledger.models import ProfileOverride
+from jupyterhub_gpu.ledger.store import Ledger
+
+
+@dataclass(frozen=True)
+class Override:
+    """A validated edit; ``None`` fields keep the configured value."""
+
+    slug: str
+    price_per_gpu_hour: Decimal | None = None
+    price_per_hour: Decimal | None = None
+    allowed_groups: tuple[str, ...] | None = None
+
+
+def _override(row: ProfileOverride) -> Override:
+    return Override(
+        slug=row.slug,
+        price_per_gpu_hour=Decimal(row.price_per_gpu_hour) if row.price_per_gpu_hour is not None else None,
+        price_per_hour=Decimal(row.price_per_hour) if row.price_per_hour is not None else None,
+        allowed_groups=tuple(json.loads(row.allowed_groups)) if row.allowed_groups is not None else None,
+    )
+
+
+def load_overrides(ledger: Ledger) -> dict[str, Override]:
+    """Every profile's override, by slug (one small query)."""
+    with ledger.Session() as db:
+        return {row.slug: _override(row) for row in db.scalars(select(ProfileOverride))}
+
+
+def _text(price: Decimal | None) -> str | None:
+    return None if price is None else f"{price:f}"
+
+
+def save_override(ledger: Ledger, override: Override, now: datetime, by: str) -> None:
+    """Create or replace one profile's override."""
+    with ledger.Session() as db:
+        row = db.get(ProfileOverride, override.slug)
+        if row is None:
+            row = ProfileOverride(slug=override.slug)
+            db.add(row)
+        row.price_per_gpu_hour = _text(override.price_per_gpu_hour)
+        row.price_per_hour = _text(override.price_per_hour)
+        groups = override.allowed_groups
+        row.allowed_groups = json.dumps(sorted(groups)) if groups is not None else None
+        row.updated = naive_utc(now)
+        row.updated_by = by
+        db.commit()
+
+
+def delete_override(ledger: Ledger, slug: str) -> bool:
+    """Back to the configured values; False if there was no override."""
+    with ledger.Session() as db:
+        row = db.get(ProfileOverride, slug)
+        if row is None:
+            return False
+        db.delete(row)
+        db.commit()
+        return True
