@@ -47,7 +47,8 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart  # noqa: E402
+from jupyterhub_gpu.ledger.store import Ledger  # noqa: E402
+from jupyterhub_gpu.session import SessionStart  # noqa: E402
 from tests.conftest import Hub, wait_for  # noqa: E402
 from tests.service.conftest import gpu_hub_config  # noqa: E402
 

@@ -21,7 +21,8 @@ from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.batch import SampleBatcher
 from jupyterhub_gpu.ledger.models import Base, SessionRecord
 from jupyterhub_gpu.ledger.queries.samples import Push, Sample, SampleError, record_sample, session_minutes
-from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger, SessionStart, upgrade
+from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger, upgrade
+from jupyterhub_gpu.session import SessionStart
 
 T0 = datetime(2026, 11, 29, 19, 46, 4, 123456, tzinfo=timezone.utc)
 T4_RATE = 50_000  # ¥0.05 per minute, in micro-units
