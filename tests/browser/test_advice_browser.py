@@ -7,8 +7,8 @@ import re
 import pytest
 import requests
 
+from jupyterhub_gpu.ledger.queries.advice import advice_of
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.advice import advice_of
 from tests.browser.conftest import shot
 from tests.browser.test_lab_browser import close_toasts
 from tests.conftest import wait_for

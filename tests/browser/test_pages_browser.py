@@ -19,7 +19,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart, UsageMinute, _naive
+from jupyterhub_gpu.clock import naive_utc as _naive
+from jupyterhub_gpu.ledger.models import UsageMinute
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -24,9 +24,11 @@ from types import SimpleNamespace
 
 from traitlets.config import Config
 
+from jupyterhub_gpu.clock import aware_utc as _aware
 from jupyterhub_gpu.clock import isoformat
-from jupyterhub_gpu.ledger.store import _aware, shared_ledger
-from jupyterhub_gpu.service.web.usage import parse_sample, record_sample
+from jupyterhub_gpu.ledger.queries.samples import record_sample
+from jupyterhub_gpu.ledger.store import shared_ledger
+from jupyterhub_gpu.service.domain.samples import parse_sample
 from jupyterhub_gpu.spawners import mixin as mixin_module
 from jupyterhub_gpu.spawners.kube import spawner as kube_module
 from jupyterhub_gpu.spawners.local import GPULocalSpawner

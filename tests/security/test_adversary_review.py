@@ -95,7 +95,7 @@ def test_a_number_too_large_for_a_float_is_a_400_not_a_stored_infinity():
     import json
 
     from jupyterhub_gpu.service.domain.jobs import parse_job_request
-    from jupyterhub_gpu.service.web.api import BadRequest, parse_json_body
+    from jupyterhub_gpu.service.web.params import BadRequest, parse_json_body
 
     for body in (b'{"notebook": "a.ipynb", "parameters": {"lr": 1e400}}', b'{"x": -1E+309}', b"[1.5e99999]"):
         with pytest.raises(BadRequest, match="too large a number"):
@@ -107,7 +107,7 @@ def test_a_number_too_large_for_a_float_is_a_400_not_a_stored_infinity():
 
 
 def test_a_body_over_the_limit_is_refused_unparsed():
-    from jupyterhub_gpu.service.web.api import MAX_BODY_BYTES, BadRequest, parse_json_body
+    from jupyterhub_gpu.service.web.params import MAX_BODY_BYTES, BadRequest, parse_json_body
 
     assert parse_json_body(b" " * (MAX_BODY_BYTES - 2) + b"{}") == {}
     with pytest.raises(BadRequest, match="larger than 1024 KiB"):
@@ -124,8 +124,9 @@ def test_the_service_refuses_a_body_over_1_mib_and_stores_nothing(tmp_path):
     import requests
 
     from jupyterhub_gpu.clock import isoformat
-    from jupyterhub_gpu.ledger.store import Ledger, SessionStart
-    from jupyterhub_gpu.service.web.usage import session_minutes
+    from jupyterhub_gpu.ledger.queries.samples import session_minutes
+    from jupyterhub_gpu.ledger.store import Ledger
+    from jupyterhub_gpu.session import SessionStart
     from tests.conftest import Hub, wait_for
     from tests.service.conftest import gpu_hub_config
 

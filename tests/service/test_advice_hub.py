@@ -11,11 +11,13 @@ import pytest
 import requests
 
 from jupyterhub_gpu.ledger.models import UsageMinute
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.queries.advice import advice_of
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, advice_of
+from jupyterhub_gpu.service.domain.advice import AdviceSettings
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.tick import send_digests, update_advice
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

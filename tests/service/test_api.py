@@ -22,8 +22,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
-from jupyterhub_gpu.service.domain.metering import BudgetRule
+from jupyterhub_gpu.billing import BudgetRule
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import BIN, Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 
@@ -445,7 +446,8 @@ NOVEMBER_2024 = "since=2024-11-01&until=2024-11-30"
 
 
 def seed_culled(env) -> None:
-    from jupyterhub_gpu.service.web.usage import Sample, record_sample
+    from jupyterhub_gpu.ledger.queries.samples import record_sample
+    from jupyterhub_gpu.service.domain.samples import Sample
 
     for sid, user, groups, gpus, rate, started, seconds, reason in CULLED:
         profile = "t4" if rate == 50_000 else "a100"

@@ -25,7 +25,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu.billing import BudgetRule, period_window
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import BIN, Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -15,12 +15,14 @@ import io
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
-from jupyterhub_gpu.service.domain.jobs import JobRequest, create_job, get_job, update_job
+from jupyterhub_gpu.ledger.queries.jobs import create_job, get_job, update_job
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.service.domain.jobs import JobRequest
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.domain.savings import culling_report
 from jupyterhub_gpu.service.notify import slack_text, webhook_body
 from jupyterhub_gpu.service.web.views import csv_cell, culling_csv, table_csv, usage_csv
+from jupyterhub_gpu.session import SessionStart
 
 UTC = timezone.utc
 EVIL = ['=HYPERLINK("http://x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tx", "\r=1"]

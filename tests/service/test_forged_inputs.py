@@ -25,13 +25,15 @@ import pytest
 import requests
 
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.ledger.queries.advice import advice_of
+from jupyterhub_gpu.ledger.queries.overrides import Override, load_overrides, save_override
 from jupyterhub_gpu.ledger.queries.samples import MAX_SAMPLES_PER_MINUTE, record_sample, session_minutes
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, advice_of
-from jupyterhub_gpu.service.domain.overrides import Override, load_overrides, save_override
+from jupyterhub_gpu.service.domain.advice import AdviceSettings
 from jupyterhub_gpu.service.domain.samples import MAX_CLOCK_SKEW, Sample
 from jupyterhub_gpu.service.tick import update_advice
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import ServiceUsers, gpu_hub_config
 

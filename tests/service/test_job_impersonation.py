@@ -18,18 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.queries.jobs import active_jobs, create_job, get_job, update_job
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.jobs import (
-    JobRequest,
-    active_jobs,
-    create_job,
-    get_job,
-    run_message,
-    update_job,
-)
+from jupyterhub_gpu.service.domain.jobs import JobRequest, run_message
 from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.tick import announce_finished_runs, enforce_jobs
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import ServiceUsers, gpu_hub_config
 

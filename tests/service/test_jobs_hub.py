@@ -16,18 +16,12 @@ import nbformat
 import pytest
 import requests
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.queries.jobs import create_job, get_job, update_job
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.jobs import (
-    JobError,
-    JobRequest,
-    create_job,
-    get_job,
-    parse_job_request,
-    run_message,
-    update_job,
-)
+from jupyterhub_gpu.service.domain.jobs import JobError, JobRequest, parse_job_request, run_message
 from jupyterhub_gpu.service.tick import announce_finished_runs
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 import requests
 
+from jupyterhub_gpu.billing import BudgetRule
+from jupyterhub_gpu.ledger.queries.samples import session_minutes
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import BudgetRule
-from jupyterhub_gpu.service.web.usage import session_minutes
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

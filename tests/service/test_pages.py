@@ -22,10 +22,13 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.queries.overrides import load_overrides
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service import i18n
-from jupyterhub_gpu.service.domain.overrides import AccessError, load_overrides, parse_override
-from jupyterhub_gpu.service.web.pages import daily_series, table_csv, totals_by
+from jupyterhub_gpu.service.domain.overrides import AccessError, parse_override
+from jupyterhub_gpu.service.web.pages import daily_series, totals_by
+from jupyterhub_gpu.service.web.views import table_csv
+from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.spawners.profiles import apply_overrides, parse_profiles
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import gpu_hub_config

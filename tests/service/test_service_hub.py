@@ -157,7 +157,7 @@ def test_running_user_reaching_the_budget_is_warned_then_stopped(make_hub, tmp_p
 
 
 def test_reconciliation_closes_sessions_the_hub_no_longer_runs(make_hub, tmp_path):
-    from jupyterhub_gpu.ledger.store import SessionStart
+    from jupyterhub_gpu.session import SessionStart
 
     hub = make_hub(gpu_hub_config(tmp_path, reconcile=1, tick=1))
     hub.create_users("kept", "ghost")

@@ -10,7 +10,8 @@ import pytest
 
 from jupyterhub_gpu.gpus.names import memory_from_name
 from jupyterhub_gpu.ledger.models import UsageMinute
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.queries.advice import advice_of
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, to_micros
 from jupyterhub_gpu.service.domain.advice import (
     AdviceError,
@@ -20,7 +21,6 @@ from jupyterhub_gpu.service.domain.advice import (
     SessionFacts,
     SessionUsage,
     advice_json,
-    advice_of,
     advise,
     catalogue,
     compute_ratio,
@@ -28,6 +28,7 @@ from jupyterhub_gpu.service.domain.advice import (
     summary,
 )
 from jupyterhub_gpu.service.tick import update_advice
+from jupyterhub_gpu.session import SessionStart
 
 CNY = Currency.from_config("CNY")
 GB = 1024

@@ -31,7 +31,7 @@ from jupyterhub_gpu.billing import (
     spawn_refusal,
 )
 from jupyterhub_gpu.ledger.models import Budget
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.alerts import BudgetAlert, parse_thresholds
 from jupyterhub_gpu.service.domain.notices import AlertSettings
@@ -39,6 +39,7 @@ from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.tick import deliver, enforce_budgets
 from jupyterhub_gpu.service.web import params, views
+from jupyterhub_gpu.session import SessionStart
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")

@@ -12,9 +12,20 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpu.money import MAX_AMOUNT, RATE_PLACES, Currency, MoneyError, parse_amount, rate_per_minute
-from jupyterhub_gpu.service.domain.metering import MICROS, billed_minutes, charge, from_micros, to_micros
-from jupyterhub_gpu.service.web.api import BadRequest, money_str, parse_limit
+from jupyterhub_gpu.billing import billed_minutes, charge
+from jupyterhub_gpu.money import (
+    MAX_AMOUNT,
+    MICROS,
+    RATE_PLACES,
+    Currency,
+    MoneyError,
+    from_micros,
+    parse_amount,
+    rate_per_minute,
+    to_micros,
+)
+from jupyterhub_gpu.service.web.params import BadRequest, parse_limit
+from jupyterhub_gpu.service.web.views import money_str
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

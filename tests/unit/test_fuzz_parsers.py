@@ -16,9 +16,11 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from jupyterhub_gpu.billing import PERIODS, UNITS, period_window
+from jupyterhub_gpu.money import to_micros
 from jupyterhub_gpu.service.domain.culling import KINDS, CullRule, parse_config
-from jupyterhub_gpu.service.domain.metering import PERIODS, UNITS, period_window, to_micros
-from jupyterhub_gpu.service.web.api import (
+from jupyterhub_gpu.service.domain.samples import SAMPLE_FIELDS, SampleError, parse_sample
+from jupyterhub_gpu.service.web.params import (
     BUDGET_FIELDS,
     CULLING_PARAMS,
     USAGE_PARAMS,
@@ -28,7 +30,6 @@ from jupyterhub_gpu.service.web.api import (
     parse_json_body,
     parse_usage_query,
 )
-from jupyterhub_gpu.service.web.usage import SAMPLE_FIELDS, SampleError, parse_sample
 from jupyterhub_gpu.spawners.profiles import (
     PROFILE_FIELDS,
     OptionsError,

@@ -15,11 +15,11 @@ from decimal import Decimal
 
 import pytest
 
+from jupyterhub_gpu.ledger.queries.overrides import Override
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import MAX_RATE_PER_MINUTE, MoneyError, profile_rate
 from jupyterhub_gpu.service.domain.overrides import (
     AccessError,
-    Override,
     apply_to_pricing,
     parse_override,
 )
@@ -124,13 +124,14 @@ def test_the_advice_prices_profiles_with_the_admins_edits(ledger):
     """The T4 edited to 30/GPU-hour (0.5/min) is no longer cheaper than the A100 (0.25/min): no advice to take it."""
     from datetime import timedelta
 
+    from jupyterhub_gpu.ledger.queries.advice import advice_of
+    from jupyterhub_gpu.ledger.queries.overrides import save_override
     from jupyterhub_gpu.ledger.queries.samples import record_sample
-    from jupyterhub_gpu.ledger.store import SessionStart
     from jupyterhub_gpu.money import Currency
-    from jupyterhub_gpu.service.domain.advice import AdviceSettings, advice_of
-    from jupyterhub_gpu.service.domain.overrides import save_override
+    from jupyterhub_gpu.service.domain.advice import AdviceSettings
     from jupyterhub_gpu.service.domain.samples import Sample
     from jupyterhub_gpu.service.tick import update_advice
+    from jupyterhub_gpu.session import SessionStart
 
     config = [
         {"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "price_per_gpu_hour": "3.00"},

@@ -20,12 +20,13 @@ import pytest
 
 from jupyterhub_gpu.ledger.models import UsageMinute
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, to_micros
 from jupyterhub_gpu.service.domain.advice import AdviceSettings, summary
 from jupyterhub_gpu.service.domain.savings import culling_report
 from jupyterhub_gpu.service.tick import update_advice
 from jupyterhub_gpu.service.web import views
+from jupyterhub_gpu.session import SessionStart
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
