@@ -37,16 +37,16 @@ from tornado.log import app_log
 from jupyterhub_gpu.billing import applies_to, local_midnight, minutes_in_window
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
 from jupyterhub_gpu.ledger.queries.overrides import Override, delete_override, load_overrides, save_override
-from jupyterhub_gpu.money import from_micros, to_micros
+from jupyterhub_gpu.money import to_micros
 from jupyterhub_gpu.service.domain.advice import summary as advice_summary
 from jupyterhub_gpu.service.domain.overrides import AccessError, apply_to_pricing, parse_override
-from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON, culling_report
+from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON, Tally, culling_report
 from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, negotiate, translator
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, parse_budget, query_values, query_window, validate_subject
-from jupyterhub_gpu.service.web.views import sessions_json, status_json, table_csv, usage_csv, usage_totals
+from jupyterhub_gpu.service.web.views import money_str, sessions_json, status_json, table_csv, usage_csv, usage_totals
 from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -114,9 +114,7 @@ def daily_series(sessions: list[dict], tz, since: datetime | None, until: dateti
         days = sorted(spend)
     else:
         days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
-    return [
-        {"day": d.isoformat(), "spend": f"{from_micros(spend[d]):f}", "gpu_hours": gpu_hours(minutes[d])} for d in days
-    ]
+    return [{"day": d.isoformat(), "spend": money_str(spend[d]), "gpu_hours": gpu_hours(minutes[d])} for d in days]
 
 
 def totals_by(sessions: list[dict], key) -> list[dict]:
@@ -136,10 +134,19 @@ def totals_by(sessions: list[dict], key) -> list[dict]:
             "sessions": r["sessions"],
             "minutes": r["minutes"],
             "gpu_hours": gpu_hours(r["gpu_minutes"]),
-            "spend": f"{from_micros(r['micros']):f}",
+            "spend": money_str(r["micros"]),
         }
         for r in ordered
     ]
+
+
+def saved_row(tally: Tally, currency: str) -> dict:
+    """A row of the pages' culling table: sessions, GPU-hours and money saved (in ``currency``)."""
+    return {
+        "sessions": tally.sessions,
+        "gpu_hours_saved": gpu_hours(tally.gpu_minutes),
+        "money_saved": money_str(tally.money_micros.get(currency, 0)),
+    }
 
 
 def month_start(now: datetime, tz) -> datetime:
@@ -327,30 +334,13 @@ class PageHandler(BaseHandler):
         facts, counts = load_culling_inputs(self.ledger, since, end, group)
         report = culling_report(facts, counts, since, until, now, DEFAULT_HORIZON, group)
         currency = self.ctx.currency.code
-        rows = [
-            {
-                "name": reason,
-                "sessions": report.by_reason[reason].sessions,
-                "gpu_hours_saved": gpu_hours(report.by_reason[reason].gpu_minutes),
-                "money_saved": f"{from_micros(report.by_reason[reason].money_micros.get(currency, 0)):f}",
-            }
-            for reason in CULL_REASONS
-        ]
-        budget = report.budget
+        rows = [{"name": reason, **saved_row(report.by_reason[reason], currency)} for reason in CULL_REASONS]
         billed = report.billed_gpu_minutes
         busy = billed - report.billed_idle_gpu_minutes - report.billed_unsampled_gpu_minutes
         return {
             "rows": rows,
-            "total": {
-                "sessions": report.total.sessions,
-                "gpu_hours_saved": gpu_hours(report.total.gpu_minutes),
-                "money_saved": f"{from_micros(report.total.money_micros.get(currency, 0)):f}",
-            },
-            "budget": {
-                "sessions": budget.sessions,
-                "gpu_hours_saved": gpu_hours(budget.gpu_minutes),
-                "money_saved": f"{from_micros(budget.money_micros.get(currency, 0)):f}",
-            },
+            "total": saved_row(report.total, currency),
+            "budget": saved_row(report.budget, currency),
             "utilization": {
                 "billed": gpu_hours(billed),
                 "busy": gpu_hours(busy),
