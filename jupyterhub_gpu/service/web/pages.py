@@ -352,6 +352,18 @@ class PageHandler(BaseHandler):
             "idle_pct": IDLE_UTIL_PERCENT,
         }
 
+    def summary(self, sessions: list[dict], series: list[dict], since, until) -> dict:
+        """What every usage page shows of its sessions: spend and GPU-hours in the window, the chart, the list."""
+        totals = usage_totals(sessions, self.ctx.currency.code)
+        return {
+            "sessions": list(reversed(sessions)),
+            "spend": totals["cost"].get(self.ctx.currency.code, "0"),
+            "gpu_hours": gpu_hours(totals["gpu_minutes"]),
+            "chart": self.chart(series),
+            "window": self.window_text(since, until),
+            "simulated": any(s["simulated"] for s in sessions),
+        }
+
     def chart(self, series: list[dict]) -> dict:
         return {
             "labels": [d["day"] for d in series],
@@ -418,20 +430,13 @@ class UserPage(PageHandler):
             },
         ):
             return
-        totals = usage_totals(sessions, self.ctx.currency.code)
-        spend = totals["cost"].get(self.ctx.currency.code, "0")
         self.render_page(
             "user.html",
             title=self._("My usage") if name == me else name,
             subject=name,
             own=name == me,
             budgets=budgets,
-            sessions=list(reversed(sessions)),
-            spend=spend,
-            gpu_hours=gpu_hours(totals["gpu_minutes"]),
-            chart=self.chart(series),
-            window=self.window_text(since, until),
-            simulated=any(s["simulated"] for s in sessions),
+            **self.summary(sessions, series, since, until),
         )
 
     def own_name_message(self) -> str:
@@ -479,20 +484,14 @@ class GroupPage(PageHandler):
             },
         ):
             return
-        totals = usage_totals(sessions, self.ctx.currency.code)
         self.render_page(
             "group.html",
             title=self._("Group {group}", group=group),
             group=group,
             budgets=budgets,
             users=users,
-            sessions=list(reversed(sessions)),
-            spend=totals["cost"].get(self.ctx.currency.code, "0"),
-            gpu_hours=gpu_hours(totals["gpu_minutes"]),
-            chart=self.chart(series),
             culled=culled,
-            window=self.window_text(since, until),
-            simulated=any(s["simulated"] for s in sessions),
+            **self.summary(sessions, series, since, until),
         )
 
 
@@ -529,7 +528,6 @@ class AdminView(PageHandler):
             },
         ):
             return
-        totals = usage_totals(sessions, self.ctx.currency.code)
         self.render_page(
             "admin.html",
             status,
@@ -538,10 +536,6 @@ class AdminView(PageHandler):
             by_group=by_group,
             by_user=by_user,
             by_profile=by_profile,
-            sessions=list(reversed(sessions)),
-            spend=totals["cost"].get(self.ctx.currency.code, "0"),
-            gpu_hours=gpu_hours(totals["gpu_minutes"]),
-            chart=self.chart(series),
             culled=culled,
             budgets=budgets,
             profiles=profiles,
@@ -549,9 +543,8 @@ class AdminView(PageHandler):
             form={**dict.fromkeys(BUDGET_FORM_FIELDS, ""), **(form or {})},
             profile_error=profile_error or {"slug": "", "message": ""},
             saved=self.get_query_argument("saved", ""),
-            window=self.window_text(since, until),
             right_sizing=advice_summary(self.ledger, since, until, None, self.ctx.currency),  # docs/advice.md
-            simulated=any(s["simulated"] for s in sessions),
+            **self.summary(sessions, series, since, until),
         )
 
     def profiles(self) -> list[dict]:
