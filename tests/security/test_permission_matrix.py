@@ -18,7 +18,7 @@ server's own port, bypassing the proxy. ``{a}``, ``{b}``, ``{notice_a}`` and
 nothing (budgets and notices compared before and after), and a refusal by the
 service is JSON with a message.
 
-The routes of the service come from :func:`jupyterhub_gpu.service.web.api.make_handlers`:
+The routes of the service come from :func:`jupyterhub_gpu.service.web.routes.make_handlers`:
 a route (or a method of its handler) without a row fails the test, so a new
 endpoint cannot skip the matrix.
 """
@@ -43,8 +43,8 @@ import pytest
 import requests
 import sqlalchemy
 
+from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import BudgetRule
 from tests.conftest import ROOT, Hub, wait_for
 from tests.service.conftest import gpu_hub_config
 
@@ -122,7 +122,7 @@ def service_routes() -> list[tuple[re.Pattern, type, tuple[str, ...]]]:
         from pathlib import Path
         from tornado import web
         from jupyterhub_gpu.service.app import GPUService
-        from jupyterhub_gpu.service.web.api import make_handlers
+        from jupyterhub_gpu.service.web.routes import make_handlers
         with tempfile.TemporaryDirectory() as d:
             service = GPUService()
             service.initialize([f"--db-url=sqlite:///{d}/ledger.sqlite", f"--config={d}/none.py"])

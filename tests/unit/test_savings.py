@@ -9,19 +9,22 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.ledger.store import Ledger, SessionStart
+from jupyterhub_gpu.billing import minutes_in_window
+from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
+from jupyterhub_gpu.ledger.queries.samples import record_sample
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.service.domain.samples import Sample
 from jupyterhub_gpu.service.domain.savings import (
     DEFAULT_HORIZON,
     MinuteCounts,
     SessionFacts,
     culling_report,
     estimate_saving,
-    minutes_in_window,
     next_starts,
 )
-from jupyterhub_gpu.service.web import api
-from jupyterhub_gpu.service.web.api import BadRequest, parse_culling_query
-from jupyterhub_gpu.service.web.usage import Sample, record_sample
+from jupyterhub_gpu.service.web import views
+from jupyterhub_gpu.service.web.params import BadRequest, CullingQuery, parse_culling_query
+from jupyterhub_gpu.session import SessionStart
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -274,13 +277,13 @@ def test_money_is_kept_per_currency():
     ]
     report = culling_report(sessions, {}, None, None, NOW, horizon=timedelta(hours=1))
     assert dict(report.total.money_micros) == {"CNY": 60 * T4, "USD": 60 * 7_000}
-    data = api.culling_json(report, "CNY")
+    data = views.culling_json(report, "CNY")
     assert data["total"]["money_saved"] == "3"
     assert data["total"]["money_saved_other_currencies"] == {"USD": "0.42"}
     assert data["billed_money_other_currencies"] == {"USD": "0.42"}
     assert (
         "money_saved_other_currencies"
-        not in api.culling_json(culling_report(sessions[:1], {}, None, None, NOW), "CNY")["total"]
+        not in views.culling_json(culling_report(sessions[:1], {}, None, None, NOW), "CNY")["total"]
     )
 
 
@@ -294,7 +297,7 @@ def test_a_negative_horizon_is_refused():
 
 
 def test_the_report_as_json():
-    data = api.culling_json(culling_report(term_sessions(), {}, SINCE, UNTIL, NOW), "CNY")
+    data = views.culling_json(culling_report(term_sessions(), {}, SINCE, UNTIL, NOW), "CNY")
     assert data["window"] == {
         "since": "2026-08-31T16:00:00Z",
         "until": "2027-01-15T16:00:00Z",
@@ -321,8 +324,8 @@ def test_the_report_as_json():
     assert data["budget_stops"]["money_saved"] == "180" and data["budget_stops"]["gpu_hours_saved"] == "12"
     assert data["billed_gpu_hours"] == "34.166667" and data["billed_idle_gpu_hours"] == "0"
     assert data["idle_share"] == 0.0 and data["currency"] == "CNY" and data["group"] is None
-    assert api.culling_json(culling_report([], {}, None, None, NOW), "CNY")["idle_share"] is None
-    assert api.gpu_hours_str(1) == "0.016667" and api.gpu_hours_str(0) == "0"
+    assert views.culling_json(culling_report([], {}, None, None, NOW), "CNY")["idle_share"] is None
+    assert views.gpu_hours_str(1) == "0.016667" and views.gpu_hours_str(0) == "0"
 
 
 def test_the_report_as_csv_has_one_row_per_stop_and_no_formulas():
@@ -330,8 +333,8 @@ def test_the_report_as_csv_has_one_row_per_stop_and_no_formulas():
         *term_sessions(),
         facts("x", "=cmd", "2026-11-08T02:00:00", "2026-11-08T03:00:00", "inactive", tz=SHANGHAI),
     ]
-    rows = list(csv.reader(io.StringIO(api.culling_csv(culling_report(sessions, {}, SINCE, UNTIL, NOW)))))
-    assert rows[0] == list(api.CULLING_CSV_COLUMNS)
+    rows = list(csv.reader(io.StringIO(views.culling_csv(culling_report(sessions, {}, SINCE, UNTIL, NOW)))))
+    assert rows[0] == list(views.CULLING_CSV_COLUMNS)
     assert [r[0] for r in rows[1:]] == ["ann-1", "bob-1", "dan-1", "x", "cai-1"]
     ann = dict(zip(rows[0], rows[1], strict=True))
     assert ann == {
@@ -359,7 +362,7 @@ def test_the_report_as_csv_has_one_row_per_stop_and_no_formulas():
 # -- parameters --------------------------------------------------------------------------------------
 
 
-def cq(**params) -> api.CullingQuery:
+def cq(**params) -> CullingQuery:
     return parse_culling_query({k: [v.encode()] for k, v in params.items()}, SHANGHAI)
 
 
@@ -368,8 +371,8 @@ def test_culling_parameters_read_dates_like_usage():
     assert q.since == datetime(2026, 8, 31, 16, tzinfo=UTC)  # midnight in Shanghai
     assert q.until == datetime(2027, 1, 15, 16, tzinfo=UTC)  # the end of 15 January
     assert (q.group, q.horizon, q.format) == ("cs231n", timedelta(hours=8), "csv")
-    assert cq() == api.CullingQuery()
-    assert parse_culling_query({"token": [b"abc"]}, SHANGHAI) == api.CullingQuery()
+    assert cq() == CullingQuery()
+    assert parse_culling_query({"token": [b"abc"]}, SHANGHAI) == CullingQuery()
 
 
 @pytest.mark.parametrize(
@@ -450,7 +453,7 @@ def test_load_culling_inputs_reads_the_window_and_counts_idle_minutes_in_sql(tmp
     record_sample(ledger, "bob", sample("in", "2026-11-02T09:02:00", 0.0, samples=0))  # a push without samples
     since, until = at("2026-11-01T00:00:00"), at("2026-12-01T00:00:00")
 
-    facts_, counts = api.load_culling_inputs(ledger, since, until)
+    facts_, counts = load_culling_inputs(ledger, since, until)
     assert sorted(f.id for f in facts_) == ["cpu", "edge", "in", "run"]
     edge = next(f for f in facts_ if f.id == "edge")
     assert (edge.stopped, edge.stop_reason, edge.gpu_count, edge.groups) == (
@@ -466,13 +469,13 @@ def test_load_culling_inputs_reads_the_window_and_counts_idle_minutes_in_sql(tmp
         "run": MinuteCounts(sampled=1, idle=1),
     }
     # a group's report asks only for its members' minutes; every session still comes back for next starts
-    facts_, counts = api.load_culling_inputs(ledger, since, until, group="thesis")
+    facts_, counts = load_culling_inputs(ledger, since, until, group="thesis")
     assert len(facts_) == 4 and set(counts) == {"run"}
     # no lower bound: the old session too
-    facts_, _ = api.load_culling_inputs(ledger, None, until)
+    facts_, _ = load_culling_inputs(ledger, None, until)
     assert "old" in {f.id for f in facts_}
 
-    report = culling_report(*api.load_culling_inputs(ledger, since, until), since, until, at("2026-11-29T09:10:00"))
+    report = culling_report(*load_culling_inputs(ledger, since, until), since, until, at("2026-11-29T09:10:00"))
     (edge_saving,) = report.savings
     assert (edge_saving.ended_by, edge_saving.minutes) == ("horizon", 720)
     # edge: 60 minutes from 00:00 (its first 60 were in October); in: 30 × 2; run: 10 so far; cpu: none

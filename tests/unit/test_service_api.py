@@ -14,10 +14,19 @@ import pytest
 import yaml
 from tornado import web
 
+from jupyterhub_gpu.billing import BudgetRule, budget_status
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.metering import BudgetRule, budget_status
-from jupyterhub_gpu.service.web import api
-from jupyterhub_gpu.service.web.api import BadRequest, parse_budget, parse_json_body, parse_moment, parse_usage_query
+from jupyterhub_gpu.service.domain.statuses import current_statuses
+from jupyterhub_gpu.service.web import auth, routes, views
+from jupyterhub_gpu.service.web.api import openapi
+from jupyterhub_gpu.service.web.params import (
+    BadRequest,
+    UsageQuery,
+    parse_budget,
+    parse_json_body,
+    parse_moment,
+    parse_usage_query,
+)
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 
@@ -109,7 +118,7 @@ def test_bad_budget_subjects(scope, subject, message):
     assert message in str(e.value)
 
 
-def query(**params) -> api.UsageQuery:
+def query(**params) -> UsageQuery:
     return parse_usage_query({k: [v.encode()] for k, v in params.items()}, SHANGHAI)
 
 
@@ -121,11 +130,11 @@ def test_usage_dates_are_local_days_and_until_includes_its_day():
     assert query(since="2026-11-01T08:00:00+08:00").since == datetime(2026, 11, 1, tzinfo=timezone.utc)
     assert query(since="2026-11-01T08:00").since == datetime(2026, 11, 1, tzinfo=timezone.utc)  # naive: local
     assert query(until="2026-11-01T08:00:00Z").until == datetime(2026, 11, 1, 8, tzinfo=timezone.utc)  # exclusive
-    assert query() == api.UsageQuery()
+    assert query() == UsageQuery()
     assert query(all="true").everyone and not query(all="0").everyone
     assert query(format="csv").format == "csv"
     # JupyterHub's own auth may put a token in the URL; it is not an error
-    assert parse_usage_query({"token": [b"abc"]}, SHANGHAI) == api.UsageQuery()
+    assert parse_usage_query({"token": [b"abc"]}, SHANGHAI) == UsageQuery()
 
 
 @pytest.mark.parametrize(
@@ -162,11 +171,11 @@ def test_parse_moment_of_a_date_in_another_zone():
 
 
 def test_money_and_quantities_are_plain_decimal_strings():
-    assert api.money_str(50_000) == "0.05"
-    assert api.money_str(10_000_000) == "10"  # not "1E+1"
-    assert api.money_str(0) == "0"
-    assert api.decimal_str(Decimal(1) / 60, "gpu_hours") == "0.016667"
-    assert api.decimal_str(Decimal("5000.00")) == "5000"
+    assert views.money_str(50_000) == "0.05"
+    assert views.money_str(10_000_000) == "10"  # not "1E+1"
+    assert views.money_str(0) == "0"
+    assert views.decimal_str(Decimal(1) / 60, "gpu_hours") == "0.016667"
+    assert views.decimal_str(Decimal("5000.00")) == "5000"
 
 
 def session(**overrides) -> dict:
@@ -190,19 +199,19 @@ def session(**overrides) -> dict:
 
 
 def test_usage_csv_has_a_header_and_no_formulas():
-    text = api.usage_csv([session(), session(id="s2", server_name="=HYPERLINK(1)", user="@x", stopped=None)])
+    text = views.usage_csv([session(), session(id="s2", server_name="=HYPERLINK(1)", user="@x", stopped=None)])
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == list(api.CSV_COLUMNS)
+    assert rows[0] == list(views.CSV_COLUMNS)
     assert rows[1][:5] == ["s1", "stu1", "", "t4", "GPU-a GPU-b"]
     assert rows[2][1:3] == ["'@x", "'=HYPERLINK(1)"]
     assert rows[2][7] == ""  # not stopped yet
-    assert api.usage_csv([]) == ",".join(api.CSV_COLUMNS) + "\r\n"
+    assert views.usage_csv([]) == ",".join(views.CSV_COLUMNS) + "\r\n"
 
 
 def test_usage_totals_sum_exactly_per_currency():
-    totals = api.usage_totals([session(cost="0.1"), session(cost="0.2", minutes_billed=3)], "CNY")
+    totals = views.usage_totals([session(cost="0.1"), session(cost="0.2", minutes_billed=3)], "CNY")
     assert totals == {"sessions": 2, "minutes_billed": 5, "gpu_minutes": 10, "cost": {"CNY": "0.3"}}
-    assert api.usage_totals([], "CNY")["cost"] == {"CNY": "0"}
+    assert views.usage_totals([], "CNY")["cost"] == {"CNY": "0"}
 
 
 # -- the OpenAPI document describes exactly the routes and methods there are -------------------
@@ -214,13 +223,13 @@ def _route_to_openapi(pattern: str) -> str:
 
 
 def test_the_openapi_document_matches_the_handlers(tmp_path):
-    document = yaml.safe_load(api.OPENAPI.read_text())
+    document = yaml.safe_load(openapi.OPENAPI.read_text())
     assert document["openapi"].startswith("3.0")
     service = SimpleNamespace(ledger=Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}"), tz=SHANGHAI)
     described = {}
-    for route in api.make_handlers("/services/gpu/", service):
+    for route in routes.make_handlers("/services/gpu/", service):
         pattern, handler = route[0], route[1]
-        if handler in (api.OAuthCallbackHandler, api.NotFoundHandler):
+        if handler in (auth.OAuthCallbackHandler, openapi.NotFoundHandler):
             continue
         if "/api/v1/" not in pattern and not pattern.endswith("/metrics"):
             continue  # the usage pages and their static files are HTML for browsers, not API
@@ -240,7 +249,7 @@ def test_the_openapi_document_matches_the_handlers(tmp_path):
             if operation.get("security") != []:
                 assert "403" in codes, (method, operation["operationId"])
     # every reference resolves
-    text = api.OPENAPI.read_text()
+    text = openapi.OPENAPI.read_text()
     for ref in set(re.findall(r"#/components/(\w+)/(\w+)", text)):
         assert ref[1] in document["components"][ref[0]], ref
 
@@ -248,14 +257,14 @@ def test_the_openapi_document_matches_the_handlers(tmp_path):
 def test_the_openapi_document_is_valid():
     import openapi_spec_validator as validator
 
-    validator.validate(yaml.safe_load(api.OPENAPI.read_text()))
+    validator.validate(yaml.safe_load(openapi.OPENAPI.read_text()))
 
 
 # -- budget use from SQL aggregates equals budget use from every session ---------------------------
 
 
 def test_current_statuses_agree_with_budget_status_over_every_session(tmp_path):
-    from jupyterhub_gpu.ledger.store import SessionStart
+    from jupyterhub_gpu.session import SessionStart
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
     now = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)
@@ -290,5 +299,5 @@ def test_current_statuses_agree_with_budget_status_over_every_session(tmp_path):
     rules.append(BudgetRule("group", "cs231n", "term", "money", Decimal(5), date(2026, 11, 10), date(2026, 11, 19)))
     every_row = Ledger.usage_rows(ledger.sessions(), now)
     expected = [budget_status(rule, every_row, now, SHANGHAI) for rule in rules]
-    assert api.current_statuses(ledger, rules, now, SHANGHAI) == expected
+    assert current_statuses(ledger, rules, now, SHANGHAI) == expected
     assert any(s.used > 0 for s in expected) and any(s.used == 0 for s in expected)

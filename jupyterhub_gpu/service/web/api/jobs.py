@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 from tornado import web
 
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
-from jupyterhub_gpu.service.domain.jobs import (
+from jupyterhub_gpu.ledger.queries.jobs import (
     ACTIVE_STATES,
-    REASON_JOB,
-    REASON_JOB_CANCELLED,
-    REASON_STOP_WHEN_DONE,
-    RUNNER_END_STATES,
-    JobError,
     active_jobs,
     create_job,
     get_job,
     job_session,
     list_jobs,
-    parse_job_request,
     update_job,
+)
+from jupyterhub_gpu.service.domain.jobs import (
+    REASON_JOB,
+    REASON_JOB_CANCELLED,
+    REASON_STOP_WHEN_DONE,
+    RUNNER_END_STATES,
+    JobError,
+    parse_job_request,
 )
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler, is_server_token
@@ -29,20 +30,6 @@ from jupyterhub_gpu.service.web.params import BadRequest, query_flag, query_valu
 from jupyterhub_gpu.service.web.views import job_json
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
-
-
-def _hub_error_message(e: HubAPIError) -> tuple[int, str]:
-    """The status and message of the hub's refusal (e.g. a budget that cannot pay, an unknown profile)."""
-    cause = e.__cause__
-    response = getattr(cause, "response", None)
-    code = getattr(cause, "code", 502) or 502
-    message = str(e)
-    if response is not None and response.body:
-        try:
-            message = json.loads(response.body).get("message") or message
-        except (ValueError, AttributeError):
-            pass
-    return (code if 400 <= code < 500 else 502), message
 
 
 class JobBase(BaseHandler):
@@ -134,7 +121,7 @@ class JobsHandler(JobBase):
         try:
             await ctx.hub.start_server(name, job.server_name, {"profile": slug, "job_id": job.id}, display_name=job.id)
         except HubAPIError as e:
-            status, message = _hub_error_message(e)
+            status, message = e.refusal()
             update_job(self.ledger, job.id, state="failed", finished=self.now(), error=message)
             raise web.HTTPError(status, f"The job's server could not start: {message}") from None
         log.info("job %s of %s: %s on %s", job.id, name, job.notebook, slug)
