@@ -5,6 +5,11 @@ The spawners put a session's facts in its server's environment with
 :func:`nvml_discovery_env` on Kubernetes, where the device plugin picks the
 GPUs); the server extension, the Keras callbacks, TensorBoard and the startup
 script read them back here. No other module names one of these variables.
+
+Not in this list: the deployment's own variables, read only by the configuration
+files in ``config/`` (``JUPYTERHUB_GPU_DB_URL``, ``JUPYTERHUB_GPU_DEMO_*``), the
+image's build argument ``JUPYTERHUB_GPU_VERSION``, the tests' ``JUPYTERHUB_GPU_TEST_*``,
+and JupyterHub's own variables (``JUPYTERHUB_API_TOKEN``, ``JUPYTERHUB_SERVICE_URL``, ...).
 """
 
 from __future__ import annotations
