@@ -138,7 +138,7 @@ async def client(http, base: str, token: str, session_id: str, push: float, unti
                     status = r.status
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 ok, status = False, type(e).__name__
-            results.append((path, time.monotonic() - t, ok, status))
+            results.append((path, time.monotonic() - t, ok, status, t))
         await asyncio.sleep(max(0.0, push - (time.monotonic() - began)))
 
 
@@ -207,13 +207,17 @@ def main(argv=None) -> int:
     print()
     print(f"load: {args.clients} clients, {users} users, one round (POST samples + GET me) every {args.push:g}s"
           f" per client, {wall:.0f}s, through configurable-http-proxy on loopback")  # fmt: skip
-    print(f"{'endpoint':<10} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    for path in ("samples", "me", None):
-        rows = [r[1] * 1000 for r in results if path is None or r[0] == path]
-        print(
-            f"{path or 'all':<10} {len(rows):>9} {len(rows) / wall:>7.1f} {pct(rows, 0.5):>8.1f}"
-            f" {pct(rows, 0.9):>8.1f} {pct(rows, 0.99):>8.1f} {max(rows, default=float('nan')):>8.1f}"
-        )
+    # from the second round on, the service has checked every token with the hub once (HubAuth caches it)
+    for title, since in (("every round", started), ("from the second round on", started + args.push)):
+        print(f"{title}:")
+        print(f"{'endpoint':<10} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+        for path in ("samples", "me", None):
+            rows = [r[1] * 1000 for r in results if (path is None or r[0] == path) and r[4] >= since]
+            span = max(wall - (since - started), 1e-9)
+            print(
+                f"{path or 'all':<10} {len(rows):>9} {len(rows) / span:>7.1f} {pct(rows, 0.5):>8.1f}"
+                f" {pct(rows, 0.9):>8.1f} {pct(rows, 0.99):>8.1f} {max(rows, default=float('nan')):>8.1f}"
+            )
     kinds = statistics.multimode([str(r[3]) for r in errors]) if errors else []
     print(f"errors: {len(errors)} of {len(results)}{' (' + ', '.join(kinds) + ')' if kinds else ''}")
     print(
