@@ -177,7 +177,7 @@ class PriceRecord(Base):
     gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
-# -- right-sizing advice (service/domain/advice.py) ---------------------------------------------
+# -- right-sizing advice (rules: service/domain/advice.py; rows: queries/advice.py) ----------------
 
 
 class SessionAdvice(Base):
@@ -214,7 +214,7 @@ class SessionAdvice(Base):
     message: Mapped[str] = mapped_column(Text, default="")
 
 
-# -- notebook jobs (service/domain/jobs.py) ------------------------------------------------------
+# -- notebook jobs (rules: service/domain/jobs.py; rows: queries/jobs.py) --------------------------
 
 
 class JobRecord(Base):
@@ -253,7 +253,7 @@ class JobRecord(Base):
         return f"{self.output_dir}/job.log"
 
 
-# -- admins' edits of profile prices and access (service/domain/overrides.py) --------------------
+# -- admins' edits of profile prices and access (rules: service/domain/overrides.py; rows: queries/overrides.py)
 
 
 class ProfileOverride(Base):

@@ -1,7 +1,8 @@
 """The ledger: sessions, budgets, alerts sent and in-Lab notices, in one SQL database.
 
-SQLAlchemy 2 models with Alembic migrations; sqlite by default, PostgreSQL in
-production. The spawners (in the hub process) and the service (its own process)
+SQLAlchemy 2 models (every table in :mod:`.models`) with Alembic migrations;
+sqlite by default, PostgreSQL in production; the SQL of other concerns is in
+:mod:`.queries`. The spawners (in the hub process) and the service (its own process)
 both write here, and every write is idempotent: recording a start twice, or a
 stop twice, changes nothing the second time. Times are stored as naive UTC,
 money as integer micro-units.
@@ -49,6 +50,19 @@ def _usage_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_cou
     """A :class:`UsageRow` from a session's stored columns (naive UTC times)."""
     row = session_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_count, naive_now)
     return dataclasses.replace(row, started=aware_utc(started))
+
+
+def activity_forward(session_id: str, moment: datetime):
+    """The UPDATE that moves a session's last activity forward to ``moment`` (never back)."""
+    moment = naive_utc(moment)
+    return (
+        update(SessionRecord)
+        .where(
+            SessionRecord.id == session_id,
+            (SessionRecord.last_activity.is_(None)) | (SessionRecord.last_activity < moment),
+        )
+        .values(last_activity=moment)
+    )
 
 
 def make_engine(db_url: str) -> Engine:
@@ -187,16 +201,8 @@ class Ledger:
 
     def note_activity(self, session_id: str, moment: datetime) -> None:
         """Move a session's last activity forward (never back)."""
-        moment = naive_utc(moment)
         with self.Session() as db:
-            db.execute(
-                update(SessionRecord)
-                .where(
-                    SessionRecord.id == session_id,
-                    (SessionRecord.last_activity.is_(None)) | (SessionRecord.last_activity < moment),
-                )
-                .values(last_activity=moment)
-            )
+            db.execute(activity_forward(session_id, moment))
             db.commit()
 
     def set_cull_warning(self, session_id: str, at: datetime | None, rule: str | None) -> None:

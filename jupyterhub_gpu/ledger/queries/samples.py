@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from jupyterhub_gpu.clock import naive_utc
-from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
-from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.ledger.models import UsageMinute
+from jupyterhub_gpu.ledger.store import Ledger, activity_forward
 
 #: Caps on one session's minute row: a server samples every few seconds and pushes every 30 s.
 MAX_SAMPLES_PER_MINUTE = 6000
@@ -121,14 +121,7 @@ def record_samples(ledger: Ledger, pushes: Sequence[Push]) -> list[UsageMinute |
                     moment = naive_utc(push.activity)
                     activity[sample.session_id] = max(activity.get(sample.session_id, moment), moment)
             for session_id, moment in activity.items():
-                db.execute(
-                    update(SessionRecord)
-                    .where(
-                        SessionRecord.id == session_id,
-                        (SessionRecord.last_activity.is_(None)) | (SessionRecord.last_activity < moment),
-                    )
-                    .values(last_activity=moment)
-                )
+                db.execute(activity_forward(session_id, moment))
             try:
                 db.commit()
                 return results
