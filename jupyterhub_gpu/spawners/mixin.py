@@ -27,7 +27,7 @@ and :mod:`.startup` (the hub's startup check, prices, orphans).
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyterhub.orm import Service
@@ -48,13 +48,13 @@ from traitlets import (
 )
 from traitlets.config import Configurable
 
-from jupyterhub_gpu.clock import aware_utc, utcnow
+from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import JOB_ID, make_gpu_env
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
 from jupyterhub_gpu.gpus.inventory import BACKENDS
+from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, to_micros
-from jupyterhub_gpu.service.domain.overrides import load_overrides  # SQL: moving to ledger/queries/ (helper B)
 from jupyterhub_gpu.session import SessionStart, StopReason
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
 from jupyterhub_gpu.spawners.assign.protocol import (
@@ -78,45 +78,13 @@ from jupyterhub_gpu.spawners.profiles import (
     parse_profiles,
     pool_choices,
 )
-from jupyterhub_gpu.spawners.records import new_session_state, record_start, record_stop
+from jupyterhub_gpu.spawners.records import evidence_of_life, new_session_state, record_start, record_stop
 from jupyterhub_gpu.spawners.singleuser import kernel_cull_args, server_token_scopes
 
 DEFAULT_SIMULATED_GPUS = [
     {"model": "T4", "count": 2, "memory_gb": 16},
     {"model": "A100", "count": 1, "memory_gb": 40},
 ]
-
-
-def _last_evidence(ledger, session_id: str, push_interval: float) -> list[datetime]:
-    """The ledger's evidence that a session's server was alive: last sample + one push interval, last listing.
-
-    A minute row says a push fell in that minute; its start is the latest moment that is certain. The
-    service's last listing (``last_seen``) counts only if it is older than this hub process: a hub that
-    was down lists a server it has not polled yet as running.
-    """
-    from sqlalchemy import func, select  # SQL: moving to ledger/queries/ (helper B)
-
-    from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
-
-    found = []
-    with ledger.Session() as db:
-        minute, kernel = db.execute(
-            select(func.max(UsageMinute.minute), func.max(UsageMinute.last_kernel_activity)).where(
-                UsageMinute.session_id == session_id
-            )
-        ).one()
-        record = db.get(SessionRecord, session_id)
-    last = max((aware_utc(t) for t in (minute, kernel) if t is not None), default=None)
-    if last is not None:
-        found.append(last + timedelta(seconds=push_interval))
-    seen = aware_utc(record.last_seen) if record is not None and record.last_seen is not None else None
-    if seen is not None and seen <= _PROCESS_STARTED:
-        found.append(seen)
-    return found
-
-
-#: When this hub process started (see :func:`_last_evidence`).
-_PROCESS_STARTED = utcnow()
 
 
 class GPUSpawnerMixin(Configurable):
@@ -779,7 +747,7 @@ class GPUSpawnerMixin(Configurable):
         if ledger is not None:
             try:
                 evidence += await asyncio.to_thread(
-                    _last_evidence, ledger, session.get("session_id", ""), self.sample_push_interval
+                    evidence_of_life, ledger, session.get("session_id", ""), self.sample_push_interval
                 )
             except Exception:
                 self.log.exception("could not read the last samples of %s", self._log_name)

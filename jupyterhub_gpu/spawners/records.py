@@ -2,7 +2,9 @@
 
 The spawner records its own session's start and stop, so that nothing is lost
 while the gpu service is down; the service's reconciliation only catches what a
-killed hub could not write. Every write is idempotent (docs/service.md).
+killed hub could not write. Every write is idempotent (docs/service.md). For a
+server found ended, the ledger also holds the evidence of when it was last alive
+(:func:`evidence_of_life`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.gpus.device import GPUDevice
+from jupyterhub_gpu.ledger.queries.sessions import last_signs_of_life
 from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.spawners.budget import reserve_lock
 from jupyterhub_gpu.spawners.profiles import Profile
@@ -61,3 +64,24 @@ async def record_stop(ledger, start: SessionStart, stopped: datetime, reason: st
     except Exception:
         # the service's reconciliation closes it later; never keep a server running for this
         log.exception("could not record the stop of session %s in the ledger", start.id)
+
+
+#: When this hub process started (see :func:`evidence_of_life`).
+_PROCESS_STARTED = utcnow()
+
+
+def evidence_of_life(ledger, session_id: str, push_interval: float) -> list[datetime]:
+    """The ledger's evidence that a session's server was alive: last sample + one push interval, last listing.
+
+    For a server found ended whose real end is unknown (docs/service.md, billing rule). A minute row
+    says a push fell in that minute; its start is the latest moment that is certain. The service's
+    last listing (``last_seen``) counts only if it is older than this hub process: a hub that was
+    down lists a server it has not polled yet as running. Blocking: run it in a thread.
+    """
+    found = []
+    last, seen = last_signs_of_life(ledger, session_id)
+    if last is not None:
+        found.append(last + timedelta(seconds=push_interval))
+    if seen is not None and seen <= _PROCESS_STARTED:
+        found.append(seen)
+    return found
