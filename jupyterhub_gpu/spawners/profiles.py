@@ -205,6 +205,11 @@ def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list
     return options
 
 
+def _shown(text: str, limit: int = 64) -> str:
+    """A value a user sent, as a message names it: at most ``limit`` characters (a message, not an echo)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def choose_profile(user_options: object, allowed: list[Profile], all_profiles: list[Profile] | None = None) -> Profile:
     """The profile named by ``user_options`` (or the default one), if the user may use it."""
     if not isinstance(user_options, dict):
@@ -212,7 +217,7 @@ def choose_profile(user_options: object, allowed: list[Profile], all_profiles: l
     extra = sorted(set(user_options) - {"profile", "pool"})
     if extra:
         raise OptionsError(
-            f"Unexpected option(s): {', '.join(map(str, extra))}. Only 'profile' and 'pool' may be given."
+            f"Unexpected option(s): {_shown(', '.join(map(str, extra)), 120)}. Only 'profile' and 'pool' may be given."
         )
     if not allowed:
         raise OptionsError("No profile is available to you. Ask your instructor or administrator for access.")
@@ -223,14 +228,13 @@ def choose_profile(user_options: object, allowed: list[Profile], all_profiles: l
         return allowed[0]
     slug = user_options["profile"]
     if not isinstance(slug, str):
-        raise OptionsError(f"'profile' must be a profile name, got {slug!r}.")
+        raise OptionsError(f"'profile' must be a profile name, got {_shown(repr(slug))}.")
     for p in allowed:
         if p.slug == slug:
             return p
     if all_profiles and any(p.slug == slug for p in all_profiles):
         raise OptionsError(f"You may not use the profile {slug!r}: it is reserved for other groups.")
-    shown = slug if len(slug) <= 64 else slug[:64] + "…"
-    raise OptionsError(f"Unknown profile {shown!r}.")
+    raise OptionsError(f"Unknown profile {_shown(slug)!r}.")
 
 
 def pool_choices(profile: Profile, user_groups, budgeted_groups=()) -> list[str]:

@@ -514,3 +514,12 @@ def test_choose_very_long_unknown_slug_is_truncated(students, everything):
 
 def test_choose_slug_of_exactly_64_is_not_truncated(students):
     assert choice_error({"profile": "y" * 64}, students) == f"Unknown profile {'y' * 64!r}."
+
+
+def test_a_huge_value_is_named_not_echoed(students):
+    """A nested profile value or a flood of option names gets a message of bounded length (found by fuzzing)."""
+    nested = choice_error({"profile": {"x" * 400: [None, 1e16, "y" * 400]}}, students)
+    assert nested.startswith("'profile' must be a profile name, got {'xxx") and len(nested) < 120
+    flood = choice_error({"profile": "t4", **{f"option-{i}": 1 for i in range(200)}}, students)
+    assert flood.startswith("Unexpected option(s): option-0, option-1") and len(flood) < 200
+    assert flood.endswith("…. Only 'profile' and 'pool' may be given.")
