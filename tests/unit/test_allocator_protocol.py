@@ -5,8 +5,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from jupyterhub_gpu.gpus.simulated import simulated_inventory
 
+from jupyterhub_gpu.gpus.simulated import simulated_inventory
 from jupyterhub_gpu.spawners.assign.cluster import ClusterAllocator, ClusterInventory
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
 from jupyterhub_gpu.spawners.assign.protocol import Allocator
