@@ -17,9 +17,6 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     update_job,
 )
 from jupyterhub_gpu.service.domain.jobs import (
-    REASON_JOB,
-    REASON_JOB_CANCELLED,
-    REASON_STOP_WHEN_DONE,
     RUNNER_END_STATES,
     JobError,
     parse_job_request,
@@ -28,6 +25,7 @@ from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler, is_server_token
 from jupyterhub_gpu.service.web.params import BadRequest, query_flag, query_values
 from jupyterhub_gpu.service.web.views import job_json
+from jupyterhub_gpu.session import StopReason
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 
@@ -149,7 +147,7 @@ class JobCancelHandler(JobBase):
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
         session = job_session(self.ledger, job)
         if session is not None:
-            self.ledger.set_pending_stop_reason(session.id, REASON_JOB_CANCELLED)
+            self.ledger.set_pending_stop_reason(session.id, StopReason.JOB_CANCELLED)
         update_job(self.ledger, job.id, state="cancelled", finished=self.now(), error="Cancelled by its owner.")
         try:
             await self.ctx.hub.remove_server(job.user, job.server_name)
@@ -195,7 +193,7 @@ class JobFinishedHandler(JobBase):
             session_id=session.id,
         ):
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
-        self.ledger.set_pending_stop_reason(session.id, REASON_JOB)
+        self.ledger.set_pending_stop_reason(session.id, StopReason.JOB_FINISHED)
         self.show(get_job(self.ledger, job.id))
 
 
@@ -215,5 +213,5 @@ class StopWhenDoneHandler(JobBase):
             raise web.HTTPError(403, "A server may only flag its own session, with its own token.")
         if session.stopped is not None:
             raise web.HTTPError(409, "The session has already stopped.")
-        self.ledger.set_pending_stop_reason(session.id, REASON_STOP_WHEN_DONE)
-        self.write_json({"session_id": session.id, "stop_reason": REASON_STOP_WHEN_DONE})
+        self.ledger.set_pending_stop_reason(session.id, StopReason.STOP_WHEN_DONE)
+        self.write_json({"session_id": session.id, "stop_reason": StopReason.STOP_WHEN_DONE})
