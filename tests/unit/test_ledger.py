@@ -553,12 +553,9 @@ async def test_samples_in_batches_leave_exactly_the_rows_of_pushing_them_one_by_
     batch_ledger = Ledger(db_url)
     start_sample_sessions(batch_ledger)
     batcher = SampleBatcher(batch_ledger)
-    try:
-        errors = await batched(batch_ledger, pushes, batcher)
-        assert batcher.batches < len(pushes) / 4  # gathered: not one transaction per push
-        batch_rows = usage_rows(batch_ledger)
-    finally:
-        batcher.close()
+    errors = await batched(batch_ledger, pushes, batcher)
+    assert batcher.batches < len(pushes) / 4  # gathered: not one transaction per push
+    batch_rows = usage_rows(batch_ledger)
     if other_url == db_url:  # one PostgreSQL database per test: the reference goes into the same one, emptied
         with batch_ledger.engine.begin() as conn:
             conn.execute(text("DELETE FROM gpu_usage_minutes"))
@@ -584,15 +581,12 @@ async def test_a_refused_sample_in_a_batch_fails_alone(ledger):
     later = Sample("a", T0 + timedelta(seconds=30), 3, 60.0, 200, 16_384, 1, 0, None, None, (("GPU-a-0", 60.0, 200),))
     too_many_gpus = Sample("a", T0, 3, 99.0, 9_999, 16_384, 9, 9, None, None, (("GPU-a-1", 99.0, 9_999),))
     batcher = SampleBatcher(ledger)
-    try:
-        results = await asyncio.gather(
-            batcher.submit(Push("ann", good, 1, T0)),
-            batcher.submit(Push("ann", too_many_gpus, 1, T0 + timedelta(seconds=50))),
-            batcher.submit(Push("ann", later, 1, T0 + timedelta(seconds=20))),
-            return_exceptions=True,
-        )
-    finally:
-        batcher.close()
+    results = await asyncio.gather(
+        batcher.submit(Push("ann", good, 1, T0)),
+        batcher.submit(Push("ann", too_many_gpus, 1, T0 + timedelta(seconds=50))),
+        batcher.submit(Push("ann", later, 1, T0 + timedelta(seconds=20))),
+        return_exceptions=True,
+    )
     assert batcher.batches == 1
     assert isinstance(results[1], SampleError) and "would be one more" in str(results[1])
     assert results[0].minute == results[2].minute == T0.replace(tzinfo=None, second=0, microsecond=0)
@@ -611,10 +605,7 @@ async def test_a_failing_database_fails_every_push_of_its_batch(ledger):
     with ledger.engine.begin() as conn:
         conn.execute(text("DROP TABLE gpu_usage_minutes"))
     sample = Sample("a", T0, 3, 40.0, 100, 16_384, 1, 1, None, None, ())
-    try:
-        results = await asyncio.gather(
-            *(batcher.submit(Push("ann", sample, 1, None)) for _ in range(3)), return_exceptions=True
-        )
-    finally:
-        batcher.close()
+    results = await asyncio.gather(
+        *(batcher.submit(Push("ann", sample, 1, None)) for _ in range(3)), return_exceptions=True
+    )
     assert all(isinstance(r, Exception) and not isinstance(r, SampleError) for r in results)
