@@ -33,6 +33,7 @@ from jupyterhub_gpu.env import (
 from jupyterhub_gpu.gpus.nvml import NVMLReader
 from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader
 from jupyterhub_gpu.serverext import jobs, startup, stopwhendone
+from jupyterhub_gpu.serverext.kernels import count_kernels
 from jupyterhub_gpu.serverext.sampler import Sampler
 from jupyterhub_gpu.serverext.stopwhendone import hub_stop_request
 from jupyterhub_gpu.tensorboard import tensorboard_url
@@ -140,23 +141,10 @@ class GPUExtension:
 
     def update_activity(self):
         """Count running and busy kernels (on the event loop, where the kernel manager lives)."""
-        km = self.serverapp.kernel_manager
-        kernels = busy = 0
-        last = None
-        for kid in list(km.list_kernel_ids()):
-            try:
-                kernel = km.get_kernel(kid)
-            except KeyError:
-                continue
-            kernels += 1
-            if getattr(kernel, "execution_state", "idle") == "busy":
-                busy += 1
-            activity = getattr(kernel, "last_activity", None)
-            if activity is not None and (last is None or activity > last):
-                last = activity
-        self.activity = KernelActivity(kernels=kernels, busy=busy)
-        if last is not None:
-            self.last_kernel_activity = last if last.tzinfo else last.replace(tzinfo=timezone.utc)
+        count = count_kernels(self.serverapp.kernel_manager)
+        self.activity = KernelActivity(kernels=count.running, busy=count.busy)
+        if count.last_activity is not None:
+            self.last_kernel_activity = count.last_activity
 
     # -- the service ---------------------------------------------------------------
     async def _service(self, method: str, path: str, body=None):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
@@ -37,6 +37,7 @@ from traitlets import Float
 from traitlets.config import Configurable
 
 from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.serverext.kernels import count_kernels
 
 STATES = ("off", "armed", "saving", "stopping")
 
@@ -117,20 +118,8 @@ class StopWhenDone:
     # -- the kernels ---------------------------------------------------------------
     def kernels(self) -> tuple[int, datetime | None]:
         """(busy kernels, the latest kernel activity)."""
-        km = self.serverapp.kernel_manager
-        busy, last = 0, None
-        for kid in list(km.list_kernel_ids()):
-            try:
-                kernel = km.get_kernel(kid)
-            except KeyError:
-                continue
-            if getattr(kernel, "execution_state", "idle") == "busy":
-                busy += 1
-            activity = getattr(kernel, "last_activity", None)
-            if activity is not None:
-                activity = activity if activity.tzinfo else activity.replace(tzinfo=timezone.utc)
-                last = activity if last is None or activity > last else last
-        return busy, last
+        count = count_kernels(self.serverapp.kernel_manager)
+        return count.busy, count.last_activity
 
     # -- the flag --------------------------------------------------------------------
     def flag(self, enabled: bool) -> None:

@@ -131,3 +131,28 @@ def test_kubernetes_pods_discover_their_gpus_and_count_gpu_hours_from_the_count(
     me = {"budgets": [{"unit": "gpu_hours", "remaining": "1"}]}
     summary = budget_summary(me, {"started": "2026-11-29T10:00:00Z", "rate_per_minute": "0.5"})
     assert summary["budget_minutes_left"] == 30  # 1 GPU-hour over 2 GPUs
+
+
+def test_kernels_are_counted_once_for_the_stats_and_for_stop_when_done():
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from jupyterhub_gpu.serverext.kernels import KernelCount, count_kernels
+
+    naive = datetime(2026, 11, 29, 10, 0)
+    aware = datetime(2026, 11, 29, 10, 5, tzinfo=timezone.utc)
+    kernels = {
+        "a": SimpleNamespace(execution_state="busy", last_activity=naive),
+        "b": SimpleNamespace(execution_state="idle", last_activity=aware),
+        "c": SimpleNamespace(execution_state="idle"),
+    }
+
+    class Manager:
+        def list_kernel_ids(self):
+            return [*kernels, "gone"]
+
+        def get_kernel(self, kid):
+            return kernels[kid]  # "gone" ended between the listing and the look-up: KeyError
+
+    assert count_kernels(Manager()) == KernelCount(running=3, busy=1, last_activity=aware)
+    assert count_kernels(SimpleNamespace(list_kernel_ids=list)) == KernelCount(0, 0, None)
