@@ -19,6 +19,17 @@ from zoneinfo import ZoneInfo
 from jupyterhub_gpu.billing import BudgetStatus, crossed_thresholds
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
+from jupyterhub_gpu.ledger.queries.jobs import (
+    ACTIVE_STATES,
+    SERVER_PREFIX,
+    active_jobs,
+    ended_jobs_still_running,
+    finished_runs,
+    get_job,
+    job_session,
+    update_job,
+)
+from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import session_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
@@ -48,24 +59,14 @@ from jupyterhub_gpu.service.domain.culling import (
     rules_for,
 )
 from jupyterhub_gpu.service.domain.jobs import (
-    ACTIVE_STATES,
-    REASON_JOB,
-    REASON_JOB_TIME_LIMIT,
-    SERVER_PREFIX,
     START_TIMEOUT,
     TIME_LIMIT_MARGIN,
-    active_jobs,
-    ended_jobs_still_running,
-    finished_runs,
-    get_job,
-    job_session,
     run_job,
     run_notice,
     run_once,
-    update_job,
 )
 from jupyterhub_gpu.service.domain.notices import CHANNELS, AlertSettings, Once
-from jupyterhub_gpu.service.domain.overrides import apply_to_pricing, load_overrides
+from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
 from jupyterhub_gpu.service.notify import Notifier, lab_notice, passed, send_once, webhook_body
 from jupyterhub_gpu.session import SessionStart, StopReason
@@ -433,8 +434,8 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
     job holds no slot and no time limit, so its server must not keep running.
     """
     summary = {"time_limit": [], "lost": [], "ended_still_running": []}
-    for job, session in ended_jobs_still_running(ledger, now):
-        ledger.set_pending_stop_reason(session.id, REASON_JOB)
+    for job, session in ended_jobs_still_running(ledger, now, TIME_LIMIT_MARGIN):
+        ledger.set_pending_stop_reason(session.id, StopReason.JOB_FINISHED)
         try:
             await hub.remove_server(job.user, job.server_name)
         except HubAPIError as e:
@@ -453,7 +454,7 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
         started = aware_utc(job.started) or (aware_utc(session.started) if session else None)
         if started is not None and now - started > timedelta(seconds=job.time_limit_seconds) + TIME_LIMIT_MARGIN:
             if session is not None:
-                ledger.set_pending_stop_reason(session.id, REASON_JOB_TIME_LIMIT)
+                ledger.set_pending_stop_reason(session.id, StopReason.JOB_TIME_LIMIT)
             error = f"Stopped by the service: over the time limit of {job.time_limit_seconds // 60} minute(s)."
             try:
                 await hub.remove_server(job.user, job.server_name)

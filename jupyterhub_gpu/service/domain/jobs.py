@@ -37,43 +37,24 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from sqlalchemy import select, update
-
-from jupyterhub_gpu.clock import naive_utc
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
-from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import from_micros
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
-from jupyterhub_gpu.session import RUN_REASONS, StopReason
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 
-#: A job's life: queued (recorded) -> starting (server requested) -> running -> one of the ends.
-STATES = ("starting", "running", "succeeded", "failed", "timed_out", "cancelled")
-ACTIVE_STATES = ("starting", "running")
-END_STATES = ("succeeded", "failed", "timed_out", "cancelled")
 #: States the runner may report at the end of its run.
 RUNNER_END_STATES = ("succeeded", "failed", "timed_out")
 
-#: Ledger stop reasons of these stops.
-REASON_JOB = StopReason.JOB_FINISHED
-REASON_JOB_TIME_LIMIT = StopReason.JOB_TIME_LIMIT
-REASON_JOB_CANCELLED = StopReason.JOB_CANCELLED
-REASON_STOP_WHEN_DONE = StopReason.STOP_WHEN_DONE
-
 JOB_FIELDS = ("notebook", "profile", "parameters", "time_limit_minutes")
-SERVER_PREFIX = "job-"
 #: The runner's own time limit is enforced in the server; the service stops a job this much later.
 TIME_LIMIT_MARGIN = timedelta(seconds=60)
 #: A job whose server has not reported its start after this long (plus the queue) has failed to start.
 START_TIMEOUT = timedelta(minutes=15)
 MAX_PARAMETERS_BYTES = 64 * 1024
-_JOB_ID_RE = re.compile(r"^[0-9a-f]{12}$")
 
 
 class JobError(ValueError):
@@ -134,115 +115,6 @@ def parse_job_request(data, max_minutes: int, default_minutes: int) -> JobReques
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 < minutes <= max_minutes:
         raise JobError(f"time_limit_minutes must be a number of minutes from 1 to {max_minutes}, got {minutes!r}")
     return JobRequest(notebook, profile, parameters, max(1, round(minutes * 60)))
-
-
-def job_server_name(job_id: str) -> str:
-    return f"{SERVER_PREFIX}{job_id}"
-
-
-def new_job_id() -> str:
-    return secrets.token_hex(6)
-
-
-def is_job_id(value: str) -> bool:
-    return bool(_JOB_ID_RE.fullmatch(value or ""))
-
-
-# -- the ledger -------------------------------------------------------------------------------
-
-
-def create_job(ledger: Ledger, user: str, request: JobRequest, profile: str, now: datetime) -> JobRecord:
-    job_id = new_job_id()
-    job = JobRecord(
-        id=job_id,
-        user=user,
-        server_name=job_server_name(job_id),
-        notebook=request.notebook,
-        profile=profile,
-        parameters=json.dumps(request.parameters, sort_keys=True),
-        time_limit_seconds=request.time_limit_seconds,
-        state="starting",
-        created=naive_utc(now),
-    )
-    with ledger.Session() as db:
-        db.add(job)
-        db.commit()
-    return job
-
-
-def get_job(ledger: Ledger, job_id: str) -> JobRecord | None:
-    if not is_job_id(job_id):
-        return None
-    with ledger.Session() as db:
-        return db.get(JobRecord, job_id)
-
-
-def list_jobs(ledger: Ledger, user: str | None = None, limit: int = 200) -> list[JobRecord]:
-    query = select(JobRecord).order_by(JobRecord.created.desc(), JobRecord.id).limit(limit)
-    if user is not None:
-        query = query.where(JobRecord.user == user)
-    with ledger.Session() as db:
-        return list(db.scalars(query))
-
-
-def active_jobs(ledger: Ledger, user: str | None = None) -> list[JobRecord]:
-    query = select(JobRecord).where(JobRecord.state.in_(ACTIVE_STATES))
-    if user is not None:
-        query = query.where(JobRecord.user == user)
-    with ledger.Session() as db:
-        return list(db.scalars(query))
-
-
-def update_job(ledger: Ledger, job_id: str, only_if: tuple[str, ...] = ACTIVE_STATES, **values) -> bool:
-    """Change a job that is still in one of ``only_if``; False if it had already moved on."""
-    for key in ("started", "finished"):
-        if values.get(key) is not None:
-            values[key] = naive_utc(values[key])
-    with ledger.Session() as db:
-        changed = db.execute(
-            update(JobRecord).where(JobRecord.id == job_id, JobRecord.state.in_(only_if)).values(**values)
-        ).rowcount
-        db.commit()
-    return bool(changed)
-
-
-def job_session(ledger: Ledger, job: JobRecord) -> SessionRecord | None:
-    """The ledger session of the job's server (by its id once reported, else by its unique server name)."""
-    if job.session_id:
-        return ledger.get_session(job.session_id)
-    query = select(SessionRecord).where(SessionRecord.user == job.user, SessionRecord.server_name == job.server_name)
-    with ledger.Session() as db:
-        return db.scalars(query.order_by(SessionRecord.started.desc())).first()
-
-
-# -- the tick ---------------------------------------------------------------------------------
-
-
-def ended_jobs_still_running(ledger: Ledger, now: datetime) -> list[tuple[JobRecord, SessionRecord]]:
-    """Jobs reported ended more than ``TIME_LIMIT_MARGIN`` ago whose server still runs (the runner did not stop it)."""
-    query = select(JobRecord).where(
-        JobRecord.state.in_(END_STATES),
-        JobRecord.finished <= naive_utc(now - TIME_LIMIT_MARGIN),
-        JobRecord.finished >= naive_utc(now - timedelta(days=2)),
-        JobRecord.session_id.is_not(None),
-    )
-    with ledger.Session() as db:
-        jobs = list(db.scalars(query))
-    found = []
-    for job in jobs:
-        session = ledger.get_session(job.session_id)
-        if session is not None and session.stopped is None:
-            found.append((job, session))
-    return found
-
-
-def finished_runs(ledger: Ledger, since: datetime) -> list[SessionRecord]:
-    """Sessions stopped since ``since`` by a job's end or by stop-when-done (the index on ``stopped``)."""
-    query = select(SessionRecord).where(
-        SessionRecord.stopped >= naive_utc(since), SessionRecord.stop_reason.in_(RUN_REASONS)
-    )
-    with ledger.Session() as db:
-        return list(db.scalars(query.order_by(SessionRecord.stopped)))
 
 
 def run_job(session: SessionRecord, job: JobRecord | None) -> JobRecord | None:

@@ -16,17 +16,11 @@ instead of failing every spawn.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import DateTime, String, Text, select
-from sqlalchemy.orm import Mapped, mapped_column
-
-from jupyterhub_gpu.ledger.store import Base, Ledger, _naive
+from jupyterhub_gpu.ledger.queries.overrides import Override
 from jupyterhub_gpu.money import MoneyError, parse_amount, profile_rate
 
 log = logging.getLogger("jupyterhub_gpu.access")
@@ -38,82 +32,13 @@ class AccessError(ValueError):
     """An admin's edit that cannot be used; the message is shown on the form."""
 
 
-class ProfileOverride(Base):
-    """An admin's edit of one profile's prices and allowed groups (NULL: the configured value)."""
-
-    __tablename__ = "gpu_profile_overrides"
-
-    slug: Mapped[str] = mapped_column(String(64), primary_key=True)
-    price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
-    price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
-    allowed_groups: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON list; [] means everyone
-    updated: Mapped[datetime] = mapped_column(DateTime)
-    updated_by: Mapped[str] = mapped_column(String(255))
-
-
-@dataclass(frozen=True)
-class Override:
-    """A validated edit; ``None`` fields keep the configured value."""
-
-    slug: str
-    price_per_gpu_hour: Decimal | None = None
-    price_per_hour: Decimal | None = None
-    allowed_groups: tuple[str, ...] | None = None
-
-
-def _override(row: ProfileOverride) -> Override:
-    return Override(
-        slug=row.slug,
-        price_per_gpu_hour=Decimal(row.price_per_gpu_hour) if row.price_per_gpu_hour is not None else None,
-        price_per_hour=Decimal(row.price_per_hour) if row.price_per_hour is not None else None,
-        allowed_groups=tuple(json.loads(row.allowed_groups)) if row.allowed_groups is not None else None,
-    )
-
-
-def load_overrides(ledger: Ledger) -> dict[str, Override]:
-    """Every profile's override, by slug (one small query)."""
-    with ledger.Session() as db:
-        return {row.slug: _override(row) for row in db.scalars(select(ProfileOverride))}
-
-
-def _text(price: Decimal | None) -> str | None:
-    return None if price is None else f"{price:f}"
-
-
-def save_override(ledger: Ledger, override: Override, now: datetime, by: str) -> None:
-    """Create or replace one profile's override."""
-    with ledger.Session() as db:
-        row = db.get(ProfileOverride, override.slug)
-        if row is None:
-            row = ProfileOverride(slug=override.slug)
-            db.add(row)
-        row.price_per_gpu_hour = _text(override.price_per_gpu_hour)
-        row.price_per_hour = _text(override.price_per_hour)
-        groups = override.allowed_groups
-        row.allowed_groups = json.dumps(sorted(groups)) if groups is not None else None
-        row.updated = _naive(now)
-        row.updated_by = by
-        db.commit()
-
-
-def delete_override(ledger: Ledger, slug: str) -> bool:
-    """Back to the configured values; False if there was no override."""
-    with ledger.Session() as db:
-        row = db.get(ProfileOverride, slug)
-        if row is None:
-            return False
-        db.delete(row)
-        db.commit()
-        return True
-
-
 def effective_rate(gpu_count: int, price_per_gpu_hour: Decimal, price_per_hour: Decimal) -> Decimal:
     """The exact rate per minute of a profile's prices; MoneyError when it is not exact to six places."""
     return profile_rate(gpu_count, price_per_gpu_hour, price_per_hour)
 
 
 def apply_to_pricing(pricing: list[dict], overrides: dict[str, Override]) -> list[dict]:
-    """The published profiles (``Ledger.pricing()``) as the overrides change them (as the spawner's profiles)."""
+    """The published profiles (``Ledger.pricing()``) as the overrides change them, as the spawner's profiles."""
     result = []
     for p in pricing:
         o = overrides.get(p["slug"])

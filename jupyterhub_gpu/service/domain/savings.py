@@ -17,7 +17,7 @@ is assumed to have kept running, and billing, until the earliest of
 (c) the end of the report window (and never after ``now``).
 
 The saving is what billing would have charged over that stretch, by the real
-rule (every started minute, see :func:`metering.billed_minutes`):
+rule (every started minute, see :func:`.billing.billed_minutes`):
 ``billed_minutes(started, end) - billed_minutes(started, cull)`` minutes, times
 the session's ``gpu_count`` for GPU-minutes and times its rate for money (exact
 integer micro-units).
@@ -48,12 +48,12 @@ rule stops a server because its money ran out, not because it was idle.
 **The billed idle share.** Billed GPU-minutes in the window (per started minute,
 counting each minute in the window where it begins; running sessions up to
 ``now``), and of those the idle GPU-minutes: minutes whose pushed samples show
-a mean GPU utilization under :data:`IDLE_UTIL_PERCENT` and no busy kernel, times
+a mean GPU utilization under :data:`.session.IDLE_UTIL_PERCENT` and no busy kernel, times
 ``gpu_count``. Minutes without a sample are not counted as idle (they are
 reported as unsampled), so the share is a lower bound when samples are missing.
 
 Everything here is a pure function of plain values; the API loads the inputs
-from the ledger (``api.load_culling_inputs``).
+from the ledger (:func:`jupyterhub_gpu.ledger.queries.culling.load_culling_inputs`).
 """
 
 from __future__ import annotations
@@ -63,46 +63,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from jupyterhub_gpu.service.domain.metering import billed_minutes
+from jupyterhub_gpu.billing import billed_minutes, minutes_in_window
+from jupyterhub_gpu.ledger.queries.culling import MinuteCounts, SessionFacts
+from jupyterhub_gpu.session import CULL_REASONS, StopReason
 
-#: The stop reasons of cull rules, in report order.
-CULL_REASONS = ("gpu_idle", "inactive", "max_age")
-#: The budget rule's stop reason: estimated like a cull, reported apart.
-BUDGET_REASON = "budget"
-#: A sampled minute under this mean GPU utilization (percent), with no busy kernel, is idle.
-IDLE_UTIL_PERCENT = 5
 #: How long a culled server is assumed to have kept running when its user does not come back.
 DEFAULT_HORIZON = timedelta(hours=12)
 #: What ended a saving's estimate, in the order ties are broken.
 ENDS = ("next_start", "horizon", "now", "window_end")
-
-_MINUTE_US = 60_000_000
-
-
-@dataclass(frozen=True)
-class SessionFacts:
-    """What the estimate needs of one session (aware UTC datetimes, money in micro-units per minute)."""
-
-    id: str
-    user: str
-    started: datetime
-    stopped: datetime | None = None
-    stop_reason: str | None = None
-    gpu_count: int = 1
-    rate_micros: int = 0
-    currency: str = ""
-    groups: tuple[str, ...] = ()
-    profile: str = ""
-    server_name: str = ""
-    pool: str | None = None  # the one group that paid (a group's report counts the sessions it paid for)
-
-
-@dataclass(frozen=True)
-class MinuteCounts:
-    """A session's sampled minutes in the window, and of those the idle ones."""
-
-    sampled: int = 0
-    idle: int = 0
 
 
 @dataclass(frozen=True)
@@ -159,20 +127,6 @@ class CullingReport:
         if not self.billed_gpu_minutes:
             return None
         return self.billed_idle_gpu_minutes / self.billed_gpu_minutes
-
-
-def _ceil_minutes(delta: timedelta) -> int:
-    return -(-(delta // timedelta(microseconds=1)) // _MINUTE_US)
-
-
-def minutes_in_window(started: datetime, minutes: int, since: datetime | None, until: datetime | None) -> int:
-    """How many of a session's ``minutes`` billed minutes begin in ``[since, until)``.
-
-    Billed minute ``i`` begins at ``started + i minutes``; a bound of None is open.
-    """
-    lo = 0 if since is None else max(0, _ceil_minutes(since - started))
-    hi = minutes if until is None else min(minutes, _ceil_minutes(until - started))
-    return max(0, hi - lo)
 
 
 def next_starts(sessions: Iterable[SessionFacts]) -> dict[str, datetime]:
@@ -260,7 +214,8 @@ def culling_report(
         idle += min(counts.idle, counts.sampled, in_window) * s.gpu_count
         if in_window:
             billed_money[s.currency] = billed_money.get(s.currency, 0) + in_window * s.rate_micros
-        culled = s.stop_reason in CULL_REASONS or s.stop_reason == BUDGET_REASON
+        # the budget rule's stops are estimated like a cull, and reported apart
+        culled = s.stop_reason in CULL_REASONS or s.stop_reason == StopReason.BUDGET
         if culled and s.stopped is not None and (since is None or since <= s.stopped) and s.stopped < end:
             savings.append(estimate_saving(s, upcoming.get(s.id), end, now, horizon))
     savings.sort(key=lambda v: (v.session.stopped, v.session.id))
@@ -268,7 +223,7 @@ def culling_report(
     by_reason = {reason: Tally() for reason in CULL_REASONS}
     total = budget = Tally()
     for saving in savings:
-        if saving.reason == BUDGET_REASON:
+        if saving.reason == StopReason.BUDGET:
             budget = budget.plus(saving)
         else:
             by_reason[saving.reason] = by_reason[saving.reason].plus(saving)
