@@ -3,7 +3,7 @@
 Through the spawners' own code and a real sqlite ledger:
 
 - Kubernetes: no cluster runs here, so the pods are the Pod JSON the API returns, in the pod reflector
-  KubeSpawner reads (``RecordingKubeSpawner`` of tests/unit/test_kube_spawner.py stands in for the API
+  KubeSpawner reads (``RecordingKubeSpawner`` of tests/unit/spawners/kube/test_kube_spawner.py stands in for the API
   server's pod creation). A pod that waited unscheduled for a GPU is billed from its binding; one whose
   container ended while the hub was down, to the container's ``finishedAt``.
 - Local processes (real ones): a server that ended while the hub was down is billed to its last pushed
@@ -32,7 +32,14 @@ from jupyterhub_gpu.service.domain.samples import parse_sample
 from jupyterhub_gpu.spawners import mixin as mixin_module
 from jupyterhub_gpu.spawners.kube import spawner as kube_module
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
-from tests.unit.test_kube_spawner import Cluster, RecordingKubeSpawner, kubeconfig, make_config, make_spawner, spawn
+from tests.unit.spawners.kube.test_kube_spawner import (
+    Cluster,
+    RecordingKubeSpawner,
+    kubeconfig,
+    make_config,
+    make_spawner,
+    spawn,
+)
 
 __all__ = ["kubeconfig"]  # the autouse fixture of the Kubernetes tests: a client configuration that points nowhere
 

@@ -8,8 +8,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from jupyterhub_gpu.gpus.simulated import simulated_inventory
 
+from jupyterhub_gpu.gpus.simulated import simulated_inventory
 from jupyterhub_gpu.spawners.assign import queue as allocator_module
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, AssignmentConflict, QueueCancelled, QueueTimeout

@@ -8,7 +8,7 @@ from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from jupyterhub_gpu.spawners.startup import check_config
 
-CONFIG = Path(__file__).resolve().parents[2] / "config"
+CONFIG = Path(__file__).resolve().parents[3] / "config"
 
 
 def load(name: str):

@@ -497,7 +497,7 @@ def test_on_the_sample_trace_the_default_horizon_overstates_and_a_short_one_unde
 
     from jupyterhub_gpu.sim.replay import natural_minutes, read_trace, replay, resolve_policy
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "traces" / "sample.jsonl"
+    path = Path(__file__).resolve().parents[4] / "benchmarks" / "traces" / "sample.jsonl"
     if not path.exists():
         pytest.skip("no sample trace")
     trace = read_trace(path)

@@ -23,7 +23,7 @@ from jupyterhub_gpu.sim.replay import (
 )
 from jupyterhub_gpu.sim.trace import KINDS, TraceParams, generate, write_trace
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "benchmarks" / "traces" / "sample.jsonl"
 START = 36_000  # a multiple of both idle-culler check intervals (300 s and 600 s)
 

@@ -22,7 +22,7 @@ from jupyterhub_gpu.spawners.kube.objects import gpu_resource_for, validate_obje
 from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 from jupyterhub_gpu.spawners.profiles import parse_profiles
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 KUBE = ROOT / "config" / "kubernetes"
 DB_URL = "postgresql+psycopg://gpu:secret@postgres.db.svc:5432/jupyterhub_gpu"
 POD_IP = "10.42.0.17"

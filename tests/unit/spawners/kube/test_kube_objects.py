@@ -17,7 +17,7 @@ from jupyterhub_gpu.spawners.kube.objects import (
     make_storage,
     validate_object,
 )
-from tests.unit.test_kube_spawner import kubeconfig  # noqa: F401  (KubeSpawner needs a client config)
+from tests.unit.spawners.kube.test_kube_spawner import kubeconfig  # noqa: F401  (KubeSpawner needs a client config)
 
 GIB = 1024**3
 
@@ -340,7 +340,7 @@ def test_validate_object_rejects_what_the_api_would(spec, message):
 
 async def test_the_kube_spawner_pod_keeps_no_way_out_whatever_the_extras():
     """The same through the real GPUKubeSpawner and KubeSpawner's own manifest code (issue 14 section 7)."""
-    from tests.unit.test_kube_spawner import (
+    from tests.unit.spawners.kube.test_kube_spawner import (
         CONTAINER_SECURITY,
         MOUNTS,
         VOLUMES,
