@@ -293,3 +293,11 @@ def test_notices_mail_and_webhooks_go_out_only_through_the_gateway():
         if DELIVERY.search(line)
     ]
     assert not sent, "\n".join(sent)
+
+
+def test_the_unit_tests_mirror_the_package():
+    """tests/unit/<folder>/ holds the tests of jupyterhub_gpu/<folder>/; the pure core's tests sit at the top."""
+    unit = Path(__file__).resolve().parent
+    folders = [p for p in unit.rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    strays = [str(p.relative_to(unit)) for p in folders if not (PACKAGE / p.relative_to(unit)).is_dir()]
+    assert folders and not strays, f"folders of tests/unit with no package folder of the same path: {strays}"
