@@ -34,6 +34,11 @@ def billed_minutes(started: datetime, ended: datetime) -> int:
     return max(1, ceil_minutes(ended - started))
 
 
+def minutes_so_far(started: datetime, now: datetime) -> int:
+    """The billed minutes of a session still running at ``now`` (its first minute even if a clock is behind)."""
+    return billed_minutes(started, max(now, started))
+
+
 def ceil_minutes(delta: timedelta) -> int:
     """Whole minutes in ``delta``, a started minute counting whole (exact, in microseconds; negative stays negative)."""
     return -(-(delta // timedelta(microseconds=1)) // _MINUTE_US)
@@ -179,7 +184,7 @@ def session_row(
 ) -> UsageRow:
     """The usage row of a ledger session: its stored minutes when stopped, its minutes up to ``now`` when running."""
     if stopped is None:
-        minutes = billed_minutes(started, max(now, started))
+        minutes = minutes_so_far(started, now)
     minutes = minutes or 0
     return UsageRow(
         session_id=session_id,

@@ -21,7 +21,7 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
-from jupyterhub_gpu.billing import billed_minutes
+from jupyterhub_gpu.billing import minutes_so_far
 from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.env import (
     devices_from_env,
@@ -63,7 +63,7 @@ class GPUStats(Configurable):
 def session_cost(session: dict, now: datetime) -> tuple[int, Decimal]:
     """(minutes billed, cost so far): every started minute, the first at the start."""
     started = datetime.fromisoformat(session["started"].replace("Z", "+00:00"))
-    minutes = billed_minutes(started, max(now, started))
+    minutes = minutes_so_far(started, now)
     return minutes, minutes * Decimal(session["rate_per_minute"])
 
 

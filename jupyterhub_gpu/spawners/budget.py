@@ -20,7 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from jupyterhub_gpu.billing import billed_minutes, binding_groups, draws_from, spawn_refusal
+from jupyterhub_gpu.billing import binding_groups, draws_from, minutes_so_far, spawn_refusal
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.money import from_micros, to_micros
 from jupyterhub_gpu.session import default_pool
@@ -73,7 +73,7 @@ def minimums_held(statuses: list, sessions, reservations, min_minutes: int, now:
         return list(statuses)
     holders = []  # (user, pool, rate per minute, GPUs, minutes not yet charged)
     for r in sessions:
-        charged = billed_minutes(aware_utc(r.started), max(now, aware_utc(r.started)))  # as billed
+        charged = minutes_so_far(aware_utc(r.started), now)  # as billed
         if charged < min_minutes:
             pool = r.pool if r.pool is not None else default_pool(r.group_list)
             holders.append((r.user, pool, r.rate_micros, r.gpu_count, min_minutes - charged))

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
 
-from jupyterhub_gpu.billing import billed_minutes
+from jupyterhub_gpu.billing import minutes_so_far
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.gpus.names import gpu_family, memory_from_name
 from jupyterhub_gpu.ledger.models import SessionAdvice, SessionRecord
@@ -476,7 +476,7 @@ def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) 
 def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOption]) -> SessionFacts:
     final = record.stopped is not None
     started = aware_utc(record.started)
-    minutes = record.minutes if final else billed_minutes(started, max(now, started))
+    minutes = record.minutes if final else minutes_so_far(started, now)
     option = next((o for o in options if o.slug == record.profile), None)
     return SessionFacts(
         id=record.id,

@@ -63,7 +63,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from jupyterhub_gpu.billing import billed_minutes, minutes_in_window
+from jupyterhub_gpu.billing import billed_minutes, minutes_in_window, minutes_so_far
 from jupyterhub_gpu.ledger.queries.culling import MinuteCounts, SessionFacts
 from jupyterhub_gpu.session import CULL_REASONS, StopReason
 
@@ -207,7 +207,7 @@ def culling_report(
     billed_money: dict[str, int] = {}
     for s in reported:
         stop = s.stopped if s.stopped is not None else max(now, s.started)
-        in_window = minutes_in_window(s.started, billed_minutes(s.started, max(stop, s.started)), since, end)
+        in_window = minutes_in_window(s.started, minutes_so_far(s.started, stop), since, end)
         counts = usage.get(s.id, MinuteCounts())
         billed += in_window * s.gpu_count
         sampled += min(counts.sampled, in_window) * s.gpu_count

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from urllib.parse import quote
 
-from jupyterhub_gpu.billing import BudgetStatus, billed_minutes, minutes_in_window
+from jupyterhub_gpu.billing import BudgetStatus, minutes_in_window, minutes_so_far
 from jupyterhub_gpu.clock import aware_utc, isoformat
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.advice import advice_of
@@ -91,7 +91,7 @@ def session_json(record, now: datetime, currency, advice: dict | None = None, wi
     """
     row = Ledger.usage_rows([record], now)[0]
     if record.stopped is None:
-        minutes = billed_minutes(aware_utc(record.started), max(now, aware_utc(record.started)))
+        minutes = minutes_so_far(aware_utc(record.started), now)
     else:
         minutes = record.minutes
     return {
