@@ -113,3 +113,29 @@ class SessionStart:
             started=datetime.fromisoformat(gpu["started"].replace("Z", "+00:00")),
             simulated=bool(gpu.get("simulated", False)),
         )
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What the reports know of one session: the culling report's savings and the right-sizing advice.
+
+    Aware UTC datetimes, money in micro-units per minute. The culling report reads
+    its start, stop and pool; the advice its minutes billed so far, its GPU model and
+    whether it has ended (``final``).
+    """
+
+    id: str
+    user: str
+    started: datetime | None = None
+    stopped: datetime | None = None
+    stop_reason: str | None = None
+    gpu_count: int = 1
+    rate_micros: int = 0
+    currency: str = ""
+    groups: tuple[str, ...] = ()
+    profile: str = ""
+    server_name: str = ""
+    pool: str | None = None  # the one group that paid (a group's report counts the sessions it paid for)
+    minutes: int = 0  # billed so far
+    gpu_model: str = ""
+    final: bool = True

@@ -16,25 +16,7 @@ from sqlalchemy import and_, case, func, or_, select
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.session import IDLE_UTIL_PERCENT
-
-
-@dataclass(frozen=True)
-class SessionFacts:
-    """What the estimate needs of one session (aware UTC datetimes, money in micro-units per minute)."""
-
-    id: str
-    user: str
-    started: datetime
-    stopped: datetime | None = None
-    stop_reason: str | None = None
-    gpu_count: int = 1
-    rate_micros: int = 0
-    currency: str = ""
-    groups: tuple[str, ...] = ()
-    profile: str = ""
-    server_name: str = ""
-    pool: str | None = None  # the one group that paid (a group's report counts the sessions it paid for)
+from jupyterhub_gpu.session import IDLE_UTIL_PERCENT, SessionFacts
 
 
 @dataclass(frozen=True)

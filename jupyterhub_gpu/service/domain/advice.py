@@ -46,7 +46,7 @@ from jupyterhub_gpu.ledger.queries.advice import (
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, from_micros, to_micros
 from jupyterhub_gpu.service.domain.notices import Message, Once
-from jupyterhub_gpu.session import IDLE_UTIL_PERCENT
+from jupyterhub_gpu.session import IDLE_UTIL_PERCENT, SessionFacts
 
 log = logging.getLogger("jupyterhub_gpu.advice")
 
@@ -270,22 +270,6 @@ def gpus_used(usage: SessionUsage, gpu_count: int) -> tuple[int, int]:
 
 
 # -- the advice ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SessionFacts:
-    """What the advice needs of a session."""
-
-    id: str
-    user: str
-    profile: str
-    gpu_count: int
-    rate_micros: int  # per minute
-    currency: str
-    minutes: int  # billed so far
-    groups: tuple[str, ...] = ()
-    gpu_model: str = ""
-    final: bool = True
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jupyterhub_gpu.billing import billed_minutes, minutes_in_window, minutes_so_far
-from jupyterhub_gpu.ledger.queries.culling import MinuteCounts, SessionFacts
-from jupyterhub_gpu.session import CULL_REASONS, StopReason
+from jupyterhub_gpu.ledger.queries.culling import MinuteCounts
+from jupyterhub_gpu.session import CULL_REASONS, SessionFacts, StopReason
 
 #: How long a culled server is assumed to have kept running when its user does not come back.
 DEFAULT_HORIZON = timedelta(hours=12)

@@ -18,7 +18,6 @@ from jupyterhub_gpu.service.domain.advice import (
     AdviceSettings,
     GPUUse,
     ProfileOption,
-    SessionFacts,
     SessionUsage,
     advice_json,
     advise,
@@ -28,7 +27,7 @@ from jupyterhub_gpu.service.domain.advice import (
     summary,
 )
 from jupyterhub_gpu.service.tick import update_advice
-from jupyterhub_gpu.session import SessionStart
+from jupyterhub_gpu.session import SessionFacts, SessionStart
 
 CNY = Currency.from_config("CNY")
 GB = 1024

@@ -17,14 +17,13 @@ from jupyterhub_gpu.service.domain.samples import Sample
 from jupyterhub_gpu.service.domain.savings import (
     DEFAULT_HORIZON,
     MinuteCounts,
-    SessionFacts,
     culling_report,
     estimate_saving,
     next_starts,
 )
 from jupyterhub_gpu.service.web import views
 from jupyterhub_gpu.service.web.params import BadRequest, CullingQuery, parse_culling_query
-from jupyterhub_gpu.session import SessionStart
+from jupyterhub_gpu.session import SessionFacts, SessionStart
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
