@@ -219,9 +219,17 @@ class Ledger:
         with self.Session() as db:
             return db.get(SessionRecord, session_id)
 
-    def open_sessions(self) -> list[SessionRecord]:
+    def open_sessions(self, after: str | None = None, limit: int | None = None) -> list[SessionRecord]:
+        """The sessions still running; with ``limit``, a page of them: at most ``limit``, in id order, the
+        first after the id ``after`` (the tick reads a thousand this way, letting requests in between pages).
+        """
+        query = select(SessionRecord).where(SessionRecord.stopped.is_(None))
+        if limit is not None:
+            query = query.order_by(SessionRecord.id).limit(limit)
+            if after is not None:
+                query = query.where(SessionRecord.id > after)
         with self.Session() as db:
-            return list(db.scalars(select(SessionRecord).where(SessionRecord.stopped.is_(None))))
+            return list(db.scalars(query))
 
     def sessions(
         self,

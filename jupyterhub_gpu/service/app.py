@@ -32,6 +32,7 @@ from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import (
     Reconciler,
+    advise_sessions,
     announce_finished_runs,
     budget_notify,
     enforce_budgets,
@@ -39,7 +40,6 @@ from jupyterhub_gpu.service.tick import (
     enforce_jobs,
     run_announcer,
     send_digests,
-    update_advice,
 )
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.params import MAX_BODY_BYTES
@@ -489,7 +489,7 @@ class GPUService(Application):
     async def advice_tick(self, now) -> None:
         """Right-sizing advice for closed and long-running sessions, and the weekly digest (docs/advice.md)."""
         try:
-            update_advice(self.ledger, now, self.advice_settings, self.currency_info)
+            await advise_sessions(self.ledger, now, self.advice_settings, self.currency_info)
             if self.advice_digest_weekday:
                 weekday = WEEKDAYS.index(self.advice_digest_weekday)
                 await send_digests(

@@ -6,12 +6,20 @@ client (:mod:`.hubapi`), so that tests can drive a tick with any clock. The
 service's Application only schedules them. Every warning goes out through the
 gateway before the stop it announces (invariant 6): a stop comes in a later
 tick than its warning, and only once the warning is recorded.
+
+The tick runs on the service's event loop, beside the requests (samples every
+30 s from each server). A pass over a thousand sessions takes a second of CPU,
+so each pass lets the loop run the requests that wait at least every
+:data:`LOOP_SLICE` (:class:`LoopSlice`), and reads the sessions' samples a
+chunk at a time (:data:`CHUNK`, one query each) instead of once per session.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -30,7 +38,7 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     update_job,
 )
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
-from jupyterhub_gpu.ledger.queries.samples import session_minutes
+from jupyterhub_gpu.ledger.queries.samples import session_minutes, sessions_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.advice import (
@@ -73,6 +81,53 @@ from jupyterhub_gpu.session import SessionStart, StopReason
 
 log = logging.getLogger("jupyterhub_gpu.service")
 job_log = logging.getLogger("jupyterhub_gpu.jobs")
+
+#: The longest stretch a pass of the tick holds the event loop before the requests that wait get their turn
+#: (about the SampleBatcher's window: a push that lands in the tick waits at most this long more).
+LOOP_SLICE = 0.02
+#: Sessions whose samples one query reads (culling, advice): a few hundred bound ids at most.
+CHUNK = 100
+
+
+class LoopSlice:
+    """Awaited between the steps of a pass: gives the event loop a turn once the pass has held it ``seconds``.
+
+    The pass goes on with what it read (a session's state read before the turn is
+    judged as read, as it was across the awaits of notices and stops before).
+    """
+
+    def __init__(self, seconds: float | None = None):
+        self.seconds = LOOP_SLICE if seconds is None else seconds
+        self.since = time.perf_counter()
+
+    async def __call__(self) -> None:
+        if time.perf_counter() - self.since >= self.seconds:
+            await asyncio.sleep(0)
+            self.since = time.perf_counter()
+
+
+def chunks(items: list, size: int = CHUNK) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+async def open_session_pages(ledger: Ledger, pause: LoopSlice) -> AsyncIterator[list[SessionRecord]]:
+    """The open sessions, a page of :data:`CHUNK` at a time (in id order), the loop's turn before each page.
+
+    Each page is read when it is reached: a session that opens or closes during the pass is judged as the
+    page that holds it finds it (as by a pass that began a moment earlier or later).
+    """
+    after = None
+    while True:
+        await pause()
+        page = ledger.open_sessions(after=after, limit=CHUNK)
+        if not page:
+            return
+        yield page
+        if len(page) < CHUNK:
+            return
+        after = page[-1].id
+
 
 #: Called for each (user, status, threshold) newly reached; delivers the alert.
 Notify = Callable[[str, tuple[str, ...], BudgetStatus, int], Awaitable[None]]
@@ -144,8 +199,11 @@ async def enforce_budgets(
     """
     result = TickResult()
     rules = ledger.budget_rules()
-    open_sessions = ledger.open_sessions()
-    if not rules or not open_sessions:
+    if not rules:
+        return result
+    pause = LoopSlice()
+    open_sessions = [s async for page in open_session_pages(ledger, pause) for s in page]
+    if not open_sessions:
         return result
     by_user: dict[str, list] = {}
     for s in open_sessions:
@@ -183,6 +241,7 @@ async def enforce_budgets(
         promised=promised,
     )
     for user, sessions in by_user.items():
+        await pause()
         result.users_checked += 1
         try:
             await _enforce_user(budget_pass, user, sessions)
@@ -347,11 +406,26 @@ class Reconciler:
 # -- culling ---------------------------------------------------------------------------------
 
 
+def signals_since(session, now: datetime) -> datetime:
+    """The first minute whose samples the cull rules of a session read: its start's, at most MAX_MINUTES back."""
+    return max(aware_utc(session.started), now - timedelta(minutes=MAX_MINUTES)).replace(second=0, microsecond=0)
+
+
 def session_signals(ledger: Ledger, session, now: datetime) -> list:
     """The minute signals of a session, from the samples its server pushed, oldest first."""
-    since = max(aware_utc(session.started), now - timedelta(minutes=MAX_MINUTES))
+    return minute_signals(session_minutes(ledger, session.id, since=signals_since(session, now)))
+
+
+def sessions_signals(ledger: Ledger, sessions, now: datetime) -> dict[str, list]:
+    """:func:`session_signals` of many sessions, in one query: session id -> its signals."""
+    found = sessions_minutes(ledger, {s.id: signals_since(s, now) for s in sessions})
+    return {sid: minute_signals(minutes) for sid, minutes in found.items()}
+
+
+def minute_signals(minutes) -> list:
+    """The cull rules' signals of a session's minute rows (oldest first)."""
     signals = []
-    for m in session_minutes(ledger, session.id, since=since.replace(second=0, microsecond=0)):
+    for m in minutes:
         total = m.memory_total_mib or 0
         signals.append(
             MinuteSignal(
@@ -386,41 +460,46 @@ async def enforce_culling(
     ``inactive``, ``max_age``).
     """
     result = TickResult()
-    for s in ledger.open_sessions():
-        result.users_checked += 1
-        signals = session_signals(ledger, s, now)
-        rules = rules_for(s.profile, s.group_list, config)
-        decision = evaluate(
-            rules,
-            aware_utc(s.started),
-            now,
-            signals,
-            last_user_activity=aware_utc(s.last_activity),
-            has_gpu=s.gpu_count > 0,
-            warned=aware_utc(s.cull_warned_at),
-            tz=tz,
-        )
-        if decision.action == "warn":
-            ledger.set_cull_warning(s.id, now, decision.rule.kind)
-            await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
-            result.alerts.append((s.user, s.id, 0))
-        elif decision.action == "cancel":
-            ledger.set_cull_warning(s.id, None, None)
-            await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
-        elif decision.action == "stop":
-            ledger.set_pending_stop_reason(s.id, decision.rule.kind)
-            try:
-                await hub.stop_server(s.user, s.server_name)
-            except HubAPIError as e:
-                log.error("could not stop idle %s/%s: %s", s.user, s.server_name, e)
+    pause = LoopSlice()
+    async for chunk in open_session_pages(ledger, pause):
+        # read right before its chunk is judged, so the samples are as fresh as one query per session read them
+        signals_of = sessions_signals(ledger, chunk, now)
+        for s in chunk:
+            await pause()
+            result.users_checked += 1
+            signals = signals_of[s.id]
+            rules = rules_for(s.profile, s.group_list, config)
+            decision = evaluate(
+                rules,
+                aware_utc(s.started),
+                now,
+                signals,
+                last_user_activity=aware_utc(s.last_activity),
+                has_gpu=s.gpu_count > 0,
+                warned=aware_utc(s.cull_warned_at),
+                tz=tz,
+            )
+            if decision.action == "warn":
+                ledger.set_cull_warning(s.id, now, decision.rule.kind)
+                await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
+                result.alerts.append((s.user, s.id, 0))
+            elif decision.action == "cancel":
+                ledger.set_cull_warning(s.id, None, None)
+                await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
+            elif decision.action == "stop":
+                ledger.set_pending_stop_reason(s.id, decision.rule.kind)
+                try:
+                    await hub.stop_server(s.user, s.server_name)
+                except HubAPIError as e:
+                    log.error("could not stop idle %s/%s: %s", s.user, s.server_name, e)
+                    continue
+                log.info("stopped %s/%s: %s", s.user, s.server_name, decision.rule.kind)
+                result.stopped.append((s.user, s.server_name))
                 continue
-            log.info("stopped %s/%s: %s", s.user, s.server_name, decision.rule.kind)
-            result.stopped.append((s.user, s.server_name))
-            continue
-        if s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
-            # once per session: a notice, never a stop
-            message, key = memory_message(s, memory_threshold, memory_minutes)
-            await notifier.send(message, ("lab",), once=key, now=now)
+            if s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
+                # once per session: a notice, never a stop
+                message, key = memory_message(s, memory_threshold, memory_minutes)
+                await notifier.send(message, ("lab",), once=key, now=now)
     return result
 
 
@@ -512,11 +591,19 @@ async def announce_finished_runs(
 
 
 def judge(
-    ledger: Ledger, record: SessionRecord, now: datetime, settings: AdviceSettings, currency: Currency, options
+    ledger: Ledger,
+    record: SessionRecord,
+    now: datetime,
+    settings: AdviceSettings,
+    currency: Currency,
+    options,
+    minutes: list | None = None,
 ) -> Advice:
-    """Read a session's minutes, advise, and store the advice."""
+    """Advise a session from its minutes (read here unless given) and store the advice."""
     facts = facts_of(record, now, options)
-    advice = advise(facts, summarize(session_minutes(ledger, record.id)), options, settings, currency)
+    if minutes is None:
+        minutes = session_minutes(ledger, record.id)
+    advice = advise(facts, summarize(minutes), options, settings, currency)
     store(ledger, facts, advice, now)
     return advice
 
@@ -527,25 +614,47 @@ def update_advice(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
     A closed session is judged once, ``CLOSE_DELAY`` after its stop (its last
     samples arrive late), and its user gets a Lab notice when it was advised. A
     running session is judged once it has run ``live_after_minutes`` and again
-    every ``LIVE_REFRESH`` (:func:`.advice.sessions_to_judge`).
+    every ``LIVE_REFRESH`` (:func:`.advice.sessions_to_judge`). The service runs
+    the same pass through :func:`advise_sessions`, which lets the event loop in
+    between sessions.
     """
-    closed, live = sessions_to_judge(ledger, now, settings)
     result = {"final": 0, "live": 0, "advised": 0}
+    for _ in _advice_steps(ledger, now, settings, currency, result):
+        pass
+    return result
+
+
+async def advise_sessions(ledger: Ledger, now: datetime, settings: AdviceSettings, currency: Currency) -> dict:
+    """:func:`update_advice` on the event loop: the loop gets a turn every :data:`LOOP_SLICE`."""
+    result = {"final": 0, "live": 0, "advised": 0}
+    pause = LoopSlice()
+    for _ in _advice_steps(ledger, now, settings, currency, result):
+        await pause()
+    return result
+
+
+def _advice_steps(ledger: Ledger, now: datetime, settings: AdviceSettings, currency: Currency, result: dict):
+    """The advice pass, one step (a session judged, or a chunk's minutes read) per ``yield``; counts in ``result``."""
+    closed, live = sessions_to_judge(ledger, now, settings)
     if not closed and not live:
-        return result
+        return
     # the rates and groups the spawner charges and allows: the admins' edits applied, as for GET pricing
     options = catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings)
-    for record in closed:
-        advice = judge(ledger, record, now, settings, currency, options)
-        result["final"] += 1
-        if advice.advised:
-            result["advised"] += 1
-            if aware_utc(record.stopped) >= now - NOTICE_WITHIN:
-                lab_notice(ledger, advice_message(record, advice), now)
-    for record in live:
-        judge(ledger, record, now, settings, currency, options)
-        result["live"] += 1
-    return result
+    for final, records in ((True, closed), (False, live)):
+        for chunk in chunks(records):
+            minutes = sessions_minutes(ledger, dict.fromkeys(r.id for r in chunk))
+            yield
+            for record in chunk:
+                advice = judge(ledger, record, now, settings, currency, options, minutes[record.id])
+                if final:
+                    result["final"] += 1
+                    if advice.advised:
+                        result["advised"] += 1
+                        if aware_utc(record.stopped) >= now - NOTICE_WITHIN:
+                            lab_notice(ledger, advice_message(record, advice), now)
+                else:
+                    result["live"] += 1
+                yield
 
 
 async def send_digests(

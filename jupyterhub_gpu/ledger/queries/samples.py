@@ -11,7 +11,7 @@ one with :func:`record_sample` gives: a push that a full minute refuses fails al
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -142,8 +142,31 @@ def record_sample(ledger: Ledger, user: str, sample: Sample, max_gpus: int = 64)
 
 
 def session_minutes(ledger: Ledger, session_id: str, since: datetime | None = None) -> list[UsageMinute]:
-    query = select(UsageMinute).where(UsageMinute.session_id == session_id).order_by(UsageMinute.minute)
-    if since is not None:
-        query = query.where(UsageMinute.minute >= naive_utc(since))
+    """A session's minute rows (from ``since`` on, when given), oldest first."""
+    return sessions_minutes(ledger, {session_id: since})[session_id]
+
+
+def sessions_minutes(ledger: Ledger, since: Mapping[str, datetime | None]) -> dict[str, list[UsageMinute]]:
+    """The minute rows of many sessions in one query: session id -> its rows from its own ``since`` on
+    (all of them for None), oldest first; exactly what :func:`session_minutes` gives for each.
+
+    The tick reads its sessions' samples this way, a chunk of sessions at a time (one query each instead of
+    one per session), so that the ids stay well under a database's limit of bound parameters.
+    """
+    found: dict[str, list[UsageMinute]] = {sid: [] for sid in since}
+    if not found:
+        return found
+    bounds = {sid: naive_utc(at) if at is not None else None for sid, at in since.items()}
+    query = (
+        select(UsageMinute)
+        .where(UsageMinute.session_id.in_(list(found)))
+        .order_by(UsageMinute.session_id, UsageMinute.minute)
+    )
+    if None not in bounds.values():
+        query = query.where(UsageMinute.minute >= min(bounds.values()))
     with ledger.Session() as db:
-        return list(db.scalars(query))
+        for row in db.scalars(query):
+            bound = bounds[row.session_id]
+            if bound is None or row.minute >= bound:
+                found[row.session_id].append(row)
+    return found
