@@ -74,6 +74,17 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def ledger(self) -> Ledger:
         return self.ctx.ledger
 
+    async def prepare(self):
+        # The first check of a token or cookie asks the hub. HubAuthenticated.get_current_user asks it
+        # synchronously (blocking the event loop, and every other request, until the hub answers); awaited
+        # here, the loop goes on meanwhile, and HubAuth keeps the answer on the handler for
+        # get_current_user. A check that fails here is forgotten, so that it fails where it always did:
+        # when the handler asks who is calling (a public endpoint never does).
+        try:
+            await self.hub_auth.get_user(self, sync=False)
+        except Exception:
+            self.__dict__.pop("_cached_hub_user", None)
+
     def check_hub_user(self, model):
         try:
             return super().check_hub_user(model)
