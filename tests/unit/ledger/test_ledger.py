@@ -29,21 +29,6 @@ T4_RATE = 50_000  # ¥0.05 per minute, in micro-units
 TABLES = {"alembic_version", "gpu_sessions", "gpu_budgets", "gpu_alerts", "gpu_notices"}
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request, tmp_path):
-    """An empty database: a sqlite file, or a fresh database on the test PostgreSQL server."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    return request.getfixturevalue("postgres_url")
-
-
-@pytest.fixture
-def ledger(db_url):
-    ledger = Ledger(db_url)
-    yield ledger
-    ledger.close()
-
-
 def make_start(
     sid: str = "s1",
     user: str = "ann",

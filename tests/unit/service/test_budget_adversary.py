@@ -17,26 +17,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from jupyterhub.spawner import SpawnException
-from test_budget_periods import DEC, LATE, StopHub, at, make_spawner, start
+from test_budget_periods import DEC, LATE, at, make_spawner, start
 
 from jupyterhub_gpu.billing import BudgetRule, minutes_in_window, period_window
-from jupyterhub_gpu.ledger.store import Ledger
 
 UTC = timezone.utc
-
-
-@pytest.fixture
-def hub():
-    server = StopHub()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def ledger(tmp_path):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
-    yield ledger
-    ledger.close()
 
 
 def spawn(spawner, options, now):

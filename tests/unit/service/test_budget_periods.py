@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import threading
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -36,7 +34,6 @@ from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.alerts import BudgetAlert, parse_thresholds
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.domain.statuses import current_statuses
-from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.tick import deliver, enforce_budgets
 from jupyterhub_gpu.service.web import params, views
 from jupyterhub_gpu.session import SessionStart
@@ -49,45 +46,6 @@ T4 = 50_000  # ¥0.05 a minute (¥3.00 a GPU-hour)
 LATE = datetime(2026, 11, 30, 23, 58, tzinfo=SHANGHAI).astimezone(UTC)
 DEC = datetime(2026, 12, 1, tzinfo=SHANGHAI).astimezone(UTC)
 GRACE = timedelta(minutes=5)
-
-
-class StopHub:
-    """Answers ``DELETE /hub/api/users/NAME/server[s/SERVER]`` with 204 and records it."""
-
-    def __init__(self):
-        self.stops: list[str] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_DELETE(self):
-                owner.stops.append(self.path)
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-        self.client = HubClient(f"http://127.0.0.1:{self.httpd.server_address[1]}/hub/api", "token")
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def hub():
-    server = StopHub()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def ledger(tmp_path):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
-    yield ledger
-    ledger.close()
 
 
 def start(ledger, sid, user, started, groups=("cs231n",), rate=T4, gpus=1, pool=None, server=""):

@@ -16,7 +16,6 @@ from decimal import Decimal
 import pytest
 
 from jupyterhub_gpu.ledger.queries.overrides import Override
-from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import MAX_RATE_PER_MINUTE, MoneyError, profile_rate
 from jupyterhub_gpu.service.domain.overrides import (
     AccessError,
@@ -33,13 +32,6 @@ CONFIG = [
     {"slug": "cpu", "gpu_count": 0, "price_per_hour": "0.60"},
 ]
 EDITS = ["0", "0.000030", "0.000060", "0.6", "1", "2.99", "6.00", "6.000001", "7.20", "12", "999999999999"]
-
-
-@pytest.fixture
-def ledger(tmp_path):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
-    yield ledger
-    ledger.close()
 
 
 def published(ledger):

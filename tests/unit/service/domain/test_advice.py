@@ -11,7 +11,6 @@ import pytest
 from jupyterhub_gpu.gpus.names import memory_from_name
 from jupyterhub_gpu.ledger.models import UsageMinute
 from jupyterhub_gpu.ledger.queries.advice import advice_of
-from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, to_micros
 from jupyterhub_gpu.service.domain.advice import (
     AdviceError,
@@ -234,13 +233,6 @@ def test_summarize_reads_the_per_minute_rows():
 
 
 # -- stored in the ledger, summed in the report ---------------------------------------------------
-
-
-@pytest.fixture
-def ledger(tmp_path):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
-    yield ledger
-    ledger.close()
 
 
 def test_closed_sessions_get_final_advice_and_the_report_sums_their_savings(ledger):

@@ -16,11 +16,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-import pytest
-
 from jupyterhub_gpu.ledger.models import UsageMinute
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
-from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, to_micros
 from jupyterhub_gpu.service.domain.advice import AdviceSettings, summary
 from jupyterhub_gpu.service.domain.savings import culling_report
@@ -33,13 +30,6 @@ SHANGHAI = ZoneInfo("Asia/Shanghai")
 CNY = Currency.from_config("CNY")
 GB = 1024
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def ledger(tmp_path):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
-    yield ledger
-    ledger.close()
 
 
 def start(ledger, sid, user, started, groups, pool=None, profile="a100", rate="0.25"):
