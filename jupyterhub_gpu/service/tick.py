@@ -411,13 +411,8 @@ def signals_since(session, now: datetime) -> datetime:
     return max(aware_utc(session.started), now - timedelta(minutes=MAX_MINUTES)).replace(second=0, microsecond=0)
 
 
-def session_signals(ledger: Ledger, session, now: datetime) -> list:
-    """The minute signals of a session, from the samples its server pushed, oldest first."""
-    return minute_signals(session_minutes(ledger, session.id, since=signals_since(session, now)))
-
-
 def sessions_signals(ledger: Ledger, sessions, now: datetime) -> dict[str, list]:
-    """:func:`session_signals` of many sessions, in one query: session id -> its signals."""
+    """The minute signals of many sessions (from the samples their servers pushed, oldest first), in one query."""
     found = sessions_minutes(ledger, {s.id: signals_since(s, now) for s in sessions})
     return {sid: minute_signals(minutes) for sid, minutes in found.items()}
 

@@ -6,13 +6,11 @@ import asyncio
 import random
 from datetime import datetime, timedelta, timezone
 
-import pytest
-
 from jupyterhub_gpu.ledger.queries.samples import Push, Sample, record_samples, session_minutes, sessions_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service import tick
 from jupyterhub_gpu.service.notify import Notifier
-from jupyterhub_gpu.service.tick import LoopSlice, open_session_pages, session_signals, sessions_signals
+from jupyterhub_gpu.service.tick import LoopSlice, minute_signals, open_session_pages, sessions_signals, signals_since
 from jupyterhub_gpu.session import SessionStart, StopReason
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=timezone.utc)
@@ -30,16 +28,6 @@ COLUMNS = (
     "last_kernel_activity",
     "gpus",
 )
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def ledger(request, tmp_path):
-    if request.param == "sqlite":
-        ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
-    else:
-        ledger = Ledger(request.getfixturevalue("postgres_url"))
-    yield ledger
-    ledger.close()
 
 
 def fill(ledger: Ledger, sessions: int = 23, minutes: int = 12) -> list[str]:
@@ -101,14 +89,15 @@ def test_sessions_minutes_are_each_sessions_own(ledger):
     assert sessions_minutes(ledger, {}) == {}
 
 
-def test_sessions_signals_equal_session_signals(ledger):
+def test_sessions_signals_equal_each_sessions_own_signals(ledger):
     fill(ledger)
     open_sessions = ledger.open_sessions()
     for now in (NOW, NOW + timedelta(minutes=7)):
         bulk = sessions_signals(ledger, open_sessions, now)
         assert set(bulk) == {s.id for s in open_sessions}
         for s in open_sessions:
-            assert bulk[s.id] == session_signals(ledger, s, now), s.id
+            alone = session_minutes(ledger, s.id, since=signals_since(s, now))
+            assert bulk[s.id] == minute_signals(alone), s.id
 
 
 def test_open_session_pages_read_every_open_session_once(ledger, monkeypatch):
