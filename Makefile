@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-contract test-lab test-docker lint format venv docker-setup postgres-setup browser-setup test-image tf-test-image image clean
+.PHONY: help demo test test-quick test-contract test-lab test-docker lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image image clean docs
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
@@ -19,6 +19,7 @@ help:
 	@echo "make test-quick  unit and hub tests only (no Docker, no browser)"
 	@echo "make test-contract  JupyterHub's own spawner tests with GPULocalSpawner (part of make test)"
 	@echo "make lint        ruff check and format check"
+	@echo "make docs        the documentation site in docs/_build/html (Sphinx; a warning fails it; part of make test)"
 	@echo "make image       build the GPU single-user image jupyterhub-gpu/tensorflow:2.15 (docs/images.md)"
 
 venv: $(VENV)/.installed
@@ -26,7 +27,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt labextension/package.json labextension/yarn.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@command -v node >/dev/null || { echo "Node.js >= 20.19 is needed to build labextension/ (pip install -e runs the build)"; exit 1; }
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,demo]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,demo,docs]'
 	@test -x $(BIN)/configurable-http-proxy || npm install --silent -g --prefix $(VENV) configurable-http-proxy@$(CHP_VERSION)
 	@touch $@
 
@@ -59,16 +60,36 @@ image: venv docker-setup
 browser-setup:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk)
 
-test: venv postgres-setup test-image tf-test-image browser-setup test-lab
+# Debian's prometheus (it ships promtool) for tests/monitoring; the tests start their own on loopback, so the
+# package's system service is stopped and disabled where an init system started it
+prometheus-setup:
+	@test -x /usr/bin/prometheus -a -x /usr/bin/promtool || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
+	@if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus; fi
+
+test: venv postgres-setup test-image tf-test-image browser-setup prometheus-setup test-lab docs
 	$(BIN)/pytest -q -m "" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-quick: venv test-lab
-	$(BIN)/pytest -q -m "not docker and not browser and not chaos" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not docker and not browser and not chaos and not install and not prometheus" $(PYTEST_ARGS)
+
+# the documentation site: the pages of docs/ and README.md, the configuration reference generated from the
+# traitlets and the REST reference from openapi.yaml (docs/_ext/gpu_docs.py); -E reads every page again, so the
+# generated references follow the code; -W --keep-going: every warning is listed and fails the build
+docs: venv
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+	@echo "the documentation site: docs/_build/html/index.html"
 
 # JupyterHub's own spawner tests (from the installed jupyterhub package) with GPULocalSpawner swapped in under
 # their MockSpawner, in a pytest of their own (tests/jupyterhub_contract); make test and test-quick run it too
 test-contract: venv
 	$(BIN)/pytest -q -m "" tests/jupyterhub_contract $(PYTEST_ARGS)
+
+# the image registry of tests/docker/test_image_pull.py, run by the test on loopback (Debian's Distribution
+# registry; the package's own service is not started here)
+registry-setup:
+	@test -x /usr/bin/docker-registry || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry)
+
+test test-docker: registry-setup
 
 test-docker: venv test-image tf-test-image
 	$(BIN)/pytest -q -m docker $(PYTEST_ARGS)
@@ -86,4 +107,4 @@ format: venv
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(STATE) .pytest_cache .ruff_cache labextension/lib labextension/prebuilt
+	rm -rf $(VENV) $(STATE) .pytest_cache .ruff_cache labextension/lib labextension/prebuilt docs/_build

@@ -10,8 +10,8 @@ login (any user name, password "demo"). Everything else is the real code.
 import os
 import sys
 
+import jupyterhub_gpu.hubpages
 from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
-from jupyterhub_gpu.service.web.pages import HUB_TEMPLATES
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
@@ -36,7 +36,8 @@ c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = "demo"
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"admin"}
-c.JupyterHub.template_paths = [HUB_TEMPLATES]  # a "GPU usage" link on the hub's home page
+# the hub's pages in English and Chinese (as the browser asks, or the switch), a "GPU usage" link on home
+c.JupyterHub.template_paths = jupyterhub_gpu.hubpages.template_paths()
 c.JupyterHub.load_groups = {
     "thesis": {"users": ["alice"]},
 }
@@ -115,7 +116,8 @@ c.JupyterHub.load_roles = [
     {
         "name": "gpu-service",
         "services": ["gpu"],
-        # start:servers: notebook jobs run in named servers the service starts (docs/jobs.md)
+        # start:servers: notebook jobs run in named servers the service starts (docs/jobs.md), and a server
+        # asking to restart on a bigger profile is started again on it (docs/user.md)
         "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
     },
     {"name": "gpu-admins", "users": ["admin"], "scopes": sorted(c.JupyterHub.custom_scopes)},

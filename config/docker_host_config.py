@@ -18,6 +18,11 @@ c.JupyterHub.db_url = "sqlite:////srv/jupyterhub/jupyterhub.sqlite"  # PostgreSQ
 c.JupyterHub.cookie_secret_file = "/srv/jupyterhub/jupyterhub_cookie_secret"
 # Keep servers (and the GPU assignments in their state) running across hub restarts and upgrades.
 c.JupyterHub.cleanup_servers = False
+# The hub's own pages (login, home, spawn, errors) in English and Chinese, as the reader's browser asks
+# or as chosen with the switch on every page (docs/admin.md, Languages), with a "GPU usage" link on home.
+import jupyterhub_gpu.hubpages  # noqa: E402
+
+c.JupyterHub.template_paths = jupyterhub_gpu.hubpages.template_paths()
 
 # Servers run on their own Docker network, isolated from each other: a bridge with
 # inter-container communication disabled (enable_icc=false), internal (no way out
@@ -103,7 +108,11 @@ c.GPUDockerSpawner.work_volume_template = "jupyterhub-gpu-user-{username}"  # at
 c.GPUDockerSpawner.datasets_volume = "/srv/datasets"  # read-only at /home/jovyan/datasets; "" for none
 c.GPUDockerSpawner.container_user = "1000:100"  # jovyan; root is refused
 c.GPUDockerSpawner.pids_limit = 2048
-c.Spawner.start_timeout = 180  # the queue wait is added on top for GPU profiles
+c.Spawner.start_timeout = 180  # the queue wait and an image's pull come before it, on top
+# At its start the hub pulls the profiles' images that are missing, in the background, and logs each result;
+# a spawn waiting on a pull shows its layers and bytes (docs/images.md). To turn the start-up pull off:
+# c.GPUDockerSpawner.prepull_images = False
+c.GPUDockerSpawner.image_pull_timeout = 30 * 60  # a spawn's wait for its image's pull
 c.Spawner.http_timeout = 120
 c.Spawner.default_url = "/lab"
 
@@ -144,7 +153,8 @@ c.JupyterHub.load_roles = [
     {
         "name": "gpu-service",
         "services": ["gpu"],
-        # start:servers: notebook jobs run in named servers the service starts (docs/jobs.md)
+        # start:servers: notebook jobs run in named servers the service starts (docs/jobs.md), and a server
+        # asking to restart on a bigger profile is started again on it (docs/user.md)
         "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
     },
     {"name": "user", "scopes": ["self", "access:services!service=gpu"]},

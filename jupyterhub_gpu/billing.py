@@ -18,7 +18,10 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from jupyterhub_gpu.money import from_micros
+from babel.dates import format_skeleton
+
+from jupyterhub_gpu.i18n import translator
+from jupyterhub_gpu.money import babel_locale, from_micros
 
 PERIODS = ("week", "month", "term")
 UNITS = ("money", "gpu_hours")
@@ -88,22 +91,29 @@ def period_window(
     raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
 
 
-def period_name(period: str, start: datetime, tz: ZoneInfo) -> str:
-    """``November``, ``the week of 23 November``, ``the term`` — for messages."""
+def _day_in(day: date, lang: str) -> str:
+    """A day in a message: ``23 November`` in English, ``11月23日`` in Chinese."""
+    if lang == "en":
+        return f"{day.day} {day.strftime('%B')}"
+    return format_skeleton("MMMd", day, locale=babel_locale(lang))
+
+
+def period_name(period: str, start: datetime, tz: ZoneInfo, lang: str = "en") -> str:
+    """``November``, ``the week of 23 November``, ``this term`` (in ``lang``) — for messages."""
     local = start.astimezone(tz)
     if period == "month":
-        return local.strftime("%B")
+        return local.strftime("%B") if lang == "en" else format_skeleton("MMMM", local, locale=babel_locale(lang))
     if period == "week":
-        return f"the week of {local.day} {local.strftime('%B')}"
-    return "this term"
+        return translator(lang)("the week of {day}", day=_day_in(local.date(), lang))
+    return translator(lang)("this term")
 
 
-def reset_text(period: str, end: datetime, tz: ZoneInfo) -> str:
+def reset_text(period: str, end: datetime, tz: ZoneInfo, lang: str = "en") -> str:
     local = end.astimezone(tz)
     if period == "term":
         last = (local - timedelta(days=1)).date()
-        return f"the term ends on {last.day} {last.strftime('%B')}"
-    return f"resets on {local.day} {local.strftime('%B')}"
+        return translator(lang)("the term ends on {day}", day=_day_in(last, lang))
+    return translator(lang)("resets on {day}", day=_day_in(local.date(), lang))
 
 
 # -- minutes and periods ---------------------------------------------------------------
@@ -385,8 +395,11 @@ def spawn_refusal(
     min_minutes: int,
     tz: ZoneInfo,
     format_money,
+    lang: str = "en",
 ) -> str | None:
-    """Why a user may not start a profile (cannot afford ``min_minutes`` of it), or None.
+    """Why a user may not start a profile (cannot afford ``min_minutes`` of it), or None; worded in ``lang``.
+
+    ``format_money(amount, locale=lang)`` writes an amount (:meth:`.money.Currency.format`).
 
     Only budgets that bind now count (a term budget outside its term does not),
     and only those the profile draws from: a profile at price 0 is never refused
@@ -399,19 +412,40 @@ def spawn_refusal(
             continue
         if s.rule.unit == "money":
             need = from_micros(rate_micros * min_minutes)
-            shown_used, shown_limit = format_money(s.used), format_money(s.limit)
         else:
             need = Decimal(gpu_count * min_minutes) / 60
-            shown_used, shown_limit = f"{s.used:.2f} GPU-hours", f"{s.limit:.2f} GPU-hours"
         if s.exhausted or s.remaining < need:
-            whose = "your" if s.rule.scope == "user" else f"the {s.rule.subject} group's"
-            what = "used up" if s.exhausted else f"too low for {min_minutes} minutes of this profile"
-            period = period_name(s.rule.period, s.period_start, tz)
-            return (
-                f"Budget {what}: {shown_used} of {shown_limit} ({whose} budget) spent in {period};"
-                f" {reset_text(s.rule.period, s.period_end, tz)}."
+            _ = translator(lang)
+            values = {
+                "used": budget_amount(s.rule.unit, s.used, format_money, lang),
+                "limit": budget_amount(s.rule.unit, s.limit, format_money, lang),
+                "whose": whose_budget(s.rule, lang),
+                "period": period_name(s.rule.period, s.period_start, tz, lang),
+                "reset": reset_text(s.rule.period, s.period_end, tz, lang),
+            }
+            if s.exhausted:
+                return _("Budget used up: {used} of {limit} ({whose}) spent in {period}; {reset}.", **values)
+            return _(
+                "Budget too low for {minutes} minutes of this profile: {used} of {limit} ({whose}) spent in {period};"
+                " {reset}.",
+                minutes=min_minutes,
+                **values,
             )
     return None
+
+
+def budget_amount(unit: str, amount: Decimal, format_money, lang: str = "en") -> str:
+    """An amount of a budget in a message: money in the locale's format, else ``1.50 GPU-hours``."""
+    if unit == "money":
+        return format_money(amount, locale=lang)
+    return translator(lang)("{hours} GPU-hours", hours=f"{amount:.2f}")
+
+
+def whose_budget(rule: BudgetRule, lang: str = "en") -> str:
+    """``your budget`` or ``the cs231n group's budget``, for messages."""
+    if rule.scope == "user":
+        return translator(lang)("your budget")
+    return translator(lang)("the {group} group's budget", group=rule.subject)
 
 
 def crossed_thresholds(status: BudgetStatus, thresholds=(80, 95, 100)) -> list[int]:

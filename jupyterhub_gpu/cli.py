@@ -10,6 +10,7 @@
     jupyterhub-gpu job list
     jupyterhub-gpu job show a1b2c3d4e5f6
     jupyterhub-gpu job cancel a1b2c3d4e5f6
+    jupyterhub-gpu doctor -f /etc/jupyterhub/jupyterhub_config.py   # before opening the hub (docs/admin.md)
 
 The service's URL comes from ``--url`` or ``$JUPYTERHUB_GPU_URL``, the token from
 ``--token`` or ``$JUPYTERHUB_API_TOKEN``. Arguments are checked before anything is
@@ -23,14 +24,18 @@ import argparse
 import json
 import os
 import re
+import socket
+import ssl
 import sys
 import urllib.error
 import urllib.request
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyterhub_gpu import __version__
+from jupyterhub_gpu.doctor.options import add_doctor_parser
 from jupyterhub_gpu.env import CLI_URL
 from jupyterhub_gpu.money import Currency, MoneyError
 
@@ -71,6 +76,16 @@ def moment_type(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"must be a date like 2026-11-01 or a date and time like 2026-11-01T08:00, got {value!r}"
         )
+    return value
+
+
+def timezone_type(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"must be an IANA time zone such as Asia/Shanghai, Europe/Berlin or UTC, got {value!r}"
+        ) from None
     return value
 
 
@@ -120,6 +135,13 @@ def _connection_options(parser: argparse.ArgumentParser, top: bool) -> None:
         help=f"the gpu service's URL (default: ${CLI_URL} or {DEFAULT_URL})",
     )
     parser.add_argument("--token", default=default, help="a JupyterHub API token (default: $JUPYTERHUB_API_TOKEN)")
+    parser.add_argument(
+        "--tz",
+        type=timezone_type,
+        default=default,
+        metavar="ZONE",
+        help="show times in this IANA time zone, such as Europe/Berlin or UTC (default: the lab's, as on the pages)",
+    )
 
 
 def _subject(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +194,8 @@ def make_parser() -> argparse.ArgumentParser:
     usage.add_argument(
         "--since",
         type=moment_type,
-        help="minutes on or after this date (or date and time); a minute counts where it starts",
+        help="minutes on or after this date (midnight in the lab's time zone) or date and time; a minute counts"
+        " where it starts",
     )
     usage.add_argument("--until", type=moment_type, help="minutes up to this date (inclusive) or time")
     output = usage.add_mutually_exclusive_group()
@@ -199,6 +222,8 @@ def make_parser() -> argparse.ArgumentParser:
         if action == "show":
             one.add_argument("--json", action="store_true", help="print the API's JSON")
         _connection_options(one, top=False)
+    # subcommands that do not call the service go below, each with set_defaults(run=...) (see API_COMMANDS)
+    add_doctor_parser(commands)
     return parser
 
 
@@ -217,7 +242,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--all lists every user's sessions; do not combine it with --user or --group")
     if args.command == "usage" and args.paid and not args.group:
         parser.error("--paid lists the sessions a group paid for: give --group too")
-    if not (args.token or os.environ.get("JUPYTERHUB_API_TOKEN")):
+    if args.command in API_COMMANDS and not (args.token or os.environ.get("JUPYTERHUB_API_TOKEN")):
         parser.error("no token: pass --token or set $JUPYTERHUB_API_TOKEN")
 
 
@@ -230,33 +255,112 @@ class Client:
         self.token = token
         self.timeout = timeout
 
-    def request(self, method: str, path: str, body=None, params=None) -> tuple[int, bytes, str]:
-        url = self.url + "api/v1/" + path
-        if params:
-            url += "?" + urlencode(params)
-        data = json.dumps(body).encode() if body is not None else None
+    def _open(self, method: str, url: str, data=None):
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Authorization", f"token {self.token}")
         request.add_header("Accept", "application/json")
         if data is not None:
             request.add_header("Content-Type", "application/json")
+        return urllib.request.urlopen(request, timeout=self.timeout)
+
+    def request(self, method: str, path: str, body=None, params=None) -> tuple[int, bytes, str]:
+        url = self.url + "api/v1/" + path
+        if params:
+            url += "?" + urlencode(params)
+        data = json.dumps(body).encode() if body is not None else None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with self._open(method, url, data) as response:
                 return response.status, response.read(), response.headers.get("Content-Type", "")
         except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                message = json.loads(raw)["message"]
-            except (ValueError, KeyError, TypeError):
-                message = raw.decode("utf-8", "replace").strip()[:300] or e.reason
-            raise APIError(f"{message} (HTTP {e.code})") from None
+            raise self.refusal(e) from None
         except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise APIError(f"cannot reach the gpu service at {self.url}: {reason}") from None
+            raise APIError(self.unreachable(getattr(e, "reason", e))) from None
 
     def json(self, method: str, path: str, body=None, params=None):
-        _status, raw, _type = self.request(method, path, body, params)
-        return json.loads(raw) if raw else None
+        _status, raw, kind = self.request(method, path, body, params)
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:  # a login page, a web server's index: something else answers at this URL
+            raise APIError(
+                f"the answer from {self.url} is not the gpu service's JSON ({kind or 'no Content-Type'}):"
+                f" {self.not_the_service()}"
+            ) from None
+
+    def refusal(self, error: urllib.error.HTTPError) -> APIError:
+        """What an HTTP error of the service (or of whatever answers at the URL) means, and what to do."""
+        code, raw = error.code, error.read()
+        try:
+            message = json.loads(raw).get("message")
+            page = ""
+        except (ValueError, AttributeError):
+            message = None  # not the service's JSON: a proxy's or web server's page
+            page = raw.decode("utf-8", "replace").strip()[:200]
+        message = message.strip() if isinstance(message, str) else ""
+        if code in (401, 403) and (not message or message.startswith(("Authentication required", "The token was"))):
+            return APIError(
+                f"the token was refused (HTTP {code}): JupyterHub does not know it (mistyped, expired or revoked);"
+                f" make a new one on the hub's token page ({self.hub_url()}token) and pass it with --token or"
+                " $JUPYTERHUB_API_TOKEN"
+            )
+        if code == 404 and not (message and self.is_the_service()):
+            return APIError(f"{self.not_the_service()} (HTTP 404)")
+        said = message or page or error.reason
+        if code in (502, 503, 504):
+            return APIError(
+                f"the gpu service did not answer (HTTP {code}: {said}): it is not running, or still starting;"
+                " the hub's log says why (the service's own output is in it)"
+            )
+        if code >= 500:
+            return APIError(f"the gpu service failed (HTTP {code}): {said}; the hub's log has the service's output")
+        return APIError(f"{said} (HTTP {code})")
+
+    def unreachable(self, reason) -> str:
+        """Why the service could not be reached: refused, unknown host, TLS, time-out."""
+        where = f"the gpu service at {self.url}"
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return (
+                f"cannot reach {where}: its TLS certificate is not trusted ({reason.verify_message}): give the"
+                " certificate authority's bundle in $SSL_CERT_FILE"
+            )
+        if isinstance(reason, ssl.SSLError):
+            return f"cannot reach {where}: TLS failed ({reason}): does it serve https:// on this port, or http://?"
+        if isinstance(reason, TimeoutError):
+            return f"{where} did not answer within {self.timeout:g} s"
+        if isinstance(reason, ConnectionRefusedError):
+            return f"cannot reach {where}: connection refused: is the hub running, and are this host and port its own?"
+        if isinstance(reason, socket.gaierror):
+            return f"cannot reach {where}: unknown host {urlsplit(self.url).hostname!r}"
+        return f"cannot reach {where}: {reason}"
+
+    def is_the_service(self) -> bool:
+        """Whether the gpu service answers at the URL: its API description is public."""
+        try:
+            with self._open("GET", self.url + "api/v1/openapi.yaml") as response:
+                return response.status == 200 and b"openapi" in response.read(4096)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def hub_url(self) -> str:
+        """The hub's own URL (``.../hub/``), from the service's."""
+        parts = urlsplit(self.url)
+        path = parts.path
+        for marker in ("/services/", "/hub/"):
+            if marker in path:
+                path = path[: path.index(marker) + 1]
+                break
+        return f"{parts.scheme}://{parts.netloc}{path}hub/"
+
+    def not_the_service(self) -> str:
+        """What to use instead of a URL where the service does not answer."""
+        expected = self.hub_url()[: -len("hub/")] + "services/gpu/"
+        if expected == self.url:
+            return (
+                f"no gpu service answers at {self.url}: is it in c.JupyterHub.services (named gpu) and running?"
+                " The hub's log says why not"
+            )
+        return f"this is not the gpu service: use {expected} (the hub's URL followed by services/gpu/)"
 
 
 def _budget_path(args) -> str:
@@ -290,14 +394,31 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-def _period_end(budget: dict, short: bool = False) -> str:
-    """When the period ends; a term budget outside its term binds nothing, and says so."""
+def _period_end(budget: dict, zone: ZoneInfo, short: bool = False) -> str:
+    """When the period ends, in ``zone`` (named, except in the table whose header names it); a term budget
+    outside its term binds nothing, and says so."""
+    suffix = "" if short else f" {zone.key}"
+    end = _moment(budget["period_end"], zone, "%Y-%m-%d %H:%M") + suffix
+    start = _moment(budget["period_start"], zone, "%Y-%m-%d %H:%M") + suffix
     state = budget.get("state", "current")
     if state == "ended":
-        return f"ended {budget['period_end']}" if short else f"the term ended {budget['period_end']}: it binds nothing"
+        return f"ended {end}" if short else f"the term ended {end}: it binds nothing"
     if state == "upcoming":
-        return f"starts {budget['period_start']}" if short else f"the term starts {budget['period_start']}"
-    return budget["period_end"] if short else f"period ends {budget['period_end']}"
+        return f"starts {start}" if short else f"the term starts {start}"
+    return end if short else f"period ends {end}"
+
+
+def _zone(args, data: dict) -> ZoneInfo:
+    """The time zone times are shown in: ``--tz``, else the lab's (the service's answer says it), else UTC."""
+    try:
+        return ZoneInfo(args.tz or data.get("timezone") or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):  # a zone this machine's tz database lacks
+        return ZoneInfo("UTC")
+
+
+def _moment(iso: str, zone: ZoneInfo, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """An API time (ISO 8601, UTC) in ``zone``."""
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(zone).strftime(pattern)
 
 
 def cmd_budget(client: Client, args, out) -> None:
@@ -323,7 +444,7 @@ def cmd_budget(client: Client, args, out) -> None:
         print(
             f"spent {_amount(budget['spent'], budget['unit'], currency)},"
             f" remaining {_amount(budget['remaining'], budget['unit'], currency)}"
-            f" ({budget['percent_used']}% used; {_period_end(budget)})",
+            f" ({budget['percent_used']}% used; {_period_end(budget, _zone(args, budget))})",
             file=out,
         )
     else:
@@ -335,7 +456,8 @@ def cmd_budget(client: Client, args, out) -> None:
             print("No budgets.", file=out)
             return
         currency = _money(data["currency"])
-        rows = [["SCOPE", "NAME", "PERIOD", "LIMIT", "SPENT", "REMAINING", "USED", "PERIOD ENDS"]]
+        zone = _zone(args, data)
+        rows = [["SCOPE", "NAME", "PERIOD", "LIMIT", "SPENT", "REMAINING", "USED", f"PERIOD ENDS ({zone.key})"]]
         for b in data["budgets"]:
             period = b["period"] if b["period"] != "term" else f"term {b['term_start']}..{b['term_end']}"
             rows.append(
@@ -347,7 +469,7 @@ def cmd_budget(client: Client, args, out) -> None:
                     _amount(b["spent"], b["unit"], currency),
                     _amount(b["remaining"], b["unit"], currency),
                     f"{b['percent_used']}%",
-                    _period_end(b, short=True),
+                    _period_end(b, zone, short=True),
                 ]
             )
         print(_table(rows), file=out)
@@ -364,14 +486,19 @@ def cmd_usage(client: Client, args, out) -> None:
         params["paid"] = "true"
     if args.csv:
         params["format"] = "csv"
-        _status, raw, _type = client.request("GET", "usage", params=params)
+        _status, raw, kind = client.request("GET", "usage", params=params)
+        if kind.startswith("text/html"):  # a login page, say: never written out as if it were the report
+            raise APIError(
+                f"the answer from {client.url} is not the gpu service's CSV ({kind}): {client.not_the_service()}"
+            )
         out.write(raw.decode("utf-8").replace("\r\n", "\n"))
         return
     data = client.json("GET", "usage", params=params)
     if args.json:
         print(json.dumps(data, indent=2), file=out)
         return
-    rows = [["USER", "SERVER", "PROFILE", "GPUS", "STARTED", "STOPPED", "MINUTES", "COST"]]
+    zone = _zone(args, data)
+    rows = [["USER", "SERVER", "PROFILE", "GPUS", f"STARTED ({zone.key})", f"STOPPED ({zone.key})", "MINUTES", "COST"]]
     for s in data["sessions"]:
         currency = _money(s["currency"])
         rows.append(
@@ -380,8 +507,8 @@ def cmd_usage(client: Client, args, out) -> None:
                 s["server_name"] or "-",
                 s["profile"],
                 str(s["gpu_count"]),
-                s["started"][:19].replace("T", " "),
-                (s["stopped"] or "running")[:19].replace("T", " "),
+                _moment(s["started"], zone),
+                _moment(s["stopped"], zone) if s["stopped"] else "running",
                 str(s["minutes_billed"]),
                 currency.format(Decimal(s["cost"])),
             ]
@@ -433,22 +560,24 @@ def cmd_job(client: Client, args, out) -> None:
         print(f"error: {job['error']}", file=out)
 
 
+# the subcommands that talk to the gpu service; one that does not (such as ``doctor``) is not listed here and
+# sets ``run=`` on its subparser (``parser.set_defaults(run=function)``): main calls ``run(args, out)`` -> status
+API_COMMANDS = {"budget": cmd_budget, "usage": cmd_usage, "job": cmd_job}
+
+
 def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     parser = make_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
+    if args.command not in API_COMMANDS:
+        return args.run(args, out)
     client = Client(
         args.url or os.environ.get(CLI_URL) or DEFAULT_URL,
         args.token or os.environ["JUPYTERHUB_API_TOKEN"],
     )
     try:
-        if args.command == "budget":
-            cmd_budget(client, args, out)
-        elif args.command == "job":
-            cmd_job(client, args, out)
-        else:
-            cmd_usage(client, args, out)
+        API_COMMANDS[args.command](client, args, out)
     except APIError as e:
         print(f"jupyterhub-gpu: error: {e}", file=sys.stderr)
         return 1

@@ -52,6 +52,9 @@ RESOURCE = "JUPYTERHUB_GPU_RESOURCE"
 SERVICE_URL = "JUPYTERHUB_GPU_SERVICE_URL"
 #: The notebook job this server runs (servers the service starts for a job, docs/jobs.md).
 JOB_ID = "JUPYTERHUB_GPU_JOB_ID"
+#: The language the user chose when the server was spawned ("en", "zh-CN": :mod:`jupyterhub_gpu.i18n`),
+#: for the Lab's own language and the server's texts.
+LANGUAGE = "JUPYTERHUB_GPU_LANGUAGE"
 
 # -- what an admin or a user may set in the server's environment ------------------------------
 #: Path of TensorBoard for the Lab's button, and the directory TensorBoard reads.
@@ -80,6 +83,7 @@ NAMES = (
     RESOURCE,
     SERVICE_URL,
     JOB_ID,
+    LANGUAGE,
     TENSORBOARD_URL,
     TENSORBOARD_LOGDIR,
     STARTUP_TIMEOUT,
@@ -103,11 +107,13 @@ def make_gpu_env(
     profile_name: str = "",
     currency_symbol: str = "",
     service_url: str = "",
+    language: str = "en",
 ) -> dict[str, str]:
     """Environment variables that tell a server its GPUs, profile, rate and session.
 
     ``devices`` (index, uuid, name, memory_mib of each assigned GPU) lets the
-    server extension label and size the GPUs it reads.
+    server extension label and size the GPUs it reads; ``language`` is the spawn's
+    (``"en"``, ``"zh-CN"``), for the Lab's language.
     """
     visible = ",".join(device_uuids)
     env = {
@@ -126,6 +132,7 @@ def make_gpu_env(
         MODEL: gpu_model,
         PROFILE_NAME: profile_name or profile_slug,
         CURRENCY_SYMBOL: currency_symbol,
+        LANGUAGE: language,
     }
     if service_url:
         env[SERVICE_URL] = service_url
@@ -155,7 +162,7 @@ def session_from_env(env: Mapping[str, str] = os.environ) -> dict | None:
         "started": env.get(STARTED, ""),
         "rate_per_minute": env.get(RATE_PER_MINUTE, "0"),
         "currency": currency.code,
-        "currency_symbol": currency.symbol,
+        "currency_symbol": currency.symbol or "",  # the admin's; "": each reader's locale writes its own
         "simulated": env.get(SIMULATED) == "1",
     }
 
@@ -198,6 +205,11 @@ def tensorboard_logdir_from_env(env: Mapping[str, str] = os.environ) -> str:
 def job_id_from_env(env: Mapping[str, str] = os.environ) -> str | None:
     """The notebook job this server runs, or None for an interactive server."""
     return env.get(JOB_ID) or None
+
+
+def language_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """The language the user chose for the spawn, as written (``"en"``, ``"zh-CN"``), or ""."""
+    return env.get(LANGUAGE, "").strip()
 
 
 def startup_timeout_from_env(env: Mapping[str, str] = os.environ) -> str:

@@ -12,6 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import Enum
 
+from jupyterhub_gpu.i18n import LANGUAGES
 from jupyterhub_gpu.money import to_micros
 
 #: A sampled minute under this mean GPU utilization (percent), with no busy kernel, is idle: the
@@ -36,27 +37,40 @@ class StopReason(str, Enum):
     GPU_IDLE = "gpu_idle"
     INACTIVE = "inactive"
     MAX_AGE = "max_age"
+    #: A kernel kept busy while its GPU did nothing (a hung data loader, ``input()``, a deadlock).
+    BUSY_GPU_IDLE = "busy_gpu_idle"
     #: The service found it gone at a reconciliation with the hub (stopped while the service was down).
     RECONCILED = "reconciled"
+    #: The restarted hub stopped a server that a hub killed in the middle of its spawn had left behind.
+    ORPHANED = "orphaned"
     #: Notebook jobs and "stop when done" (docs/jobs.md).
     JOB_FINISHED = "job_finished"
     JOB_TIME_LIMIT = "job_time_limit"
     JOB_CANCELLED = "job_cancelled"
     STOP_WHEN_DONE = "stop_when_done"
+    #: ``PlateauStop(stop_server=True)``: training reached a plateau, a checkpoint was saved (docs/keras.md).
+    PLATEAU = "plateau"
 
     def __str__(self) -> str:
         return self.value
 
 
 #: The stop reasons of cull rules, in report order.
-CULL_REASONS = (StopReason.GPU_IDLE, StopReason.INACTIVE, StopReason.MAX_AGE)
+CULL_REASONS = (StopReason.GPU_IDLE, StopReason.INACTIVE, StopReason.MAX_AGE, StopReason.BUSY_GPU_IDLE)
 #: The stop reasons of notebook-job runs and "stop when done".
 RUN_REASONS = (
     StopReason.JOB_FINISHED,
     StopReason.JOB_TIME_LIMIT,
     StopReason.JOB_CANCELLED,
     StopReason.STOP_WHEN_DONE,
+    StopReason.PLATEAU,
 )
+#: The stop reasons a server may report for its own stop (``POST stop-when-done``).
+SELF_STOP_REASONS = (StopReason.STOP_WHEN_DONE, StopReason.PLATEAU)
+#: The reasons a user or their server gives (stop when done, a plateau, a job's end or cancel): one of them
+#: never replaces a reason the service set (a cull, a budget, a job's time limit) for a stop under way, and a
+#: later one of them may replace an earlier one.
+USER_STOP_REASONS = (*SELF_STOP_REASONS, StopReason.JOB_FINISHED, StopReason.JOB_CANCELLED)
 
 
 def default_pool(groups) -> str | None:
@@ -81,6 +95,8 @@ class SessionStart:
     simulated: bool = False
     #: The one group whose budget pays; None: the default, the first of ``groups`` in sorted order.
     pool: str | None = None
+    #: The spawn's language (one of :data:`.i18n.LANGUAGES`; None: unknown): its user's notices and mail speak it.
+    language: str | None = None
 
     def pool_name(self) -> str | None:
         """The group that pays; ValueError for a pool that is not one of the user's groups."""
@@ -112,6 +128,7 @@ class SessionStart:
             currency=gpu["currency"],
             started=datetime.fromisoformat(gpu["started"].replace("Z", "+00:00")),
             simulated=bool(gpu.get("simulated", False)),
+            language=gpu.get("language") if gpu.get("language") in LANGUAGES else None,
         )
 
 

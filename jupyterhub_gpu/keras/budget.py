@@ -13,6 +13,8 @@ import os
 import urllib.request
 from dataclasses import dataclass
 
+from jupyterhub_gpu.money import Currency, MoneyError
+
 
 def stats_url(env=os.environ) -> str | None:
     """This server's stats endpoint, or None outside a JupyterHub server."""
@@ -67,9 +69,17 @@ def budget_view(stats: dict) -> BudgetView:
         minutes_left=int(minutes) if minutes is not None else None,
         remaining=session.get("budget_remaining"),
         unit=session.get("budget_unit"),
-        currency_symbol=session.get("currency_symbol") or "",
+        currency_symbol=session.get("currency_symbol") or _symbol(session.get("currency")),
         final_notice=final,
     )
+
+
+def _symbol(code) -> str:
+    """The English symbol of the session's currency when the admin set none (a training log is in English)."""
+    try:
+        return Currency.from_config(code).symbol_in()
+    except MoneyError:
+        return ""
 
 
 def stop_reason(view: BudgetView, margin_minutes: float, next_epoch_minutes: float | None = None) -> str | None:

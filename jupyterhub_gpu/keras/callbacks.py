@@ -15,7 +15,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from jupyterhub_gpu.keras.budget import budget_view, read_stats, stop_reason
-from jupyterhub_gpu.keras.plateau import PlateauTracker
+from jupyterhub_gpu.keras.plateau import PlateauTracker, request_server_stop
 
 #: the CheckpointAndResume of each model, so PlateauStop and BudgetGuard save through it
 _CHECKPOINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -316,6 +316,12 @@ class PlateauStop(tf.keras.callbacks.Callback):
     one given as ``checkpoint``) and leaves a message in ``.message``. The rule is
     :class:`~jupyterhub_gpu.keras.plateau.PlateauTracker`. When ``monitor`` is missing from an
     epoch's logs (no validation data), ``loss`` is used instead.
+
+    With ``stop_server=True`` it then stops this server too, so its GPU (and its billing) is
+    released at once rather than after the idle rule: the server saves the open notebooks and
+    asks the hub to stop it, the ledger's stop reason being ``plateau``, and the notice of the
+    stop says what the run cost. Outside a JupyterHub server it says so and only stops training.
+    ``stop_server`` may also be a callable ``(reason) -> words`` that does the stop.
     """
 
     def __init__(
@@ -324,22 +330,28 @@ class PlateauStop(tf.keras.callbacks.Callback):
         patience: int = 5,
         min_delta: float = 1e-3,
         checkpoint: CheckpointAndResume | None = None,
+        stop_server=False,
         verbose: int = 1,
     ):
         super().__init__()
         PlateauTracker(patience, min_delta)  # validates both
+        if not isinstance(stop_server, bool) and not callable(stop_server):
+            raise ValueError(f"stop_server must be True, False or a callable(reason), got {stop_server!r}")
         self.monitor = monitor
         self.patience = patience
         self.min_delta = min_delta
         self.checkpoint = checkpoint
+        self.stop_server = stop_server
         self.verbose = verbose
         self.message: str | None = None
         self.stopped_epoch: int | None = None
+        self.server_stop: str | None = None  # what the server said to the stop, in words
 
     def on_train_begin(self, logs=None):
         self.tracker = PlateauTracker(self.patience, self.min_delta)
         self.message = None
         self.stopped_epoch = None
+        self.server_stop = None
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
@@ -355,6 +367,11 @@ class PlateauStop(tf.keras.callbacks.Callback):
                 f" for {self.patience} evaluations (epoch {epoch + 1})",
                 epochs_done=epoch + 1,
             )
+            if self.stop_server:
+                stop = self.stop_server if callable(self.stop_server) else request_server_stop
+                self.server_stop = stop("plateau")
+                self.message += f"; stopping the server: {self.server_stop}"
+                _say(self, f"PlateauStop: stopping the server: {self.server_stop}")
 
 
 class BudgetGuard(tf.keras.callbacks.Callback):

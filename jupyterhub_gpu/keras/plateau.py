@@ -1,8 +1,18 @@
-"""When is a loss flat: the rule :class:`~jupyterhub_gpu.keras.PlateauStop` applies, without TensorFlow."""
+"""When is a loss flat: the rule :class:`~jupyterhub_gpu.keras.PlateauStop` applies, without TensorFlow.
+
+Also the request ``PlateauStop(stop_server=True)`` sends once its checkpoint is saved: this
+server's own ``POST /gpu/api/v1/stop-when-done/now`` (the jupyterhub-gpu server extension),
+with the server's token from the kernel's environment (``$JUPYTERHUB_SERVICE_URL`` and
+``$JUPYTERHUB_API_TOKEN``, as :mod:`.budget` reads the stats). The server then saves the open
+notebooks and asks the hub to stop it, the ledger's stop reason being ``plateau``.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import urllib.request
 
 
 class PlateauTracker:
@@ -36,3 +46,37 @@ class PlateauTracker:
             return False
         self.flat += 1
         return self.flat >= self.patience
+
+
+def stop_server_url(env=os.environ) -> str | None:
+    """This server's ``stop-when-done/now`` endpoint, or None outside a JupyterHub server."""
+    base = env.get("JUPYTERHUB_SERVICE_URL")
+    if not base or not env.get("JUPYTERHUB_API_TOKEN"):
+        return None
+    return base.rstrip("/") + "/gpu/api/v1/stop-when-done/now"
+
+
+def request_server_stop(reason: str = "plateau", env=os.environ, timeout: float = 10.0) -> str:
+    """Ask this server to save its notebooks and stop (``reason``: the ledger's); what happened, in words.
+
+    Never raises: outside a hub, or when the server refuses, training has stopped all the same
+    and the words say that the server (and its billing) goes on.
+    """
+    url = stop_server_url(env)
+    if url is None:
+        return "not in a JupyterHub server (no $JUPYTERHUB_SERVICE_URL and server token): only training stopped"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"reason": reason}).encode(),
+        method="POST",
+        headers={"Authorization": f"token {env['JUPYTERHUB_API_TOKEN']}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            json.loads(response.read())
+    except (OSError, ValueError) as e:
+        return (
+            f"the server did not take the stop ({type(e).__name__}: {e}); only training stopped:"
+            " stop the server from the hub's home page to stop its billing"
+        )
+    return "the server saves the open notebooks and stops (its GPU is released)"

@@ -54,6 +54,8 @@ class SessionRecord(Base):
     last_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     cull_warned_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     cull_rule: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # the language of the spawn ("en" | "zh-CN"; None: recorded before issue 19): its user's notices speak it
+    language: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
     @property
     def group_list(self) -> list[str]:
@@ -267,6 +269,43 @@ class ProfileOverride(Base):
     allowed_groups: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON list; [] means everyone
     updated: Mapped[datetime] = mapped_column(DateTime)
     updated_by: Mapped[str] = mapped_column(String(255))
+
+
+# -- the lab's settings as the hub published them (migration 0010; rows: Ledger.lab_settings) -------
+
+
+class LabSetting(Base):
+    """One setting the hub published at start (``currency``, ``currency_symbol``, ``timezone``)."""
+
+    __tablename__ = "gpu_lab_settings"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    updated: Mapped[datetime] = mapped_column(DateTime)
+
+
+# -- alert channels: Apprise URLs of users and groups (migration 0011; rows: queries/channels.py) ----------
+
+
+class NotifyChannel(Base):
+    """One Apprise URL that notices go to: a user's own, a group's (its course chat), or the admins'.
+
+    ``url`` holds the secrets the far end needs (tokens, passwords); it is read only to send and never
+    returned by any API: readers get ``service`` and ``masked`` (Apprise's privacy form of the URL).
+    ``events`` is a comma-separated list of :data:`~jupyterhub_gpu.service.domain.notices.EVENTS`.
+    """
+
+    __tablename__ = "gpu_notify_channels"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner_kind: Mapped[str] = mapped_column(String(8), index=True)  # user | group | admin
+    owner: Mapped[str] = mapped_column(String(255), index=True)  # the user or group name; "" for admin
+    url: Mapped[str] = mapped_column(Text)
+    service: Mapped[str] = mapped_column(String(64))
+    masked: Mapped[str] = mapped_column(Text)
+    events: Mapped[str] = mapped_column(String(255))
+    created: Mapped[datetime] = mapped_column(DateTime)
+    created_by: Mapped[str] = mapped_column(String(255))
 
 
 metadata = Base.metadata

@@ -36,10 +36,10 @@ from jupyterhub_gpu.billing import (
     window_totals,
 )
 from jupyterhub_gpu.clock import aware_utc, naive_utc
-from jupyterhub_gpu.ledger.models import AlertSent, Budget, Notice, PriceRecord, SessionRecord
+from jupyterhub_gpu.ledger.models import AlertSent, Budget, LabSetting, Notice, PriceRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.filters import sessions_overlapping, sessions_started
 from jupyterhub_gpu.money import from_micros, parse_amount, to_micros
-from jupyterhub_gpu.session import SessionStart
+from jupyterhub_gpu.session import USER_STOP_REASONS, SessionStart
 
 log = logging.getLogger("jupyterhub_gpu.ledger")
 
@@ -141,6 +141,7 @@ class Ledger:
                     rate_micros=start.rate_micros,
                     currency=start.currency,
                     started=naive_utc(start.started),
+                    language=start.language,
                 )
             )
             try:
@@ -179,6 +180,7 @@ class Ledger:
         return bool(changed)
 
     def set_pending_stop_reason(self, session_id: str, reason: str) -> None:
+        """The reason of a stop the service is about to ask for (it replaces any reason set before)."""
         with self.Session() as db:
             db.execute(
                 update(SessionRecord)
@@ -186,6 +188,29 @@ class Ledger:
                 .values(pending_stop_reason=reason)
             )
             db.commit()
+
+    def offer_stop_reason(self, session_id: str, reason: str) -> bool:
+        """A user's or their server's reason (:data:`~jupyterhub_gpu.session.USER_STOP_REASONS`) for its stop.
+
+        Set only when no reason is pending or the pending one is a user's too, in one statement: a server that
+        reports ``plateau`` in a loop must not turn the service's cull or budget stop under way into a finished
+        run. False when the session has stopped or the service's reason stays.
+        """
+        with self.Session() as db:
+            changed = db.execute(
+                update(SessionRecord)
+                .where(
+                    SessionRecord.id == session_id,
+                    SessionRecord.stopped.is_(None),
+                    or_(
+                        SessionRecord.pending_stop_reason.is_(None),
+                        SessionRecord.pending_stop_reason.in_([str(r) for r in USER_STOP_REASONS]),
+                    ),
+                )
+                .values(pending_stop_reason=reason)
+            ).rowcount
+            db.commit()
+        return bool(changed)
 
     def mark_seen(self, session_ids: Iterable[str], now: datetime) -> None:
         ids = list(session_ids)
@@ -576,6 +601,28 @@ class Ledger:
             db.add_all(rows)
             db.commit()
         return len(rows)
+
+    # -- the lab's settings (published by the hub at start, read by the service) -------------
+    def set_lab_settings(self, settings: dict[str, str], now: datetime) -> None:
+        """Replace the published lab settings (``currency``, ``currency_symbol``, ``timezone``...) with ``settings``."""
+        for name, value in settings.items():
+            if not isinstance(name, str) or not name or len(name) > 64 or not isinstance(value, str):
+                raise ValueError(f"a lab setting needs a name of 1-64 characters and a string value, got {name!r}")
+        with self.Session() as db:
+            db.execute(delete(LabSetting))
+            db.add_all(LabSetting(name=k, value=v, updated=naive_utc(now)) for k, v in settings.items())
+            db.commit()
+
+    def lab_settings(self) -> dict[str, str]:
+        """The settings the hub published at its last start; empty if it never did."""
+        with self.Session() as db:
+            return {r.name: r.value for r in db.scalars(select(LabSetting))}
+
+    def session_currencies(self) -> dict[str, int]:
+        """How many sessions (running or stopped) were charged in each currency (one GROUP BY)."""
+        query = select(SessionRecord.currency, func.count()).group_by(SessionRecord.currency)
+        with self.Session() as db:
+            return {code: int(n) for code, n in db.execute(query)}
 
     def pricing(self) -> list[dict]:
         """The published profiles in their configured order, rates as decimal strings."""

@@ -18,6 +18,12 @@ server's own kernels once a second:
 
 The hub API call is the same one the "Stop my server" button makes: the
 server's token holds only the scopes on its own server (``servers!server``).
+
+``POST stop-when-done/now {"reason": "plateau"}`` skips the wait for the run:
+``PlateauStop(stop_server=True)`` in a kernel of this server (with the server's
+token from the kernel's environment) calls it once its checkpoint is saved. The
+server goes to ``saving`` at once (the Lab saves the open notebooks) and then
+stops with the ledger's stop reason ``plateau``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.serverext.kernels import count_kernels
 
 STATES = ("off", "armed", "saving", "stopping")
+#: The reasons a kernel may give for ``stop-when-done/now`` (the ledger's stop reasons).
+NOW_REASONS = ("plateau",)
 
 
 class GPUStopWhenDone(Configurable):
@@ -113,6 +121,7 @@ class StopWhenDone:
         self.ran = False  # a kernel was busy (or active) since the flag
         self.deadline: datetime | None = None
         self.reported: bool | None = None  # the service took the stop reason
+        self.reason = "stop_when_done"  # the ledger's stop reason of this stop
         self._callback: PeriodicCallback | None = None
 
     # -- the kernels ---------------------------------------------------------------
@@ -133,6 +142,19 @@ class StopWhenDone:
             self.state = "off"
             self.flagged_at = self.deadline = None
             self.ran = False
+
+    def stop_now(self, reason: str) -> None:
+        """Stop without waiting for a run (a kernel asked: ``reason``); the Lab saves first."""
+        if self.state in ("saving", "stopping"):
+            return
+        self.reason = reason
+        self.state = "saving"
+        self.flagged_at = utcnow()
+        self.deadline = self.flagged_at + _seconds(self.config.save_grace_seconds)
+        self.serverapp.log.info(
+            "jupyterhub-gpu: a kernel asked to stop this server (%s); saving, then stopping", reason
+        )
+        self._start()
 
     def saved(self) -> None:
         """The Lab saved its notebooks: stop now."""
@@ -164,19 +186,24 @@ class StopWhenDone:
         session = self.gpu.session
         if session and self.gpu.config.service_url:
             try:
-                await self.gpu._service("POST", "api/v1/stop-when-done", {"session_id": session["id"]})
+                body = {"session_id": session["id"]}
+                if self.reason != "stop_when_done":
+                    body["reason"] = self.reason
+                await self.gpu._service("POST", "api/v1/stop-when-done", body)
                 self.reported = True
             except (HTTPClientError, OSError, ValueError) as e:
                 self.reported = False
                 log.warning("jupyterhub-gpu: the gpu service did not take the stop reason: %s", e)
-        log.info("jupyterhub-gpu: stop when done: stopping this server")
+        log.info("jupyterhub-gpu: stop when done (%s): stopping this server", self.reason)
         if not await stop_own_server(log):
             self.state = "off"  # tell the Lab; the user can stop by hand
+            self.reason = "stop_when_done"
 
     def to_dict(self) -> dict:
         busy, _ = self.kernels()
         return {
             "state": self.state,
+            "reason": self.reason,
             "flagged_at": isoformat(self.flagged_at) if self.flagged_at else None,
             "run_seen": self.ran,
             "busy_kernels": busy,
@@ -228,6 +255,71 @@ class StopWhenDoneSavedHandler(StopWhenDoneHandler):
         self.finish(json.dumps(self.watcher.to_dict()))
 
 
+class StopNowHandler(StopWhenDoneHandler):
+    """``POST now {"reason": "plateau"}``: a kernel of this server asks it to save and stop now."""
+
+    @web.authenticated
+    def get(self):
+        raise web.HTTPError(405)
+
+    @web.authenticated
+    def post(self):
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or set(body) != {"reason"} or body["reason"] not in NOW_REASONS:
+            raise web.HTTPError(400, f'The body must be {{"reason": ...}} with a reason among {", ".join(NOW_REASONS)}')
+        if self.watcher.state == "stopping":
+            raise web.HTTPError(409, "This server is already stopping.")
+        self.watcher.stop_now(body["reason"])
+        self.finish(json.dumps(self.watcher.to_dict()))
+
+
+class RestartBiggerHandler(StopWhenDoneHandler):
+    """``POST restart-bigger {"profile": slug}``: restart this server on the bigger profile its notice named.
+
+    The Lab has saved the open notebooks. The gpu service is asked with this server's own token and
+    session; it takes only the next bigger profile the user may use, answers 202, then stops this server
+    and starts it on that profile (docs/user.md). Its refusal (400, 403, 409) comes back as it is.
+    """
+
+    @web.authenticated
+    def get(self):
+        raise web.HTTPError(405)
+
+    @web.authenticated
+    async def post(self):
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or set(body) != {"profile"} or not isinstance(body["profile"], str):
+            raise web.HTTPError(400, 'The body must be {"profile": "<the bigger profile named by the notice>"}')
+        gpu = self.watcher.gpu
+        if not gpu.config.service_url or not gpu.session:
+            raise web.HTTPError(404, "No gpu service is configured for this server.")
+        if self.watcher.state == "stopping":
+            raise web.HTTPError(409, "This server is already stopping.")
+        try:
+            answer = await gpu._service(
+                "POST", "api/v1/restart-bigger", {"session_id": gpu.session["id"], "profile": body["profile"]}
+            )
+        except HTTPClientError as e:
+            said = _service_message(e)
+            raise web.HTTPError(e.code if 400 <= e.code < 500 else 502, f"The gpu service said: {said}") from None
+        self.set_status(202)
+        self.finish(json.dumps(answer))
+
+
+def _service_message(error: HTTPClientError) -> str:
+    """The ``message`` of the gpu service's JSON error answer, or the error itself."""
+    try:
+        return str(json.loads(error.response.body)["message"])
+    except (AttributeError, TypeError, ValueError, KeyError):
+        return str(error)
+
+
 def load(serverapp, gpu) -> StopWhenDone:
     """Register the handlers under ``gpu/api/v1/stop-when-done``; the watcher starts with the first flag."""
     watcher = StopWhenDone(serverapp, gpu, GPUStopWhenDone(parent=serverapp))
@@ -238,6 +330,8 @@ def load(serverapp, gpu) -> StopWhenDone:
         [
             (url_path_join(base, "stop-when-done"), StopWhenDoneHandler),
             (url_path_join(base, "stop-when-done/saved"), StopWhenDoneSavedHandler),
+            (url_path_join(base, "stop-when-done/now"), StopNowHandler),
+            (url_path_join(base, "restart-bigger"), RestartBiggerHandler),
         ],
     )
     return watcher

@@ -7,9 +7,12 @@ It only declares configuration and schedules the plain coroutines of
 from __future__ import annotations
 
 import asyncio
+import difflib
 import os
 import secrets
 import signal
+import time
+import traceback
 from datetime import timedelta
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -17,21 +20,29 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jupyterhub.services.auth import HubOAuth
 from tornado.httpserver import HTTPServer
 from tornado.web import Application as WebApplication
-from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, Union, default, validate
 from traitlets.config import Application
+from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
-from jupyterhub_gpu import __version__
+from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.money import Currency, MoneyError
+from jupyterhub_gpu.money import check_currency_code, check_currency_symbol
 from jupyterhub_gpu.service.domain.advice import WEEKDAYS, AdviceError, AdviceSettings
 from jupyterhub_gpu.service.domain.alerts import parse_thresholds
 from jupyterhub_gpu.service.domain.culling import parse_config
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
-from jupyterhub_gpu.service.notify import Notifier
+from jupyterhub_gpu.service.notify import (
+    DEFAULT_USER_SCHEMES,
+    Notifier,
+    check_language,
+    check_mail_url,
+    configured_channel,
+)
 from jupyterhub_gpu.service.tick import (
     Reconciler,
+    TickHealth,
     advise_sessions,
     announce_finished_runs,
     budget_notify,
@@ -44,6 +55,33 @@ from jupyterhub_gpu.service.tick import (
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.params import MAX_BODY_BYTES
 from jupyterhub_gpu.service.web.routes import make_handlers
+
+#: the service's config file when --config names none (skipped when it does not exist)
+CONFIG_FILE = "gpu_service_config.py"
+
+
+def _line_in(error: BaseException, path: str) -> str:
+    """``", line N"`` of ``path`` where ``error`` was raised while running it, or ``""``."""
+    if isinstance(error, SyntaxError) and error.lineno:
+        return f", line {error.lineno}"
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == path]
+    return f", line {lines[-1]}" if lines else ""
+
+
+def _unknown_options(config, options, path: str) -> list[str]:
+    """What ``config`` sets that the service does not read: a misspelt option or section is not ignored."""
+    problems = []
+    for section in config:
+        if section not in ("GPUService", "Application"):
+            problems.append(
+                f"c.{section} in {path} is not read by the gpu service: its options are c.GPUService.<option>"
+            )
+    for name in sorted(config.get("GPUService", {})):
+        if name not in options:
+            near = difflib.get_close_matches(name, list(options), n=1)
+            hint = f"did you mean GPUService.{near[0]}?" if near else "--help-all lists them"
+            problems.append(f"GPUService.{name} (in {path}) is not an option of the gpu service; {hint}")
+    return problems
 
 
 class GPUService(Application):
@@ -64,12 +102,15 @@ class GPUService(Application):
     }
 
     config_file = Unicode(
-        "jupyterhub_gpu_config.py",
+        CONFIG_FILE,
         help="""
-        Config file to load (ignored when it does not exist).
+        The service's config file (Python, or JSON when it ends in .json), named on the command line.
 
-            python -m jupyterhub_gpu.service --config=/etc/jupyterhub/gpu_config.py
-            c.GPUService.config_file = "/etc/jupyterhub/gpu_config.py"
+        The default, gpu_service_config.py in the working directory (the hub's, for a hub-managed service), is
+        skipped when it does not exist; a file named with --config must exist, and an error in it stops the
+        service with the file and the line.
+
+            python -m jupyterhub_gpu.service --config=/etc/jupyterhub/gpu_service_config.py
         """,
     ).tag(config=True)
 
@@ -85,7 +126,11 @@ class GPUService(Application):
     currency = Unicode(
         "USD",
         help="""
-        ISO 4217 code of the prices (as in the spawner).
+        ISO 4217 code of the prices. Leave it unset: the service takes the currency
+        the hub's spawner publishes to the ledger at its start
+        (``c.GPUDockerSpawner.currency``); set, it must be the same, or the service
+        refuses to start and says which is which. Only a service whose hub never
+        published (no ``ledger_db_url`` on the spawner) runs on this value alone.
 
             c.GPUService.currency = "CNY"
         """,
@@ -94,7 +139,9 @@ class GPUService(Application):
         None,
         allow_none=True,
         help="""
-        Symbol shown before amounts; None: the currency's own.
+        Symbol shown for amounts in every language; None: each language's own
+        (``CN¥`` in English, ``¥`` in Chinese). Taken from the spawner's
+        ``currency_symbol`` like ``currency``.
 
             c.GPUService.currency_symbol = "¥"
         """,
@@ -103,11 +150,29 @@ class GPUService(Application):
     timezone = Unicode(
         "UTC",
         help="""
-        The lab's time zone: budget weeks and months start at local midnight.
+        The lab's time zone: budget weeks and months start at local midnight, and
+        pages show times in it. Taken from the spawner's ``budget_timezone``
+        like ``currency``.
 
             c.GPUService.timezone = "Asia/Shanghai"
         """,
     ).tag(config=True)
+
+    default_language = Unicode(
+        "en",
+        help="""
+        The language of notices, mails and digests for readers with none of their own:
+        a group's channels (a course chat, its instructors' digest), the admins' channels,
+        and a user who has not started a server since the upgrade. A user reads the
+        language of their latest spawn (docs/admin.md, Languages). "en" or "zh-CN".
+
+            c.GPUService.default_language = "zh-CN"
+        """,
+    ).tag(config=True)
+
+    @validate("default_language")
+    def _valid_default_language(self, proposal):
+        return check_language(proposal.value)
 
     tick_interval = Float(
         30,
@@ -146,10 +211,89 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
+    notify_admin_urls = List(
+        help="""
+        The admins' alert channels: Apprise URLs (https://appriseit.com/services/), each a string or
+        ``{"url": ..., "events": [...]}``; events from budget.80, budget.95, budget.100, cull,
+        preemption, job, digest (default: budget.95, budget.100, preemption). See docs/alerts.md.
+
+            c.GPUService.notify_admin_urls = [
+                "mailtos://gpu:secret@smtp.example.edu?from=gpu@example.edu&to=gpu-admin@example.edu",
+                {"url": "dingtalk://TOKEN/", "events": ["budget.100", "preemption"]},
+            ]
+        """,
+    ).tag(config=True)
+    notify_group_urls = Dict(
+        help="""
+        Each group's alert channels (a course's chat for its instructors and students, its
+        instructors' mail): group name -> a list of Apprise URLs or ``{"url": ..., "events": [...]}``
+        (default events: budget.80, budget.95, budget.100, digest). Admins add more on the admin page.
+
+            c.GPUService.notify_group_urls = {"cs231n": ["wecombot://BOT_KEY"]}
+        """,
+    ).tag(config=True)
+    notify_user_url_template = Union(
+        [Unicode(), Dict()],
+        default_value="",
+        help="""
+        A channel for every user: an Apprise URL with ``{username}`` (or ``{"url": ..., "events": [...]}``;
+        default events: budget.80, budget.95, budget.100, cull, preemption, job); empty for none.
+        Users add their own channels on their usage page besides.
+
+            c.GPUService.notify_user_url_template = (
+                "mailtos://gpu:secret@smtp.example.edu?from=gpu@example.edu&to={username}@example.edu"
+            )
+        """,
+    ).tag(config=True)
+    notify_user_schemes = List(
+        Unicode(),
+        default_value=list(DEFAULT_USER_SCHEMES),
+        help="""
+        The Apprise schemes users may add for themselves on their usage page (empty: none).
+        The default holds only services whose host is fixed by the service (Telegram, DingTalk,
+        WeCom, Feishu, Lark, Slack, Discord, PushPlus, ServerChan, WxPusher, Pushover): a URL names
+        a token, never a host. A scheme that names a host (json, ntfys, mmost, matrix, mailto...)
+        added here gets its hosts checked: resolved, and refused when loopback, private, link-local,
+        multicast or otherwise not public (again at each send); see notify_user_hosts.
+
+            c.GPUService.notify_user_schemes = ["tgram", "dingtalk", "wecombot", "ntfys"]
+        """,
+    ).tag(config=True)
+    notify_user_hosts = List(
+        Unicode(),
+        help="""
+        Host names (as written in a URL) users' channels may reach although they are inside the
+        lab's network, e.g. the lab's own ntfy or Mattermost server; every other host of a user's
+        URL must resolve to public addresses only.
+
+            c.GPUService.notify_user_hosts = ["ntfy.lab.example.edu"]
+        """,
+    ).tag(config=True)
+    notify_user_mail_url = Unicode(
+        "",
+        help="""
+        The lab's mail server for users' own addresses: a mailto:// or mailtos:// URL with its login
+        and sender and no recipient. When set, a user adds "an e-mail address" (alice@example.edu) as
+        a channel, sent through this server (never a server of the user's choosing); empty for none.
+
+            c.GPUService.notify_user_mail_url = "mailtos://gpu:PASSWORD@smtp.example.edu?from=gpu@example.edu"
+        """,
+    ).tag(config=True)
+    notify_timeout = Float(
+        10,
+        help="""
+        Seconds one delivery to one channel may take (channels are sent to at once; a slow one
+        delays no other, and after a failure it waits before it is tried again).
+
+            c.GPUService.notify_timeout = 10
+        """,
+    ).tag(config=True)
+
     smtp_host = Unicode(
         "",
         help="""
-        SMTP server for alert mail; empty for no mail.
+        Deprecated (docs/alerts.md): use notify_admin_urls, notify_group_urls and
+        notify_user_url_template. SMTP server for alert mail (sent through Apprise); empty for no mail.
 
             c.GPUService.smtp_host = "smtp.example.edu"
         """,
@@ -220,7 +364,8 @@ class GPUService(Application):
     webhook_url = Unicode(
         "",
         help="""
-        URL that receives alerts and notices as JSON POSTs; empty for none.
+        Deprecated (docs/alerts.md): use notify_admin_urls. URL that receives alerts and notices as
+        Apprise JSON POSTs with the documented fields; empty for none.
 
             c.GPUService.webhook_url = "https://hooks.example.edu/gpu"
         """,
@@ -228,7 +373,8 @@ class GPUService(Application):
     webhook_format = Unicode(
         "json",
         help="""
-        "json" (the documented payloads) or "slack" (a {"text": ...} body, escaped).
+        Deprecated (docs/alerts.md): "json" (Apprise's JSON with the documented fields) or "slack"
+        (webhook_url is a Slack or Mattermost webhook, sent through Apprise's plugin for it).
 
             c.GPUService.webhook_format = "slack"
         """,
@@ -353,6 +499,14 @@ class GPUService(Application):
         parse_config(proposal.value, "GPUService.cull_rules")
         return proposal.value
 
+    @validate("currency")
+    def _valid_currency(self, proposal):
+        return check_currency_code(proposal.value, "GPUService.currency")
+
+    @validate("currency_symbol")
+    def _valid_currency_symbol(self, proposal):
+        return check_currency_symbol(proposal.value, "GPUService.currency_symbol")
+
     @validate("timezone")
     def _valid_timezone(self, proposal):
         try:
@@ -376,21 +530,41 @@ class GPUService(Application):
         return "INFO"
 
     # -- wiring --------------------------------------------------------------------
+    def load_service_config(self) -> None:
+        """Load ``config_file``: the default may be absent, a file named with ``--config`` must exist and run.
+
+        traitlets' own ``load_config_file`` skips a missing file and only logs an error raised inside one, so a
+        typo in the path or the file would leave the service running on its defaults without a word.
+        """
+        path = os.path.abspath(self.config_file)
+        if not os.path.isfile(path):
+            if "config_file" in self.cli_config.get("GPUService", {}):
+                raise ValueError(
+                    f"--config={self.config_file}: no such file ({path}); give the path of the service's config"
+                    f" file, or leave --config out to read {CONFIG_FILE} in the working directory if it exists"
+                )
+            return
+        loader_class = JSONFileConfigLoader if path.endswith(".json") else PyFileConfigLoader
+        loader = loader_class(os.path.basename(path), path=os.path.dirname(path), log=self.log)
+        try:
+            config = loader.load_config()
+        except Exception as e:
+            raise ValueError(f"the config file {path}{_line_in(e, path)} failed: {type(e).__name__}: {e}") from None
+        config.merge(self.cli_config)  # the command line wins over the file, as in traitlets
+        unknown = _unknown_options(config, self.class_traits(config=True), path)
+        if unknown:
+            raise ValueError("; ".join(unknown))
+        self.update_config(config)
+        self._loaded_config_files.append(path)
+
     def initialize(self, argv=None):
         try:
             super().initialize(argv)
-            if os.path.exists(self.config_file):
-                self.load_config_file(self.config_file)
+            self.load_service_config()
         except (TraitError, ValueError) as e:
             # a setting's own validation names the setting and what it accepts: say that, not a traceback
             self.log.critical("jupyterhub-gpu service configuration error: %s", e)
             self.exit(1)
-        try:
-            self.currency_info = Currency.from_config(self.currency, self.currency_symbol)
-        except MoneyError as e:
-            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
-            self.exit(1)
-        self.tz = ZoneInfo(self.timezone)
         try:
             self.alert_settings = AlertSettings(
                 smtp_host=self.smtp_host,
@@ -404,6 +578,11 @@ class GPUService(Application):
                 admin_emails=tuple(self.admin_emails),
                 webhook_url=self.webhook_url,
                 webhook_format=self.webhook_format,
+                timeout=self.notify_timeout,
+                channels=self._configured_channels(),
+                user_schemes=tuple(self.notify_user_schemes),
+                user_hosts=tuple(self.notify_user_hosts),
+                user_mail_url=check_mail_url(self.notify_user_mail_url) if self.notify_user_mail_url else "",
             )
         except ValueError as e:
             self.log.critical("jupyterhub-gpu service configuration error: %s", e)
@@ -420,7 +599,13 @@ class GPUService(Application):
             self.log.critical("jupyterhub-gpu service configuration error: GPUService.%s", e)
             self.exit(1)
         self.ledger = Ledger(self.db_url)
-        self.notifier = Notifier(self.ledger, self.alert_settings)
+        self.take_lab_settings()
+        try:
+            self.notifier = Notifier(self.ledger, self.alert_settings, default_language=self.default_language)
+        except ValueError as e:
+            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
+            self.exit(1)
+        self._warn_deprecated_alert_settings()
         self.alert_channels = self.notifier.channels
         self.hub = HubClient.from_env()
         self.reconciler = Reconciler(self.ledger, self.hub)
@@ -429,6 +614,41 @@ class GPUService(Application):
         self.hub_auth = HubOAuth.instance(api_token=self.hub.token, cache_max_age=60)
         self.last_reconcile = None
         self.ticks = 0
+        self.tick_health = TickHealth(interval=self.tick_interval)
+
+    def _configured_channels(self) -> tuple:
+        """The ``notify_*`` channels, each checked by Apprise (ValueError naming the setting otherwise)."""
+        channels = [
+            configured_channel(spec, "admin", "", f"GPUService.notify_admin_urls[{i}]")
+            for i, spec in enumerate(self.notify_admin_urls)
+        ]
+        for group, specs in self.notify_group_urls.items():
+            if not isinstance(group, str) or not group:
+                raise ValueError(f"GPUService.notify_group_urls: group names must be non-empty strings, got {group!r}")
+            for i, spec in enumerate([specs] if isinstance(specs, (str, dict)) else specs):
+                what = f"GPUService.notify_group_urls[{group!r}][{i}]"
+                channels.append(configured_channel(spec, "group", group, what))
+        if self.notify_user_url_template:
+            spec = self.notify_user_url_template
+            url = spec if isinstance(spec, str) else spec.get("url", "")
+            if "{username}" not in str(url):
+                raise ValueError(
+                    "GPUService.notify_user_url_template must hold {username}, e.g."
+                    " 'mailtos://smtp.example.edu?from=gpu@example.edu&to={username}@example.edu'"
+                )
+            channels.append(configured_channel(spec, "user", "{username}", "GPUService.notify_user_url_template"))
+        return tuple(channels)
+
+    def _warn_deprecated_alert_settings(self) -> None:
+        for channel in self.alert_settings.legacy_channels():
+            names = "smtp_host, mail_from" if channel.claim == "email" else "webhook_url, webhook_format"
+            self.log.warning(
+                "GPUService.%s are deprecated: they are sent through Apprise as %s %s; write them as"
+                " notify_admin_urls / notify_group_urls / notify_user_url_template (docs/alerts.md)",
+                names,
+                channel.service,
+                channel.masked,
+            )
 
     def make_web_app(self) -> WebApplication:
         return WebApplication(
@@ -439,12 +659,13 @@ class GPUService(Application):
 
     async def announce_run(self, session, job, channel: str) -> None:
         """A finished job or stop-when-done run, with its cost, on one channel (raises if not delivered)."""
-        await run_announcer(Notifier(self.ledger, self.alert_settings), self.currency_info)(session, job, channel)
+        await run_announcer(self.notifier, self.currency_info)(session, job, channel)
 
     async def tick(self) -> None:
         """One metering tick; failures are logged and the next tick tries again."""
         now = utcnow()
         self.ticks += 1
+        failed = False
         try:
             if self.last_reconcile is None or (now - self.last_reconcile).total_seconds() >= self.reconcile_interval:
                 summary = await self.reconciler.run(now)
@@ -452,8 +673,10 @@ class GPUService(Application):
                 if summary["closed"] or summary["recorded"]:
                     self.log.info("reconciled with the hub: %s", summary)
         except HubAPIError as e:
-            self.log.warning("hub unreachable during the tick: %s", e)
+            failed = True
+            self.log.warning("hub request failed during the tick (reconciliation): %s", e)
         except Exception:
+            failed = True
             self.log.exception("reconciliation failed in this tick")
         # each part on its own: budgets failing must not keep culling or job limits from running
         parts = [
@@ -472,7 +695,16 @@ class GPUService(Application):
             ),
             (
                 "culling",
-                lambda: enforce_culling(self.ledger, self.hub, now, self.cull_config, self.notifier, self.tz),
+                lambda: enforce_culling(
+                    self.ledger,
+                    self.hub,
+                    now,
+                    self.cull_config,
+                    self.notifier,
+                    self.tz,
+                    currency=self.currency_info,
+                    advice_settings=self.advice_settings,
+                ),
             ),
             ("jobs", lambda: enforce_jobs(self.ledger, self.hub, now)),
             ("run notices", lambda: announce_finished_runs(self.ledger, now, self.announce_run, self.alert_channels)),
@@ -481,22 +713,34 @@ class GPUService(Application):
             try:
                 await part()
             except HubAPIError as e:
-                self.log.warning("hub unreachable during the tick (%s): %s", name, e)
+                failed = True
+                self.log.warning("hub request failed during the tick (%s): %s", name, e)
             except Exception:
+                failed = True
                 self.log.exception("metering tick: %s failed; the rest of the tick goes on", name)
-        await self.advice_tick(now)
+        advised = await self.advice_tick(now)
+        self.tick_health.record(advised and not failed, time.time())
 
-    async def advice_tick(self, now) -> None:
+    async def advice_tick(self, now) -> bool:
         """Right-sizing advice for closed and long-running sessions, and the weekly digest (docs/advice.md)."""
         try:
             await advise_sessions(self.ledger, now, self.advice_settings, self.currency_info)
             if self.advice_digest_weekday:
                 weekday = WEEKDAYS.index(self.advice_digest_weekday)
                 await send_digests(
-                    self.ledger, self.alert_settings, now, self.tz, self.currency_info, weekday, self.advice_digest_hour
+                    self.ledger,
+                    self.alert_settings,
+                    now,
+                    self.tz,
+                    self.currency_info,
+                    weekday,
+                    self.advice_digest_hour,
+                    notifier=self.notifier,
                 )
         except Exception:
             self.log.exception("right-sizing advice failed in this tick")
+            return False
+        return True
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
@@ -514,7 +758,45 @@ class GPUService(Application):
         ticker.cancel()
         server.stop()
         await asyncio.gather(ticker, return_exceptions=True)
+        self.notifier.close()
         self.ledger.close()
+
+    def own_lab_settings(self) -> dict[str, str | None]:
+        """The currency, symbol and time zone this service's configuration sets (None where it does not)."""
+        sections = [self.config.get(cls.__name__) for cls in type(self).__mro__ if cls.__name__ in self.config]
+        return {
+            name: getattr(self, option) if any(option in (sec or {}) for sec in sections) else None
+            for name, option in lab.SERVICE_OPTIONS.items()
+        }
+
+    def take_lab_settings(self) -> None:
+        """Take the currency and time zone the hub published (one source of truth; :func:`..lab.agree`).
+
+        Exits when the service's own options say otherwise than the hub, naming both.
+        """
+        agreement = lab.agree(self.own_lab_settings(), self.ledger.lab_settings())
+        for warning in agreement.warnings:
+            self.log.warning("jupyterhub-gpu service: %s", warning)
+        if agreement.conflicts:
+            for conflict in agreement.conflicts:
+                self.log.critical("jupyterhub-gpu service configuration error: %s", conflict)
+            self.exit(1)
+        self.lab_settings = agreement.settings
+        self.currency_info = agreement.currency
+        self.tz = agreement.timezone
+        warning = lab.other_currencies_warning(
+            self.currency_info.code, self.ledger.session_currencies(), "the lab's currency"
+        )
+        if warning:
+            self.log.warning("jupyterhub-gpu service: %s", warning)
+        self.log.info("jupyterhub-gpu service: currency %s, time zone %s", self.currency_info.code, self.tz)
+
+    def lab_settings_changed(self) -> list[str]:
+        """What the hub now publishes otherwise than this service took at its start (empty: nothing)."""
+        try:
+            return lab.changed(self.lab_settings, self.ledger.lab_settings())
+        except Exception:  # the ledger's own failures are the tick's to report
+            return []
 
     async def _tick_forever(self, stop: asyncio.Event) -> None:
         parent = os.getppid()
@@ -524,14 +806,29 @@ class GPUService(Application):
                 self.log.warning("the hub that started this service is gone; shutting down")
                 stop.set()
                 break
+            changes = self.lab_settings_changed()
+            if changes:
+                # a hub (re)started with other settings: stop rather than show one currency and charge another
+                self.log.critical(
+                    "the hub now publishes other lab settings than this service started with (%s); stopping so"
+                    " that a restart takes them",
+                    ", ".join(changes),
+                )
+                self.exit_status = 1
+                stop.set()
+                break
             await self.tick()
             try:
                 await asyncio.wait_for(stop.wait(), self.tick_interval)
             except asyncio.TimeoutError:
                 pass
 
+    exit_status = 0
+
     def start(self):
         asyncio.run(self.run())
+        if self.exit_status:
+            self.exit(self.exit_status)
 
 
 main = GPUService.launch_instance

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 from jupyterhub_gpu.billing import BudgetStatus, crossed_thresholds
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
+from jupyterhub_gpu.ledger.queries.channels import channel_owners
 from jupyterhub_gpu.ledger.queries.jobs import (
     ACTIVE_STATES,
     SERVER_PREFIX,
@@ -56,7 +57,7 @@ from jupyterhub_gpu.service.domain.advice import (
     summarize,
     summary,
 )
-from jupyterhub_gpu.service.domain.alerts import BudgetAlert, budget_message, budget_once, budget_payload
+from jupyterhub_gpu.service.domain.alerts import BudgetAlert, budget_message, budget_once
 from jupyterhub_gpu.service.domain.culling import (
     MAX_MINUTES,
     MinuteSignal,
@@ -76,7 +77,7 @@ from jupyterhub_gpu.service.domain.jobs import (
 from jupyterhub_gpu.service.domain.notices import CHANNELS, AlertSettings, Once
 from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
-from jupyterhub_gpu.service.notify import Notifier, lab_notice, passed, send_once, webhook_body
+from jupyterhub_gpu.service.notify import Notifier, lab_notice, passed, send_once
 from jupyterhub_gpu.session import SessionStart, StopReason
 
 log = logging.getLogger("jupyterhub_gpu.service")
@@ -134,6 +135,29 @@ Notify = Callable[[str, tuple[str, ...], BudgetStatus, int], Awaitable[None]]
 
 
 @dataclass
+class TickHealth:
+    """How the service's ticks went since it started, for ``/metrics``: counts by outcome and the last good one.
+
+    A tick is ``ok`` when every part of it (reconciliation, budgets, culling, jobs, run notices, advice) ran
+    without an error, else ``failed``; ``last_ok`` is the Unix time of the last ``ok`` one, ``started`` the
+    service's start.
+    """
+
+    interval: float = 0.0
+    started: float = field(default_factory=time.time)
+    ok: int = 0
+    failed: int = 0
+    last_ok: float | None = None
+
+    def record(self, ok: bool, at: float) -> None:
+        if ok:
+            self.ok += 1
+            self.last_ok = at
+        else:
+            self.failed += 1
+
+
+@dataclass
 class TickResult:
     users_checked: int = 0
     alerts: list[tuple[str, str, int]] = field(default_factory=list)
@@ -160,11 +184,6 @@ async def deliver(alert: BudgetAlert, settings: AlertSettings, ledger: Ledger, n
     claim released so that the next call retries it, and the other channels go on.
     """
     return await Notifier(ledger, settings).send(budget_message(alert, settings), CHANNELS, budget_once(alert), now)
-
-
-def webhook_payload(alert: BudgetAlert, settings: AlertSettings) -> dict:
-    """What :func:`deliver` POSTs for an alert: :func:`.alerts.budget_payload`, or its Slack text."""
-    return webhook_body(settings, budget_payload(alert))
 
 
 async def enforce_budgets(
@@ -443,6 +462,8 @@ async def enforce_culling(
     tz: ZoneInfo,
     memory_threshold: float = 0.9,
     memory_minutes: int = 10,
+    currency: Currency | None = None,
+    advice_settings: AdviceSettings | None = None,
 ) -> TickResult:
     """Warn, then stop, the servers the cull rules judge idle; cancel warnings that activity answered.
 
@@ -452,7 +473,7 @@ async def enforce_culling(
     forgets a warning nor stops a server it has not warned. The warning (and
     its cancellation) goes out through the gateway: in JupyterLab, and by mail
     and webhook where configured. The stop reason is the rule (``gpu_idle``,
-    ``inactive``, ``max_age``).
+    ``inactive``, ``max_age``, ``busy_gpu_idle``).
     """
     result = TickResult()
     pause = LoopSlice()
@@ -493,9 +514,18 @@ async def enforce_culling(
                 continue
             if s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
                 # once per session: a notice, never a stop
-                message, key = memory_message(s, memory_threshold, memory_minutes)
+                # the notice names the next bigger profile the user may use, at the rate the spawner charges
+                # (not for a job's server: nobody watches its Lab, and a job cannot be restarted on another profile)
+                job_server = s.server_name.startswith(SERVER_PREFIX)
+                options = () if currency is None or job_server else memory_options(ledger, advice_settings)
+                message, key = memory_message(s, memory_threshold, memory_minutes, options, currency)
                 await notifier.send(message, ("lab",), once=key, now=now)
     return result
+
+
+def memory_options(ledger: Ledger, settings: AdviceSettings | None):
+    """The profiles a "GPU memory high" notice chooses from: as the advice sees them (the admins' edits applied)."""
+    return catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings or AdviceSettings())
 
 
 # -- jobs and finished runs ------------------------------------------------------------------
@@ -555,7 +585,8 @@ def run_announcer(notifier: Notifier, currency: Currency) -> AnnounceRun:
     """The ``announce`` of :func:`announce_finished_runs`: a run's notice on one channel (raises if not delivered)."""
 
     async def announce(session: SessionRecord, job: JobRecord | None, channel: str) -> None:
-        await notifier.deliver(channel, run_notice(session, job, currency, notifier.settings))
+        message = run_notice(session, job, currency, notifier.settings)
+        await notifier.deliver(channel, message, once=run_once(session))
 
     return announce
 
@@ -646,34 +677,55 @@ def _advice_steps(ledger: Ledger, now: datetime, settings: AdviceSettings, curre
                     if advice.advised:
                         result["advised"] += 1
                         if aware_utc(record.stopped) >= now - NOTICE_WITHIN:
-                            lab_notice(ledger, advice_message(record, advice), now)
+                            lab_notice(ledger, advice_message(record, advice, currency), now)
                 else:
                     result["live"] += 1
                 yield
 
 
 async def send_digests(
-    ledger: Ledger, settings: AlertSettings, now: datetime, tz, currency: Currency, weekday: int, hour: int = 8
+    ledger: Ledger,
+    settings: AlertSettings,
+    now: datetime,
+    tz,
+    currency: Currency,
+    weekday: int,
+    hour: int = 8,
+    notifier: Notifier | None = None,
 ) -> list[str]:
     """Send each group's instructors the last week's digest, once per week, at or after ``weekday`` ``hour`` local.
 
-    ``settings`` are the service's :class:`~.notices.AlertSettings` (SMTP and
-    ``instructor_emails``). A digest is claimed in the ledger before it is sent
-    (once per group and week, across restarts) and released when sending fails.
-    Groups with nothing advised get no mail.
+    ``settings`` are the service's :class:`~.notices.AlertSettings`: a group gets
+    its digest on its channels that want ``digest`` (configured or stored) and, with
+    the deprecated mail settings, by mail to its ``instructor_emails``. A digest is
+    claimed in the ledger before it is sent (once per group, week and channel,
+    across restarts) and released when sending fails. Groups with nothing advised
+    get nothing. Returns the groups that some channel got it for now.
     """
-    if not settings.email_enabled:
+    notifier = notifier or Notifier(ledger, settings)
+    groups = digest_groups(notifier)
+    if not groups:
         return []
     since, due = digest_window(now, tz, weekday, hour)
-    notifier = Notifier(ledger, settings)
     sent = []
-    for group, to in sorted(settings.instructor_emails.items()):
-        if not to:
-            continue
-        report = summary(ledger, since, due, group, currency)
+    for group in groups:
+        # a group's digest speaks the lab's default language (its channels and instructors have none of their own)
+        lang = notifier.default_language
+        report = summary(ledger, since, due, group, currency, lang)
         if not report["total"]["sessions_advised"]:
             continue
-        message, key = digest_message(group, to, report, since, due, tz)
-        if (await notifier.send(message, ("email",), once=key, now=now))["email"]:
+        to = settings.instructor_emails.get(group, ()) if settings.email_enabled else ()
+        message, key = digest_message(group, to, report, since, due, tz, lang)
+        if any((await notifier.send(message, ("apprise",), once=key, now=now)).values()):
             sent.append(group)
     return sent
+
+
+def digest_groups(notifier: Notifier) -> list[str]:
+    """The groups some channel wants the digest of: mail to ``instructor_emails``, configured or stored channels."""
+    settings = notifier.settings
+    groups = {g for g, to in settings.instructor_emails.items() if to} if settings.email_enabled else set()
+    groups |= {c.owner for c in settings.channels if c.owner_kind == "group" and "digest" in c.events}
+    if notifier.stored:
+        groups |= set(channel_owners(notifier.ledger, "group", "digest"))
+    return sorted(groups)

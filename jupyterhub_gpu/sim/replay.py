@@ -23,7 +23,11 @@ A policy decides, minute by minute, whether to stop it:
 Billing is the real :func:`~jupyterhub_gpu.billing.billed_minutes`:
 every started minute until the stop (or the natural end). A minute is *idle*
 when its ``gpu_util`` is under 5%; a *false cull* is a culled session whose
-trace shows a busy kernel or GPU utilization of 5% or more after the stop.
+trace shows lost work after the stop (:func:`lost_work`): GPU utilization of 5%
+or more, or a kernel busy with a cell started after the stop. A kernel that was
+busy at the stop and stays busy with its GPU idle is not work by itself (it is
+what ``busy_gpu_idle`` judges hung): such a stop is a false cull only if the GPU
+would have worked again.
 """
 
 from __future__ import annotations
@@ -78,6 +82,26 @@ class TraceMinute:
     @property
     def idle(self) -> bool:
         return self.gpu_util is not None and self.gpu_util < IDLE_UTIL_PERCENT
+
+    @property
+    def gpu_busy(self) -> bool:
+        return self.gpu_util is not None and self.gpu_util >= IDLE_UTIL_PERCENT
+
+
+def lost_work(after) -> int:
+    """How many of the minutes after a stop were work: the GPU busy, or a kernel busy with a new cell.
+
+    The kernel busy at the stop counts until it first goes idle only through its GPU: a kernel that
+    stays busy on an idle GPU is a hung one, and stopping it loses nothing unless the GPU works later.
+    """
+    continuing = True  # the kernel that was busy at the stop, until it goes idle
+    lost = 0
+    for m in after:
+        if not m.kernel_busy:
+            continuing = False
+        if m.gpu_busy or (m.kernel_busy and not continuing):
+            lost += 1
+    return lost
 
 
 @dataclass(frozen=True)
@@ -338,7 +362,7 @@ def _tally(sessions, outcomes, gpus_of) -> dict:
         idle += gpus * sum(1 for m in shown if m.idle)
         unsampled += gpus * sum(1 for m in shown if m.gpu_util is None)
         if outcome.culled:
-            lost = sum(1 for m in session.minutes[outcome.billed_minutes :] if m.busy)
+            lost = lost_work(session.minutes[outcome.billed_minutes :])
             false_minutes += lost
             false_sessions += 1 if lost else 0
     return {
@@ -368,6 +392,10 @@ def simulate(sessions: list[TraceSession], policy: Policy, rate: Decimal = DEFAU
     outcomes = [replay(s, policy, gpus_of(s.profile)) for s in sessions]
     result = {"policy": policy.name, **_tally(sessions, outcomes, gpus_of)}
     result["culls_by_rule"] = dict(sorted(Counter(o.rule for o in outcomes if o.culled).items()))
+    false_by_rule = Counter(
+        o.rule for s, o in zip(sessions, outcomes, strict=True) if o.culled and lost_work(s.minutes[o.billed_minutes :])
+    )
+    result["false_culls_by_rule"] = dict(sorted(false_by_rule.items()))
     if policy.kind == "rules":
         result["warnings"] = sum(o.warnings for o in outcomes)
         result["cancelled_warnings"] = sum(o.cancels for o in outcomes)

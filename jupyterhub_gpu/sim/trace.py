@@ -25,6 +25,25 @@ between its ``-min`` and ``-max`` parameter unless said otherwise:
   idle while the GPU works), then at most ``busy-tail-max`` idle minutes
   before the user stops it. A good policy never culls these.
 
+Five more kinds (shares 0 by default, so the sample trace is unchanged) are
+the cases of ``busy_gpu_idle``, hung kernels and the legitimate work that
+looks like them:
+
+- ``hung_loader``, ``deadlock``: set-up, a training burst, then the kernel
+  stays busy on an idle GPU (a data loader that waits forever, workers that
+  deadlock on a lock) with its memory held, for ``hung-hours``; then the user
+  comes back, edits a few minutes and stops the server.
+- ``hung_input``: set-up, a GPU cell, then a cell blocked on ``input()``
+  (kernel busy, GPU idle) for ``hung-hours``; then as above.
+- ``bursty``: a long run (``bursty-hours``) with no user activity whose GPU
+  works in bursts (``gpu-burst``) between GPU-idle gaps (``gap``: loading the
+  next shard, evaluating on the CPU) with the kernel busy throughout; then at
+  most ``busy-tail-max`` idle minutes. A good policy never culls these.
+- ``preprocess``: set-up, then ``bursts`` rounds of a CPU-heavy preprocessing
+  phase (``preprocess``: kernel busy, GPU idle) followed by a training burst;
+  then a review and the user stops it. A good policy never culls these either:
+  the longest GPU-idle phase of work is ``max(gap-max, preprocess-max)``.
+
 Minute by minute: editing is ``user_active`` with probability
 ``user-active-p``; an idle GPU shows 0 to ``idle-util-max`` percent; GPU memory
 is 0 until the kernel first uses the GPU and then stays at the session's level
@@ -47,7 +66,19 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
-KINDS = ("training", "interactive", "forgotten", "always_busy")
+KINDS = (
+    "training",
+    "interactive",
+    "forgotten",
+    "always_busy",
+    "hung_loader",
+    "hung_input",
+    "deadlock",
+    "bursty",
+    "preprocess",
+)
+#: The kinds whose kernel hangs busy on an idle GPU until the user comes back.
+HUNG_KINDS = ("hung_loader", "hung_input", "deadlock")
 
 
 def _p(help_text: str, default):
@@ -62,6 +93,11 @@ class TraceParams:
     frac_interactive: float = _p("share of interactive debugging sessions", default=0.35)
     frac_forgotten: float = _p("share of sessions forgotten overnight (end null)", default=0.10)
     frac_always_busy: float = _p("share of long training runs with no user activity", default=0.15)
+    frac_hung_loader: float = _p("share of sessions whose data loader hangs (kernel busy, GPU idle)", default=0.0)
+    frac_hung_input: float = _p("share of sessions with a cell blocked on input()", default=0.0)
+    frac_deadlock: float = _p("share of sessions whose training deadlocks", default=0.0)
+    frac_bursty: float = _p("share of long runs whose GPU works in bursts between CPU gaps", default=0.0)
+    frac_preprocess: float = _p("share of sessions with CPU-heavy preprocessing phases", default=0.0)
     users: int = _p("number of distinct users", default=60)
     profiles: str = _p("profiles and their shares, PROFILE=SHARE,...", default="gpu-t4=0.7,gpu-a100=0.3")
     origin: str = _p("first day of the trace (UTC, a Monday)", default="2026-02-02")
@@ -105,9 +141,19 @@ class TraceParams:
     mem_max: float = _p("", default=0.85)
     mem_heavy_p: float = _p("share of sessions near full GPU memory", default=0.1)
     mem_heavy_min: float = _p("lowest memory level of such a session", default=0.92)
+    hung_hours_min: float = _p("hours a hung kernel stays hung before its user comes back", default=2.0)
+    hung_hours_max: float = _p("", default=10.0)
+    bursty_hours_min: float = _p("length of a bursty run, hours", default=2.0)
+    bursty_hours_max: float = _p("", default=8.0)
+    gpu_burst_min: int = _p("length of a GPU burst of a bursty run, minutes", default=1)
+    gpu_burst_max: int = _p("", default=15)
+    gap_min: int = _p("GPU-idle gap between bursts of a bursty run (kernel busy), minutes", default=1)
+    gap_max: int = _p("", default=60)
+    preprocess_min: int = _p("CPU-heavy preprocessing phase (kernel busy, GPU idle), minutes", default=10)
+    preprocess_max: int = _p("", default=90)
 
     def __post_init__(self):
-        shares = [self.frac_training, self.frac_interactive, self.frac_forgotten, self.frac_always_busy]
+        shares = self.kind_shares()
         if any(s < 0 for s in shares) or not math.isclose(sum(shares), 1.0, abs_tol=1e-6):
             raise ValueError(f"frac_* must be non-negative and add up to 1, got {sum(shares):g}")
         for f in fields(self):
@@ -133,6 +179,10 @@ class TraceParams:
             raise ValueError("idle_tail_mean and interactive_tail_mean must be above 0")
         self.profile_shares()  # validates
         self.origin_time()
+
+    def kind_shares(self) -> list[float]:
+        """The share of each of :data:`KINDS`, in its order."""
+        return [getattr(self, f"frac_{kind}") for kind in KINDS]
 
     def profile_shares(self) -> list[tuple[str, float]]:
         shares = []
@@ -194,6 +244,16 @@ class _Session:
             util = self.rng.randint(self.params.train_util_min, self.params.train_util_max)
             self._add(util, not background, self.rng.random() < user_p, self.mem_level if background else None)
 
+    def hang(self, n: int) -> None:
+        """A kernel busy on an idle GPU, nobody there, its memory (if any) held."""
+        for _ in range(n):
+            self._add(self._idle_util(), True, False)
+
+    def cpu_phase(self, n: int) -> None:
+        """A CPU-heavy phase: the kernel busy, the GPU idle, no user action."""
+        for _ in range(n):
+            self._add(self._idle_util(), True, False)
+
     def cell(self) -> None:
         n = self._between("debug_burst")
         on_gpu = self.rng.random() >= self.params.cpu_cell_share
@@ -239,6 +299,28 @@ def _session(rng: random.Random, params: TraceParams, kind: str) -> tuple[list[d
             s.interactive_body()
         s.away(int(rng.uniform(params.overnight_hours_min, params.overnight_hours_max) * 60))
         return s.minutes, False
+    elif kind in HUNG_KINDS:
+        s.edit(s._between("setup"))
+        if kind == "hung_input":
+            s.cell()
+        else:
+            s.train(s._between("train"))
+        s.hang(int(rng.uniform(params.hung_hours_min, params.hung_hours_max) * 60))
+        s.edit(rng.randint(1, 5))
+    elif kind == "bursty":
+        s.edit(rng.randint(2, 10))
+        target = len(s.minutes) + int(rng.uniform(params.bursty_hours_min, params.bursty_hours_max) * 60)
+        while len(s.minutes) < target:
+            s.train(s._between("gpu_burst"), user_p=0.0)
+            s.cpu_phase(s._between("gap"))
+        s.train(s._between("gpu_burst"), user_p=0.0)
+        s.away(rng.randint(0, params.busy_tail_max))
+    elif kind == "preprocess":
+        s.edit(s._between("setup"))
+        for _ in range(s._between("bursts")):
+            s.cpu_phase(s._between("preprocess"))
+            s.train(s._between("train"))
+        s.edit(s._between("review"))
     else:
         s.edit(rng.randint(2, 10))
         hours = rng.uniform(params.busy_hours_min, params.busy_hours_max)
@@ -251,7 +333,7 @@ def generate(sessions: int, seed: int, params: TraceParams | None = None) -> lis
     """``sessions`` trace lines (dicts), in start order; deterministic for ``seed`` and ``params``."""
     params = params or TraceParams()
     rng = random.Random(seed)
-    kinds_weights = [params.frac_training, params.frac_interactive, params.frac_forgotten, params.frac_always_busy]
+    kinds_weights = params.kind_shares()
     names, weights = zip(*params.profile_shares(), strict=True)
     origin = params.origin_time().timestamp()
     out = []

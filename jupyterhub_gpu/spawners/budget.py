@@ -18,13 +18,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from zoneinfo import ZoneInfo
 
-from jupyterhub_gpu.billing import binding_groups, draws_from, minutes_so_far, spawn_refusal
+from jupyterhub_gpu.billing import (
+    binding_groups,
+    budget_amount,
+    draws_from,
+    minutes_so_far,
+    spawn_refusal,
+    whose_budget,
+)
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.money import from_micros, to_micros
 from jupyterhub_gpu.session import default_pool
+from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.profiles import Profile
+
+#: A refusal worded in any language: ``refusal("zh-CN")``.
+Refusal = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -106,33 +118,35 @@ def budget_refusal(
     min_minutes: int,
     now: datetime,
     tz: ZoneInfo,
-    format_money: Callable[[Decimal], str],
-) -> str | None:
+    format_money: Callable[..., str],
+) -> Refusal | None:
     """Why the budgets ``request`` draws from cannot pay ``min_minutes`` of it, or None (blocking: run in a thread).
 
     The budgets are computed by :meth:`Ledger.statuses_of` like everywhere else; ``reserved`` are the
-    other spawns of this hub that passed and are not recorded yet.
+    other spawns of this hub that passed and are not recorded yet. The refusal is worded when it is
+    shown (``refusal(lang)``; ``format_money(amount, locale=lang)`` writes its amounts).
     """
     rules = [r for r in ledger.budget_rules() if draws_from(r, request.user, request.pool)]
     if not rules:
         return None
     statuses = ledger.statuses_of(rules, now, tz)
     rate, gpus = request.rate_micros, request.gpu_count
-    refusal = spawn_refusal(
-        sorted(statuses, key=lambda s: s.fraction, reverse=True), rate, gpus, min_minutes, tz, format_money
-    )
-    if refusal:
-        return refusal
+    ordered = sorted(statuses, key=lambda s: s.fraction, reverse=True)
+    if spawn_refusal(ordered, rate, gpus, min_minutes, tz, format_money):
+        return lambda lang: spawn_refusal(ordered, rate, gpus, min_minutes, tz, format_money, lang)
     held = minimums_held(statuses, ledger.open_sessions(), reserved, min_minutes, now)
     for real, with_held in zip(statuses, held, strict=True):
         if spawn_refusal([with_held], rate, gpus, min_minutes, tz, format_money):
-            show = format_money if real.rule.unit == "money" else (lambda x: f"{x:.2f} GPU-hours")
-            whose = "your budget" if real.rule.scope == "user" else f"the {real.rule.subject} group's budget"
-            return (
-                f"Budget too low for {min_minutes} minutes of this profile: {show(real.used)} of"
-                f" {show(real.limit)} ({whose}) spent, and {show(with_held.used - real.used)} held for the"
-                f" first {min_minutes} minutes of its servers that are starting or started less than"
-                f" {min_minutes} minutes ago. Stop one of them, or try again in a few minutes."
+            amount = partial(budget_amount, real.rule.unit)  # amount(value, format_money, lang)
+            return Phrase(
+                "Budget too low for {minutes} minutes of this profile: {used} of {limit} ({whose}) spent, and"
+                " {held} held for the first {minutes} minutes of its servers that are starting or started less"
+                " than {minutes} minutes ago. Stop one of them, or try again in a few minutes.",
+                minutes=min_minutes,
+                used=partial(amount, real.used, format_money),
+                limit=partial(amount, real.limit, format_money),
+                whose=partial(whose_budget, real.rule),
+                held=partial(amount, with_held.used - real.used, format_money),
             )
     return None
 
@@ -147,8 +161,8 @@ async def check_and_reserve(
     min_minutes: int,
     now: datetime,
     tz: ZoneInfo,
-    format_money: Callable[[Decimal], str],
-) -> str | None:
+    format_money: Callable[..., str],
+) -> Refusal | None:
     """:func:`budget_refusal` under the hub-wide lock; with ``reserve``, a spawn that passes holds its minimum."""
     async with reserve_lock():
         reserved = [r for k, r in _RESERVATIONS.get(ledger_url, {}).items() if k != key]

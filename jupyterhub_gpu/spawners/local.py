@@ -21,6 +21,32 @@ from jupyterhub_gpu.session import StopReason
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
 
 
+def _process_image(pid: int) -> tuple[str, str] | None:
+    """``(state, start time)`` of ``pid`` from ``/proc/<pid>/stat``; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]  # the state, and the start time in clock ticks since boot
+    except (OSError, IndexError):
+        return None
+
+
+def _has_ended(pid: int, started: str | None = None) -> bool:
+    """Whether ``pid`` has ended: gone, a zombie nobody has reaped yet, or its pid now another process's."""
+    image = _process_image(pid)
+    return image is None or image[0] in ("Z", "X") or (started is not None and image[1] != started)
+
+
+def _wait_ended(pid: int, timeout: float, started: str | None = None) -> bool:
+    """Wait until ``pid`` has ended (:func:`_has_ended`); False on time-out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _has_ended(pid, started):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     """Local-process servers with GPU profiles (demo and tests; no isolation)."""
 
@@ -49,7 +75,13 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
             fd = os.pidfd_open(pid)
         except OSError:
             return  # already gone: its end is unknown, the stop is recorded when it is found
+        image = _process_image(pid)
+        if image is None:
+            os.close(fd)
+            return  # ended just now: as above
+        started = image[1]  # this process's start time: a pid reused later is another process
         loop = asyncio.get_event_loop()
+        log = self.log
 
         def ended(at):
             if self._gpu_watched_pid != pid or self._gpu_session.get("session_id") != session_id:
@@ -57,13 +89,23 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
             self._gpu_exited_at = at
             session = dict(self._gpu_session)
             if session and not self._gpu_stopping and not self._gpu_launching:
+                log.info("jupyterhub-gpu: %s (pid %d, session %s) ended at %s", self._log_name, pid, session_id, at)
                 # record the exact end now: a hub killed before its next poll would lose it
                 self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, at, StopReason.EXITED))
 
         def wait():
             try:
-                select.select([fd], [], [])
+                poller = select.poll()  # not select.select: a hub with many open files has pidfds above 1023
+                poller.register(fd, select.POLLIN)
+                poller.poll()
                 at = utcnow()
+                if not _has_ended(pid, started):
+                    # the pidfd said "ended" while the process runs on (CI saw a stop billed 35 s before the
+                    # server ended): never bill on that word alone; watch /proc until it has really ended
+                    log.warning("jupyterhub-gpu: pid %d woke its exit watch but still runs; watching /proc", pid)
+                    while not _wait_ended(pid, 3600, started):
+                        pass
+                    at = utcnow()
             finally:
                 os.close(fd)
             try:
@@ -100,24 +142,23 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
                 continue
             try:
                 with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+                    raw = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
             except OSError:
                 continue  # gone, or not ours to read
-            session = env.get(SESSION_ID.encode(), b"").decode()
-            if session and env.get(b"JUPYTERHUB_API_URL", b"").decode() == api_url:
-                found.append((session, f"process {entry.name}", int(entry.name)))
+            env = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+            session = env.get(SESSION_ID, "")
+            if session and env.get("JUPYTERHUB_API_URL", "") == api_url:
+                found.append((session, f"process {entry.name}", int(entry.name), env))
         return found
 
     @classmethod
     def gpu_reap(cls, probe, pid):
-        """SIGTERM, then SIGKILL after 5 s."""
+        """SIGTERM, then SIGKILL after 5 s; returns once the process has ended (or 5 s after the SIGKILL)."""
         try:
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                os.kill(pid, 0)
-                time.sleep(0.1)
-            os.kill(pid, signal.SIGKILL)
+            if not _wait_ended(pid, 5):
+                os.kill(pid, signal.SIGKILL)
+                _wait_ended(pid, 5)
         except ProcessLookupError:
             pass
 

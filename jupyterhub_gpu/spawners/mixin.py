@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from functools import partial
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyterhub.orm import Service
@@ -52,6 +53,7 @@ from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import JOB_ID, make_gpu_env
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
 from jupyterhub_gpu.gpus.inventory import BACKENDS
+from jupyterhub_gpu.i18n import language_of, translator
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, to_micros
@@ -64,8 +66,10 @@ from jupyterhub_gpu.spawners.assign.protocol import (
     QueueCancelled,
     QueueTimeout,
 )
+from jupyterhub_gpu.spawners.assign.restore import wait_restored
 from jupyterhub_gpu.spawners.budget import Reservation, check_and_reserve, drop_reservation, profile_binding_groups
-from jupyterhub_gpu.spawners.form import describe_profile, queue_message, render_options_form
+from jupyterhub_gpu.spawners.form import assignment_message, describe_profile, queue_message, render_options_form
+from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.profiles import (
     OptionsError,
     Profile,
@@ -73,18 +77,48 @@ from jupyterhub_gpu.spawners.profiles import (
     apply_overrides,
     choose_pool,
     choose_profile,
+    form_language,
     job_server_option,
     options_from_form,
     parse_profiles,
     pool_choices,
 )
-from jupyterhub_gpu.spawners.records import evidence_of_life, new_session_state, record_start, record_stop
+from jupyterhub_gpu.spawners.records import evidence_of_life, new_session_state, note_alive, record_start, record_stop
 from jupyterhub_gpu.spawners.singleuser import kernel_cull_args, server_token_scopes
+
+#: The language of the form that starts a server, and of the form shown again after a refusal, by server
+#: (``user/name``). JupyterHub asks one spawner object for the options and may spawn with another (it replaces
+#: a failed spawner by one it does not keep, and the next lookup makes a third), so they cannot live on one.
+_SPAWN_LANGUAGES: dict[str, str] = {}
+_FORM_LANGUAGES: dict[str, str] = {}
+
+#: Query arguments of ``/hub/spawn`` that ask for no spawn: the language switch, a reload after a refused form.
+_NOT_SPAWN_ARGUMENTS = frozenset({"lang", "_xsrf"})
+
+
+class _ShowTheForm(Exception):
+    """Raised by ``options_from_query`` for a query that asks for no spawn: JupyterHub then shows the form,
+    with no error above it (its message is empty)."""
+
+    def __init__(self):
+        super().__init__("")
+        self.jupyterhub_message = ""
+
 
 DEFAULT_SIMULATED_GPUS = [
     {"model": "T4", "count": 2, "memory_gb": 16},
     {"model": "A100", "count": 1, "memory_gb": 40},
 ]
+
+
+def _gpu_take_user_options(spawner, user_options) -> None:
+    """JupyterHub's ``apply_user_options`` hook: the GPU spawners handle ``profile``, ``pool`` and ``job_id``.
+
+    Without a hook JupyterHub (5.3 and later) logs "Received unhandled user_options" at every spawn. The
+    options are checked and applied by ``run_pre_spawn_hook``, which JupyterHub calls right after this
+    hook and which also serves a ``start()`` outside the hub's spawn sequence, so nothing is done here
+    twice. An ``apply_user_options`` set in the config replaces this one (and then sees these options).
+    """
 
 
 class GPUSpawnerMixin(Configurable):
@@ -100,7 +134,8 @@ class GPUSpawnerMixin(Configurable):
         The GPU profiles users may choose from: a list of dicts, or a callable
         ``f(spawner)`` (may be async) that returns one.
 
-        Fields: ``slug`` (required), ``display_name``, ``description``, ``gpu_model``
+        Fields: ``slug`` (required), ``display_name`` and ``description`` (a string, or one
+        per language: ``{"en": "1× T4", "zh-CN": "1 块 T4"}``, "en" required), ``gpu_model``
         (matched against the GPU names, e.g. "T4" or "A100-SXM4-40GB"), ``gpu_count``
         (0 for CPU-only), ``image``, ``price_per_gpu_hour`` (a decimal string),
         ``price_per_hour`` (a flat price per server, default "0"),
@@ -123,7 +158,11 @@ class GPUSpawnerMixin(Configurable):
     currency = Unicode(
         "USD",
         help="""
-        ISO 4217 code of the currency prices are given in.
+        ISO 4217 code of the currency prices are given in, in capitals (a code in
+        use today: "RMB" is refused with "did you mean 'CNY'?"). The lab's one
+        currency: the hub publishes it to the ledger at start, and the gpu service
+        takes it from there (``GPUService.currency`` need not be set; set otherwise,
+        the service refuses to start).
 
             c.GPUDockerSpawner.currency = "CNY"
         """,
@@ -133,9 +172,11 @@ class GPUSpawnerMixin(Configurable):
         None,
         allow_none=True,
         help="""
-        Symbol shown before amounts; defaults to the usual one for the code (¥, $, €...).
+        Symbol shown for amounts in every language; None (the default): each
+        language's own, from the Unicode CLDR data (CNY: "CN¥" in English, "¥" in
+        Chinese). Published to the service with ``currency``.
 
-            c.GPUDockerSpawner.currency_symbol = "RMB "
+            c.GPUDockerSpawner.currency_symbol = "¥"
         """,
     ).tag(config=True)
 
@@ -248,7 +289,9 @@ class GPUSpawnerMixin(Configurable):
     budget_timezone = Unicode(
         "UTC",
         help="""
-        The lab's time zone for budget periods (the same as ``GPUService.timezone``).
+        The lab's time zone: budget weeks and months start at its midnight, and
+        the pages show times in it. Published to the gpu service with ``currency``
+        (``GPUService.timezone`` need not be set).
 
             c.GPUDockerSpawner.budget_timezone = "Asia/Shanghai"
         """,
@@ -315,8 +358,10 @@ class GPUSpawnerMixin(Configurable):
         """The groups whose budget binds this profile now (:func:`.budget.profile_binding_groups`)."""
         return profile_binding_groups(rules, profile, utcnow(), ZoneInfo(self.budget_timezone))
 
-    async def gpu_budget_refusal(self, profile: Profile, pool: str | None = None, reserve: bool = False) -> str | None:
+    async def gpu_budget_refusal(self, profile: Profile, pool: str | None = None, reserve: bool = False):
         """Why the budgets this session would draw from cannot afford ``budget_min_minutes`` of ``profile``, or None.
+
+        The refusal is worded when it is shown: ``refusal(lang)`` (:data:`.budget.Refusal`).
 
         Those are the user's own budget and the budget of the one group that pays
         (``pool``, by default the one chosen at this spawn), computed by
@@ -360,11 +405,12 @@ class GPUSpawnerMixin(Configurable):
         try:
             profiles = parse_profiles(raw, require_image=self._require_image)
         except ProfileError as e:
-            raise SpawnException(
-                "The GPU profiles are misconfigured; please tell your administrator.",
+            raise self.gpu_refusal(
+                Phrase("The GPU profiles are misconfigured; please tell your administrator."),
                 reason="profiles",
                 log_message=f"Invalid profiles: {e}",
                 status_code=500,
+                lang=self.gpu_language(),
             ) from e
         ledger = self.ledger
         if ledger is None:
@@ -383,20 +429,38 @@ class GPUSpawnerMixin(Configurable):
     def _gpu_options_form_default(self):
         return self._render_gpu_options_form
 
-    def gpu_profile_summary(self, profile: Profile, currency: Currency) -> str:
-        """The form's line for a profile: price, free GPUs, waiting servers."""
-        return describe_profile(profile, self.allocator, currency)
+    def gpu_profile_summary(self, profile: Profile, currency: Currency, lang: str = "en") -> str:
+        """The form's line for a profile in ``lang``: price, free GPUs, waiting servers."""
+        return describe_profile(profile, self.allocator, currency, lang)
+
+    def gpu_language(self) -> str:
+        """The language of the request JupyterHub is serving for this spawner (``spawner.handler``).
+
+        The switch's cookie, then ``Accept-Language`` (:func:`.i18n.language_of`); English without a
+        request (a spawn outside a request, a hub restart) or for a request that cannot be read.
+        """
+        handler = getattr(self, "handler", None)
+        if handler is None or getattr(handler, "request", None) is None:
+            return "en"
+        try:
+            return language_of(handler)
+        except Exception:  # a malformed header must not break the form or the spawn
+            self.log.debug("language of %s not read", self._log_name, exc_info=True)
+            return "en"
 
     async def _render_gpu_options_form(self, spawner=None):
+        # re-shown after a refusal of the same request: in the language of the refused form or spawn
+        lang = _FORM_LANGUAGES.pop(self._gpu_key, None) or self.gpu_language()
         allowed, _ = await self.allowed_profiles()
         currency = self.gpu_currency
         previous = (self.orm_spawner.user_options or {}).get("profile") if self.orm_spawner else None
         return render_options_form(
             allowed,
             previous,
-            lambda p: self.gpu_profile_summary(p, currency),
+            lambda p: self.gpu_profile_summary(p, currency, lang),
             simulated=any(d.simulated for d in self.allocator.devices),
             pools=await self._gpu_pool_options(allowed),
+            lang=lang,
         )
 
     async def _gpu_pool_options(self, allowed: list[Profile]) -> list[str]:
@@ -412,13 +476,41 @@ class GPUSpawnerMixin(Configurable):
         return self._gpu_options_from_form
 
     async def _gpu_options_from_form(self, formdata, spawner=None):
+        # JupyterHub's POST does not set spawner.handler: the form says the language it was shown in
+        lang = form_language(formdata) or self.gpu_language()
         allowed, everything = await self.allowed_profiles()
         try:
             options = options_from_form(formdata, allowed, everything)
         except OptionsError as e:
-            # shown on the spawn page; nothing is started
-            raise SpawnException(str(e), reason="options") from None
+            # shown on the spawn page, above the form shown again; nothing is started
+            raise self.gpu_refusal(e.phrase, reason="options", lang=lang) from None
+        _SPAWN_LANGUAGES[self._gpu_key] = lang  # the spawn this form starts speaks it
         return options
+
+    allow_spawn_from_link = Bool(
+        False,
+        help="""
+        Whether a link may start a server (``GET /hub/spawn?profile=a100``, JupyterHub's spawn from query
+        arguments). Off by default: a server starts only from the form (a POST with its XSRF token) or the
+        REST API, so a link another student sends cannot start a billed server on your budget. A link with
+        only ``lang`` (the language switch) shows the form.
+        """,
+    ).tag(config=True)
+
+    async def options_from_query(self, query_data):
+        if not set(query_data) - _NOT_SPAWN_ARGUMENTS:
+            raise _ShowTheForm()  # the language switch without scripts, a reload after a refused form
+        if not self.allow_spawn_from_link:
+            raise self.gpu_refusal(
+                Phrase("A link cannot start a server: choose a profile and press Start."),
+                reason="options",
+                lang=self.gpu_language(),
+            )
+        return await self._gpu_options_from_form(query_data)
+
+    @default("apply_user_options")
+    def _gpu_apply_user_options_default(self):
+        return _gpu_take_user_options
 
     # -- spawning ----------------------------------------------------------
     def _gpu_reset(self):
@@ -435,16 +527,39 @@ class GPUSpawnerMixin(Configurable):
         self._gpu_abort = False  # stopped (or its state cleared) while starting
         self._gpu_recorded = False
         self._gpu_last_alive: datetime | None = None  # the last poll that found the server running
+        self._gpu_lang = "en"  # the spawn's language: its messages, refusals and the server's env
 
     def __init__(self, *args, **kwargs):
         self._gpu_reset()
         super().__init__(*args, **kwargs)
+
+    def gpu_refusal(
+        self, worded, *, reason: str, status_code: int = 400, lang: str | None = None, log_message: str = ""
+    ) -> SpawnException:
+        """A refusal the student reads in the spawn's language (``worded(lang)``); the hub's log has its English.
+
+        JupyterHub shows a SpawnException's ``jupyterhub_message`` where it is set (the spawn page, the
+        progress events, the REST API's answer), and its log message (``str()``) elsewhere.
+        """
+        lang = lang or self._gpu_lang
+        _FORM_LANGUAGES[self._gpu_key] = lang  # the form shown again under this refusal speaks the same
+        shown = worded(lang)
+        e = SpawnException(shown, reason=reason, log_message=log_message or worded("en"), status_code=status_code)
+        e.jupyterhub_message = shown
+        return e
+
+    def _gpu_say(self, progress: int, worded) -> None:
+        """A progress event in the spawn's language (``worded(lang)``); the hub's log has its English."""
+        self.log.info("%s: %s", self._gpu_key, worded("en"))
+        self._gpu_emit({"progress": progress, "message": worded(self._gpu_lang)})
 
     def _gpu_emit(self, event: dict) -> None:
         self._gpu_events.append(event)
         waiting, self._gpu_events_changed = self._gpu_events_changed, None
         if waiting is not None and not waiting.done():
             waiting.set_result(None)
+
+    _gpu_spawn_task: asyncio.Task | None = None
 
     async def run_pre_spawn_hook(self):
         """Validate the chosen profile, then wait for its GPUs (form and REST API alike).
@@ -453,8 +568,25 @@ class GPUSpawnerMixin(Configurable):
         counting ``start_timeout``: a spawn that waits gets exactly its wait on top,
         and one that does not wait keeps the configured ``start_timeout``.
         """
+        # the spawn's language: the form's that started it, else the request's (the REST API's), else English
+        lang = _SPAWN_LANGUAGES.pop(self._gpu_key, None) or self.gpu_language()
+        previous, current = self._gpu_spawn_task, asyncio.current_task()
+        if previous is not None and previous is not current and not previous.done():
+            # JupyterHub let a new spawn begin while the last one still runs on this spawner (a stop cleared its
+            # pending flags: the hub's start-up check "appears to have stopped while the Hub was down" stops a
+            # spawn that waits for the GPU restore). One at a time, or both launch a server, on the same GPU;
+            # the last one gives up at its next step, and the student asks again once it has
+            self._gpu_abort = True
+            raise self.gpu_refusal(
+                Phrase("The previous start of this server is still being cancelled; try again in a moment."),
+                reason="busy",
+                status_code=409,
+                lang=lang,  # the running spawn keeps its own language (its session records it)
+            )
+        self._gpu_lang = lang
+        self._gpu_spawn_task = current  # JupyterHub's spawn (User.spawn): it runs until the start ends or fails
         # JupyterHub's own first event: a spawn that fails before its GPUs are assigned still shows one
-        self._gpu_events = [{"progress": 50, "message": "Spawning server..."}]
+        self._gpu_events = [{"progress": 50, "message": translator(self._gpu_lang)("Spawning server...")}]
         self._gpu_abort = False
         self._gpu_in_start = True
         try:
@@ -471,14 +603,15 @@ class GPUSpawnerMixin(Configurable):
             profile = choose_profile(options, allowed, everything)
             self._gpu_pool = await self.gpu_choose_pool(options, profile)
         except OptionsError as e:
-            raise SpawnException(str(e), reason="options") from None
+            raise self.gpu_refusal(e.phrase, reason="options") from None
         # the check and the hold of this spawn's minimum are one step for the whole hub (section "Spawn races")
         refusal = await self.gpu_budget_refusal(profile, reserve=True)
         if refusal:
-            raise SpawnException(refusal, reason="budget", status_code=403)
+            raise self.gpu_refusal(refusal, reason="budget", status_code=403)
         self._gpu_profile = profile
         try:
             result = await maybe_future(super().run_pre_spawn_hook())
+            await self.gpu_before_queue(profile)
             await self._gpu_take_gpus(profile)
         except BaseException:
             drop_reservation(self)
@@ -486,8 +619,10 @@ class GPUSpawnerMixin(Configurable):
         return result
 
     def _gpu_stopped_while_starting(self) -> SpawnException:
-        return SpawnException(
-            "The server was stopped while it was starting; nothing was started.", reason="stopped", status_code=409
+        return self.gpu_refusal(
+            Phrase("The server was stopped while it was starting; nothing was started."),
+            reason="stopped",
+            status_code=409,
         )
 
     async def _gpu_take_gpus(self, profile: Profile) -> None:
@@ -500,24 +635,33 @@ class GPUSpawnerMixin(Configurable):
         def on_position(position, length):
             nonlocal waited
             waited = True  # called only for a request that stands in the queue
-            msg = queue_message(profile.gpu_model, profile.gpu_count, simulated, position, length)
-            self.log.info("%s: %s", key, msg)
-            self._gpu_emit({"progress": 50, "message": msg})
+            self._gpu_say(
+                50, lambda lang: queue_message(profile.gpu_model, profile.gpu_count, simulated, position, length, lang)
+            )
 
         devices: list[GPUDevice] = []
         if profile.gpu_count:
+
+            def on_restore():
+                self._gpu_say(
+                    45,
+                    Phrase("The hub has just started and is restoring its GPU assignments; your request waits for it"),
+                )
+
+            # a hub that has just started hands out no GPU before it knows every one its servers hold
+            await wait_restored(on_restore)
             try:
                 devices = await self.allocator.acquire(
                     key, profile.gpu_model, profile.gpu_count, timeout=self.queue_timeout, on_position=on_position
                 )
             except QueueTimeout as e:
-                raise SpawnException(str(e), reason="gpu_queue_timeout", status_code=503) from None
+                raise self.gpu_refusal(e.phrase, reason="gpu_queue_timeout", status_code=503) from None
             except QueueCancelled:
                 # stopped while waiting (JupyterHub's User.stop clears the state of a server that does not run
                 # yet): a spawn failure, so that JupyterHub cleans up instead of waiting for a server
                 raise self._gpu_stopped_while_starting() from None
             except AllocationError as e:
-                raise SpawnException(str(e), reason="gpu_unavailable", status_code=503) from None
+                raise self.gpu_refusal(e.phrase, reason="gpu_unavailable", status_code=503) from None
         try:
             if self._gpu_abort:
                 raise self._gpu_stopped_while_starting()
@@ -527,7 +671,7 @@ class GPUSpawnerMixin(Configurable):
                 # did not wait cannot all pass on the same remaining budget either.
                 refusal = await self.gpu_budget_refusal(profile, reserve=True)
                 if refusal:
-                    raise SpawnException(refusal, reason="budget", status_code=403)
+                    raise self.gpu_refusal(refusal, reason="budget", status_code=403)
         except BaseException:
             if devices:
                 self.allocator.release(key)
@@ -559,7 +703,13 @@ class GPUSpawnerMixin(Configurable):
             started = self._gpu_granted_at or utcnow()
             uuids = [d.uuid for d in devices]
             self._gpu_session = new_session_state(
-                profile, devices, started, self.gpu_currency.code, groups=self._gpu_group_names(), pool=self._gpu_pool
+                profile,
+                devices,
+                started,
+                self.gpu_currency.code,
+                groups=self._gpu_group_names(),
+                pool=self._gpu_pool,
+                language=self._gpu_lang,
             )
             self._gpu_env = make_gpu_env(
                 profile_slug=profile.slug,
@@ -573,14 +723,12 @@ class GPUSpawnerMixin(Configurable):
                     {"index": d.index, "uuid": d.uuid, "name": d.name, "memory_mib": d.memory_mib} for d in devices
                 ],
                 gpu_model=profile.gpu_model,
-                profile_name=profile.display_name,
-                currency_symbol=self.gpu_currency.symbol,
+                profile_name=profile.name_in(self._gpu_lang),  # the Lab shows it to the student who chose it
+                currency_symbol=self.gpu_currency.symbol or "",  # "": the Lab writes its language's symbol
                 service_url=self.gpu_service_url,
+                language=self._gpu_lang,
             )
-            rate = self.gpu_currency.format_rate(profile.rate_per_minute)
-            what = ", ".join(f"{d.name} ({d.uuid})" for d in devices) or "no GPU"
-            message = f"Assigned {what}; starting {profile.display_name} at {rate}/min"
-            self._gpu_emit({"progress": 60, "message": message})
+            self._gpu_say(60, partial(assignment_message, profile, devices, self.gpu_currency))
             await self.gpu_prepare(profile, devices)
             if self._gpu_abort:
                 raise self._gpu_stopped_while_starting()
@@ -642,16 +790,27 @@ class GPUSpawnerMixin(Configurable):
             return
         await record_stop(ledger, self._gpu_session_start(session), stopped, reason, self.log)
 
+    _gpu_alive_noted: datetime | None = None  # when a poll's "running" was last written to the ledger
+
+    async def _gpu_note_alive(self, session: dict, now: datetime) -> None:
+        """Write that the server runs now (at most once a push interval from polls, and as a stop begins)."""
+        ledger = self.ledger
+        if ledger is not None and session.get("session_id"):
+            self._gpu_alive_noted = now
+            await note_alive(ledger, session["session_id"], now, self.log)
+
     async def gpu_stopped_at(self) -> datetime | None:
         """When the server really stopped, if the spawner knows (Docker does); None means now."""
         return None
 
     @classmethod
-    def gpu_orphans(cls, probe, api_url: str) -> list[tuple[str, str, object]]:
-        """The servers of this hub (``api_url``) running now, as ``(session id, description, handle)``.
+    def gpu_orphans(cls, probe, api_url: str) -> list[tuple[str, str, object, dict[str, str]]]:
+        """The servers of this hub (``api_url``) running now, as ``(session id, description, handle, env)``.
 
         Backends that launch processes or containers list them here (from their environment or
-        labels), for :meth:`gpu_reap`; the default knows none.
+        labels), for :meth:`gpu_reap`, with the environment the spawner gave them (the session's
+        facts, from which a restarted hub bills an orphan the killed one had not recorded); the
+        default knows none.
         """
         return []
 
@@ -662,11 +821,15 @@ class GPUSpawnerMixin(Configurable):
     async def gpu_prepare(self, profile: Profile, devices: list[GPUDevice]) -> None:
         """Hook for the concrete spawner: apply the profile (image, limits) before start."""
 
+    async def gpu_before_queue(self, profile: Profile) -> None:
+        """Hook run in the pre-spawn hook before the queue: no GPU is held, nothing is billed, and the hub's
+        ``start_timeout`` does not count yet (Docker pulls a missing image here: docs/images.md)."""
+
     async def gpu_check_image(self, profile: Profile) -> None:
         """Refuse an image that no profile names: only images named by profiles may run."""
         images = {p.image for p in await self.gpu_profiles()}
         if profile.image not in images:
-            raise SpawnException(f"Image {profile.image!r} is not allowed", reason="image")
+            raise self.gpu_refusal(Phrase("Image {image} is not allowed", image=repr(profile.image)), reason="image")
 
     async def _gpu_progress(self, done=lambda: False):
         """Our spawn events as they come (queue position, assignment), until ``done()`` after the last one."""
@@ -698,9 +861,20 @@ class GPUSpawnerMixin(Configurable):
             return status  # start() owns the session until it returns
         if status is None:
             if session:
-                self._gpu_last_alive = utcnow()
+                self._gpu_last_alive = now = utcnow()
+                noted = self._gpu_alive_noted
+                if noted is None or (now - noted).total_seconds() >= self.sample_push_interval:
+                    await self._gpu_note_alive(session, now)
         elif session and not self._gpu_stopping:
-            await self._gpu_record_stop(session, await self._gpu_end_of(session), StopReason.EXITED)
+            end = await self._gpu_end_of(session)
+            self.log.info(
+                "%s found ended (status %s): session %s billed to %s",
+                self._log_name,
+                status,
+                session.get("session_id"),
+                end,
+            )
+            await self._gpu_record_stop(session, end, StopReason.EXITED)
         return status
 
     sample_push_interval = Float(
@@ -784,6 +958,9 @@ class GPUSpawnerMixin(Configurable):
                 if await self.poll() is not None:
                     reason = StopReason.EXITED  # the server ended on its own
                     stopped_at = await self._gpu_end_of(session)
+                else:
+                    # it runs as the stop begins: a hub killed during the stop must not bill it to earlier
+                    await self._gpu_note_alive(session, self._gpu_last_alive or utcnow())
             except Exception:
                 self.log.debug("poll before stop failed", exc_info=True)
         self._gpu_stopping = True  # the spawner's own polls while stopping are not an exit

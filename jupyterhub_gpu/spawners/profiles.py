@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
-from jupyterhub_gpu.money import MoneyError, parse_amount, profile_rate
+from jupyterhub_gpu.i18n import LANGUAGES
+from jupyterhub_gpu.money import Currency, MoneyError, parse_amount, profile_rate
+from jupyterhub_gpu.spawners.messages import UserError, shown
 
 #: the admins' edits of prices and access (:func:`apply_overrides`)
 access_log = logging.getLogger("jupyterhub_gpu.access")
@@ -36,8 +38,11 @@ PROFILE_FIELDS = {
     "default",
 }
 
-#: Form fields a browser may send besides the profile: JupyterHub's own CSRF token.
-HUB_FORM_FIELDS = {"_xsrf"}
+#: Form fields a browser may send besides the profile: JupyterHub's own CSRF token, and the language
+#: the form was shown in (its refusals answer in it).
+HUB_FORM_FIELDS = {"_xsrf", "lang"}
+#: The fields an admin may write per language: a string, or ``{"en": ..., "zh-CN": ...}``.
+TEXT_FIELDS = ("display_name", "description")
 #: Server names the gpu service gives the servers of notebook jobs (``job-<id>``); nobody else may use them.
 JOB_SERVER_PREFIX = "job-"
 
@@ -46,8 +51,8 @@ class ProfileError(ValueError):
     """A profile in the configuration is invalid; the message names it and the field."""
 
 
-class OptionsError(ValueError):
-    """The user's spawn options are invalid; the message is shown to the user."""
+class OptionsError(UserError, ValueError):
+    """The user's spawn options are invalid; the message is shown to the user, in their language."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,21 @@ class Profile:
     rate_per_minute: Decimal
     allowed_groups: tuple[str, ...] = ()
     description: str = ""
+    #: ``(language, text)`` of a display name or description an admin gave per language (English is above)
+    display_names: tuple[tuple[str, str], ...] = ()
+    descriptions: tuple[tuple[str, str], ...] = ()
     cpu_limit: float | None = None
     mem_limit: int | None = None
     default: bool = False
     extra: dict = field(default_factory=dict, compare=False)
+
+    def name_in(self, lang: str) -> str:
+        """The display name in ``lang``, else the English one."""
+        return dict(self.display_names).get(lang) or self.display_name
+
+    def description_in(self, lang: str) -> str:
+        """The description in ``lang``, else the English one."""
+        return dict(self.descriptions).get(lang) or self.description
 
     def allows(self, group_names) -> bool:
         """Whether a user in these groups may use this profile (no groups listed: everyone)."""
@@ -91,7 +107,33 @@ def parse_mem_limit(value, where: str) -> int | None:
     return number
 
 
-def parse_profile(raw: object, position: int, require_image: bool = True) -> Profile:
+def parse_texts(value, name: str, where: str) -> dict[str, str] | None:
+    """A display name or description: a string, or a mapping of language to text with "en"; None stays None.
+
+    Returns ``{language: text}`` (a string is English only).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return {"en": value.strip()} if value.strip() else None  # blank: as if not given
+    known = ", ".join(map(repr, LANGUAGES))
+    if not isinstance(value, dict) or not value:
+        raise ProfileError(
+            f"{where}: {name!r} must be a non-empty string or a mapping of language to text such as"
+            f' {{"en": "1× T4", "zh-CN": "1 块 T4"}}, got {value!r}'
+        )
+    unknown = [k for k in value if k not in LANGUAGES]
+    if unknown:
+        raise ProfileError(f"{where}: {name!r} has unknown language(s) {', '.join(map(repr, unknown))}; use {known}")
+    if "en" not in value:
+        raise ProfileError(f"{where}: {name!r} needs its English text under 'en' (shown where a language is missing)")
+    for lang, text in value.items():
+        if not isinstance(text, str) or not text.strip():
+            raise ProfileError(f"{where}: {name!r} in {lang!r} must be a non-empty string, got {text!r}")
+    return {lang: text.strip() for lang, text in value.items()}
+
+
+def parse_profile(raw: object, position: int, require_image: bool = True, currency: Currency | None = None) -> Profile:
     """One profile dict from the configuration, validated; ProfileError names the bad field."""
     if not isinstance(raw, dict):
         raise ProfileError(f"profile #{position + 1} must be a dict, got {type(raw).__name__}")
@@ -126,10 +168,13 @@ def parse_profile(raw: object, position: int, require_image: bool = True) -> Pro
         price_flat = parse_amount(raw.get("price_per_hour", 0), f"{where}: 'price_per_hour'")
         if gpu_count > 0 and "price_per_gpu_hour" not in raw:
             raise MoneyError(f"{where}: 'price_per_gpu_hour' is required for a GPU profile")
-        rate = profile_rate(gpu_count, price_gpu, price_flat)
+        rate = profile_rate(gpu_count, price_gpu, price_flat, currency)
     except MoneyError as e:
         message = str(e)
-        raise ProfileError(message if message.startswith(where) else f"{where}: {message}") from None
+        if message.startswith(where):
+            raise ProfileError(message) from None
+        # "profile 'a100' price_per_gpu_hour: 1.00001/hour is not ...; use 0.99996 or 1.00002, ..."
+        raise ProfileError(f"{where} {message}" if message.startswith("price_") else f"{where}: {message}") from None
 
     groups = raw.get("allowed_groups", [])
     if (
@@ -147,10 +192,12 @@ def parse_profile(raw: object, position: int, require_image: bool = True) -> Pro
     default = raw.get("default", False)
     if not isinstance(default, bool):
         raise ProfileError(f"{where}: 'default' must be true or false, got {default!r}")
+    names = parse_texts(raw.get("display_name"), "display_name", where) or {"en": slug}
+    descriptions = parse_texts(raw.get("description"), "description", where) or {"en": ""}
 
     return Profile(
         slug=slug,
-        display_name=text("display_name", slug) or slug,
+        display_name=names["en"],
         gpu_model=gpu_model,
         gpu_count=gpu_count,
         image=image,
@@ -158,18 +205,23 @@ def parse_profile(raw: object, position: int, require_image: bool = True) -> Pro
         price_per_hour=price_flat,
         rate_per_minute=rate,
         allowed_groups=tuple(groups),
-        description=text("description", "") or "",
+        description=descriptions["en"],
+        display_names=tuple((k, v) for k, v in names.items() if k != "en"),
+        descriptions=tuple((k, v) for k, v in descriptions.items() if k != "en"),
         cpu_limit=cpu_limit,
         mem_limit=parse_mem_limit(raw.get("mem_limit"), where),
         default=default,
     )
 
 
-def parse_profiles(raw_list: object, require_image: bool = True) -> list[Profile]:
-    """The whole profile list, validated: at least one, unique slugs, at most one default."""
+def parse_profiles(raw_list: object, require_image: bool = True, currency: Currency | None = None) -> list[Profile]:
+    """The whole profile list, validated: at least one, unique slugs, at most one default.
+
+    ``currency`` (the lab's) words an inexact price's suggestions at its minor unit.
+    """
     if not isinstance(raw_list, (list, tuple)) or not raw_list:
         raise ProfileError("profiles must be a non-empty list of profile dicts")
-    profiles = [parse_profile(raw, i, require_image) for i, raw in enumerate(raw_list)]
+    profiles = [parse_profile(raw, i, require_image, currency) for i, raw in enumerate(raw_list)]
     seen = set()
     for p in profiles:
         if p.slug in seen:
@@ -188,7 +240,9 @@ def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list
     """
     extra = sorted(set(formdata) - {"profile", "pool"} - HUB_FORM_FIELDS)
     if extra:
-        raise OptionsError(f"Unexpected form field(s): {', '.join(extra)}. Nothing was started.")
+        raise OptionsError(
+            "Unexpected form field(s): {fields}. Nothing was started.", fields=shown(", ".join(map(str, extra)), 120)
+        )
     values = formdata.get("profile")
     if not values:
         raise OptionsError("Choose a profile. Nothing was started.")
@@ -205,9 +259,12 @@ def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list
     return options
 
 
-def _shown(text: str, limit: int = 64) -> str:
-    """A value a user sent, as a message names it: at most ``limit`` characters (a message, not an echo)."""
-    return text if len(text) <= limit else text[:limit] + "…"
+def form_language(formdata: dict) -> str | None:
+    """The language the form was shown in (its hidden ``lang`` field), when it is one of ours."""
+    values = formdata.get("lang") if isinstance(formdata, dict) else None
+    if isinstance(values, list) and len(values) == 1 and values[0] in LANGUAGES:
+        return values[0]
+    return None
 
 
 def choose_profile(user_options: object, allowed: list[Profile], all_profiles: list[Profile] | None = None) -> Profile:
@@ -217,7 +274,8 @@ def choose_profile(user_options: object, allowed: list[Profile], all_profiles: l
     extra = sorted(set(user_options) - {"profile", "pool"})
     if extra:
         raise OptionsError(
-            f"Unexpected option(s): {_shown(', '.join(map(str, extra)), 120)}. Only 'profile' and 'pool' may be given."
+            "Unexpected option(s): {options}. Only 'profile' and 'pool' may be given.",
+            options=shown(", ".join(map(str, extra)), 120),
         )
     if not allowed:
         raise OptionsError("No profile is available to you. Ask your instructor or administrator for access.")
@@ -228,13 +286,13 @@ def choose_profile(user_options: object, allowed: list[Profile], all_profiles: l
         return allowed[0]
     slug = user_options["profile"]
     if not isinstance(slug, str):
-        raise OptionsError(f"'profile' must be a profile name, got {_shown(repr(slug))}.")
+        raise OptionsError("'profile' must be a profile name, got {value}.", value=shown(repr(slug)))
     for p in allowed:
         if p.slug == slug:
             return p
     if all_profiles and any(p.slug == slug for p in all_profiles):
-        raise OptionsError(f"You may not use the profile {slug!r}: it is reserved for other groups.")
-    raise OptionsError(f"Unknown profile {_shown(slug)!r}.")
+        raise OptionsError("You may not use the profile {slug}: it is reserved for other groups.", slug=repr(slug))
+    raise OptionsError("Unknown profile {slug}.", slug=repr(shown(slug)))
 
 
 def pool_choices(profile: Profile, user_groups, budgeted_groups=()) -> list[str]:
@@ -267,15 +325,19 @@ def choose_pool(user_options: object, profile: Profile, user_groups, budgeted_gr
     if pool is None:
         return choices[0] if choices else None
     if not isinstance(pool, str) or not pool:
-        raise OptionsError(f"'pool' must be the name of one of your groups, got {pool!r}.")
+        raise OptionsError("'pool' must be the name of one of your groups, got {value}.", value=shown(repr(pool)))
     if pool not in choices:
-        shown = pool if len(pool) <= 64 else pool[:64] + "…"
+        group = repr(shown(pool))
         if choices:
             raise OptionsError(
-                f"The group {shown!r} cannot pay for {profile.display_name}: choose one of {', '.join(choices)}."
-                " Nothing was started."
+                "The group {group} cannot pay for {profile}: choose one of {choices}. Nothing was started.",
+                group=group,
+                profile=profile.name_in,
+                choices=", ".join(choices),
             )
-        raise OptionsError(f"The group {shown!r} cannot pay for {profile.display_name}. Nothing was started.")
+        raise OptionsError(
+            "The group {group} cannot pay for {profile}. Nothing was started.", group=group, profile=profile.name_in
+        )
     return pool
 
 
@@ -292,13 +354,17 @@ def job_server_option(server_name: str, options, requested_by_service: bool) -> 
     if isinstance(options, dict) and "job_id" in options:
         job_id = options.pop("job_id")
         if not isinstance(job_id, str) or server_name != f"{JOB_SERVER_PREFIX}{job_id}":
-            shown = server_name or "the default"
-            raise OptionsError(f"'job_id' is only for the job's own server job-<id>, not {shown}.")
+            if server_name:
+                raise OptionsError(
+                    "'job_id' is only for the job's own server job-<id>, not {server}.", server=shown(server_name)
+                )
+            raise OptionsError("'job_id' is only for the job's own server job-<id>, not the default server.")
     if server_name.startswith(JOB_SERVER_PREFIX) or job_id is not None:
         if job_id is None or not requested_by_service:
             raise OptionsError(
-                f"Server names beginning with {JOB_SERVER_PREFIX!r} are reserved for notebook jobs, which the gpu"
-                " service starts (POST /services/gpu/api/v1/jobs). Choose another name. Nothing was started."
+                "Server names beginning with {prefix} are reserved for notebook jobs, which the gpu service starts"
+                " (POST /services/gpu/api/v1/jobs). Choose another name. Nothing was started.",
+                prefix=repr(JOB_SERVER_PREFIX),
             )
     return job_id
 

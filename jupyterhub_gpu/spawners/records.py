@@ -24,12 +24,20 @@ from jupyterhub_gpu.spawners.profiles import Profile
 
 
 def new_session_state(
-    profile: Profile, devices: list[GPUDevice], started: datetime, currency: str, *, groups, pool: str | None
+    profile: Profile,
+    devices: list[GPUDevice],
+    started: datetime,
+    currency: str,
+    *,
+    groups,
+    pool: str | None,
+    language: str = "en",
 ) -> dict:
     """The ``gpu`` part of a starting server's state: a new session id, its GPUs, rate and start.
 
     Kept in the spawner's state, so that a restarted hub rebuilds the assignment and bills the same
-    session; ``pool`` is the one group that pays (checked at the pre-spawn hook).
+    session; ``pool`` is the one group that pays (checked at the pre-spawn hook); ``language`` the spawn's,
+    recorded with the start so that the service's notices and mail to the user speak it.
     """
     return {
         "profile": profile.slug,
@@ -42,6 +50,7 @@ def new_session_state(
         "currency": currency,
         "groups": sorted(groups),
         "pool": pool,
+        "language": language,
     }
 
 
@@ -68,6 +77,19 @@ async def record_stop(ledger, start: SessionStart, stopped: datetime, reason: st
 
 #: When this hub process started (see :func:`evidence_of_life`).
 _PROCESS_STARTED = utcnow()
+
+
+async def note_alive(ledger, session_id: str, when: datetime, log: logging.Logger) -> None:
+    """Keep in the ledger that this hub saw ``session_id``'s server running at ``when`` (its ``last_seen``).
+
+    Evidence for a hub killed before it learns the end: its successor, finding the server ended, bills
+    it to no earlier than this (:func:`evidence_of_life`), not to a sample that a dead service never got.
+    A failure is logged, never raised.
+    """
+    try:
+        await asyncio.to_thread(ledger.mark_seen, [session_id], when)
+    except Exception:
+        log.debug("could not note session %s as running in the ledger", session_id, exc_info=True)
 
 
 def evidence_of_life(ledger, session_id: str, push_interval: float) -> list[datetime]:

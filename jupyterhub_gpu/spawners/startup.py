@@ -8,8 +8,9 @@ wraps ``JupyterHub.init_spawners`` (once), where the config is complete:
   profile stops the hub with a message naming it, instead of failing a
   student's spawn later), then :func:`publish_pricing` writes the profiles and
   their rates to the ledger;
-- after the hub has loaded its spawners, :func:`reap_orphans` stops the
-  servers a hub killed in the middle of a spawn left behind.
+- before the hub loads its spawners, :func:`reap_orphans` stops the servers a
+  hub killed in the middle of a spawn left behind (and bills what they held);
+  until the spawners are loaded, spawns wait for GPUs (:mod:`.assign.restore`).
 
 ``jupyterhub.app`` is imported here at module level: it imports no spawner
 module itself (it loads the configured spawner class by entry point when it
@@ -19,6 +20,7 @@ reads its config), so there is no circle.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import asdict
 
 from jupyterhub import orm
@@ -26,11 +28,15 @@ from jupyterhub.app import JupyterHub
 from traitlets import TraitError
 from traitlets.config import Configurable
 
+from jupyterhub_gpu import lab
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.env import devices_from_env, session_from_env
 from jupyterhub_gpu.gpus.device import InventoryError
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, MoneyError
+from jupyterhub_gpu.session import SessionStart, StopReason
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
+from jupyterhub_gpu.spawners.assign.restore import begin_restore, end_restore
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
 from jupyterhub_gpu.spawners.profiles import ProfileError, parse_profiles
 
@@ -53,7 +59,7 @@ def probe_and_check(config, spawner_class) -> tuple[object | None, list[str]]:
         return None, [f"{spawner_class.__name__}: {e}"]
     problems = []
     try:
-        Currency.from_config(probe.currency, probe.currency_symbol)
+        Currency.from_config(probe.currency, probe.currency_symbol, what=f"c.{spawner_class.__name__}.currency")
     except MoneyError as e:
         problems.append(str(e))
     return probe, problems
@@ -67,10 +73,11 @@ def check_config(config, spawner_class) -> list[str]:
     probe, problems = probe_and_check(config, spawner_class)
     if probe is None:
         return problems
+    currency = None if problems else Currency.from_config(probe.currency, probe.currency_symbol)  # its digits
     profiles = []
     if not callable(probe.profiles):
         try:
-            profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
+            profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image, currency=currency)
         except ProfileError as e:
             problems.append(str(e))
     try:
@@ -106,13 +113,111 @@ def startup_check(app) -> None:
             app.log.critical("jupyterhub-gpu configuration error: %s", problem)
         app.exit(1)
     app.log.info("jupyterhub-gpu: the GPU configuration of %s is valid", spawner_class.__name__)
+    for warning in resource_warnings(app.config, spawner_class):
+        app.log.warning("jupyterhub-gpu: %s", warning)
     publish_pricing(app, spawner_class)
 
 
+def start_prepull(app) -> None:
+    """Start the backend's pre-pull of the profiles' images in the background (Docker's ``gpu_prepull``)."""
+    spawner_class = app.spawner_class
+    prepull = getattr(spawner_class, "gpu_prepull", None) if _is_gpu_spawner(spawner_class) else None
+    if prepull is None:
+        return
+    try:
+        prepull(config_probe(app.config, spawner_class))
+    except Exception:  # never keep the hub from starting for this: a spawn pulls its image itself
+        app.log.exception("jupyterhub-gpu: could not start the pre-pull of the profiles' images")
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads them: 1.5 GiB."""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def limit_warnings(profiles, cpus: float | None, memory: int | None, host: str = "this host") -> list[str]:
+    """Profiles whose ``cpu_limit`` or ``mem_limit`` is more than the host has (pure: the host's figures given).
+
+    Docker refuses a container that asks for more CPUs than the host has (the spawn fails), and a
+    memory limit above the host's memory limits nothing.
+    """
+    warnings = []
+    for p in profiles:
+        if cpus and p.cpu_limit and p.cpu_limit > cpus:
+            warnings.append(
+                f"profile {p.slug!r}: cpu_limit {p.cpu_limit:g} is more than the {cpus:g} CPUs of {host}: a server"
+                f" cannot use more (Docker refuses such a container: its spawns fail); set the profile's cpu_limit"
+                f" to {cpus:g} or less"
+            )
+        if memory and p.mem_limit and p.mem_limit > memory:
+            warnings.append(
+                f"profile {p.slug!r}: mem_limit {_size(p.mem_limit)} is more than the {_size(memory)} of memory of"
+                f" {host}: it limits nothing; set the profile's mem_limit below {_size(memory)}"
+            )
+    return warnings
+
+
+def local_resources() -> tuple[float, int]:
+    """This machine's CPUs (those this process may use) and memory in bytes."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
+    return float(cpus), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def resource_warnings(config, spawner_class) -> list[str]:
+    """What the start-up check warns of in the servers' limits: profiles above the host, limits never applied.
+
+    The host is the backend's (``gpu_host_resources``: the Docker engine's), else this machine; a
+    Kubernetes cluster's nodes are not known here. The spawner's own ``cpu_limit`` / ``mem_limit``
+    are not what limits a server (each profile's are), so setting them is a mistake too.
+    """
+    probe = config_probe(config, spawner_class)
+    given = {name: getattr(probe, name, None) for name in ("cpu_limit", "mem_limit")}
+    warnings = [
+        f"{spawner_class.__name__}.{name} = {_size(value) if name == 'mem_limit' else f'{value:g}'} limits no"
+        f" server: each profile's {name} does (c.{spawner_class.__name__}.profiles = [{{..., {name!r}: ...}}])"
+        for name, value in given.items()
+        if isinstance(value, (int, float)) and value  # 0: DockerSpawner's default, no limit
+    ]
+    if callable(probe.profiles) or any(c.__module__.startswith("kubespawner") for c in spawner_class.__mro__):
+        return warnings
+    own = getattr(spawner_class, "gpu_host_resources", None)
+    try:
+        cpus, memory, host = own(probe) if own else (*local_resources(), "this host")
+    except Exception as e:  # the Docker engine unreachable: the start-up check says so
+        probe.log.debug("jupyterhub-gpu: no host figures for the limits check: %s", e)
+        return warnings
+    currency = Currency.from_config(probe.currency, probe.currency_symbol)
+    profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image, currency=currency)
+    return warnings + limit_warnings(profiles, cpus, memory, host)
+
+
+def publish_lab_settings(app, spawner_class, probe, ledger) -> None:
+    """Write the lab's currency, symbol and time zone to the ledger, where the service takes them (:mod:`..lab`).
+
+    A changed currency while the ledger holds sessions charged in another one is
+    allowed (those keep theirs) but logged as a warning that says what it means.
+    """
+    values = {lab.CURRENCY: probe.currency, lab.SYMBOL: probe.currency_symbol, lab.TIMEZONE: probe.budget_timezone}
+    sources = {name: lab.option_source(spawner_class, app.config, name) for name in lab.NAMES}
+    warning = lab.other_currencies_warning(
+        probe.currency, ledger.session_currencies(), sources[lab.CURRENCY].removeprefix("the default of ")
+    )
+    if warning:
+        app.log.warning("jupyterhub-gpu: %s", warning)
+    ledger.set_lab_settings(lab.published_rows(values, sources), utcnow())
+    app.log.info("jupyterhub-gpu: published currency %s, time zone %s", probe.currency, probe.budget_timezone)
+
+
 def publish_pricing(app, spawner_class) -> None:
-    """Write the static profiles and their rates to the ledger, for the service's ``GET pricing``."""
+    """Write the lab's settings, the static profiles and their rates to the ledger, for the service."""
     probe = config_probe(app.config, spawner_class)
-    if not probe.ledger_db_url or callable(probe.profiles):
+    if not probe.ledger_db_url:
+        return
+    publish_lab_settings(app, spawner_class, probe, shared_ledger(probe.ledger_db_url))
+    if callable(probe.profiles):
         return
     profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
     currency = Currency.from_config(probe.currency, probe.currency_symbol).code
@@ -143,15 +248,44 @@ def known_sessions(app) -> set[str]:
     return known
 
 
+def orphan_start(env: dict[str, str], groups) -> SessionStart | None:
+    """The session an orphan's environment describes (what its spawner wrote there), or None if it cannot."""
+    facts = session_from_env(env)
+    user = env.get("JUPYTERHUB_USER", "")
+    if facts is None or not user or not facts["profile"]:
+        return None
+    gpu = {
+        "session_id": facts["id"],
+        "profile": facts["profile"],
+        "devices": [d.uuid for d in devices_from_env(env)],
+        "rate_per_minute": facts["rate_per_minute"],
+        "currency": facts["currency"],
+        "started": facts["started"],
+        "simulated": facts["simulated"],
+    }
+    try:  # the same reading as a session kept in a spawner's state
+        return SessionStart.from_spawner_state(user, env.get("JUPYTERHUB_SERVER_NAME", ""), sorted(groups), gpu)
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _user_groups(app, name: str) -> list[str]:
+    user = orm.User.find(app.db, name) if name else None
+    return [g.name for g in user.groups] if user is not None else []
+
+
 async def reap_orphans(app) -> list[str]:
-    """Stop the servers this hub launched but does not know, once, when it has loaded its spawners.
+    """Stop the servers this hub launched but does not know, before it serves anyone; bill what they held.
 
     A hub killed in the middle of a spawn (after the server was launched, before the hub saved the
-    spawner's state) leaves a server behind that neither the hub nor the ledger knows, holding GPUs that
-    no saved assignment names and that the restarted hub would give out again. The backend lists its
-    servers of this hub (by the hub's API URL in their environment); those whose session no spawner
-    names are stopped. The list is read before the known sessions, so a spawn that starts meanwhile is
-    known by then (a spawner names its session before it launches anything).
+    spawner's state) leaves a server behind that neither the hub nor the ledger may know, holding GPUs
+    that no saved assignment names and that the restarted hub would give out again. The backend lists
+    its servers of this hub (by the hub's API URL in their environment); those whose session no saved
+    spawner state names are stopped, all at once, and each is waited for until it has ended. It ran on
+    its GPUs until then: its session is closed in the ledger at that moment (reason ``orphaned``), and
+    recorded first from the session facts in its environment if the killed hub had not recorded it yet.
+    This runs while spawns wait (:mod:`.assign.restore`), so no GPU of an orphan is handed out while it
+    still runs.
     """
     spawner_class = app.spawner_class
     if not _is_gpu_spawner(spawner_class):
@@ -161,10 +295,10 @@ async def reap_orphans(app) -> list[str]:
         api_url = app.hub.api_url
         running = await asyncio.to_thread(spawner_class.gpu_orphans, probe, api_url)
         known = known_sessions(app)
-        reaped = []
-        for session, what, handle in running:
-            if session in known:
-                continue
+        ledger = shared_ledger(probe.ledger_db_url) if probe.ledger_db_url else None
+        orphans = [o for o in running if o[0] not in known]
+
+        async def reap(session, what, handle, env):
             app.log.warning(
                 "jupyterhub-gpu: stopping %s of session %s: it runs, but no server of this hub names it"
                 " (the hub was stopped in the middle of its spawn)",
@@ -172,24 +306,70 @@ async def reap_orphans(app) -> list[str]:
                 session,
             )
             await asyncio.to_thread(spawner_class.gpu_reap, probe, handle)
-            reaped.append(what)
-        return reaped
+            ended = utcnow()
+            start = orphan_start(env, _user_groups(app, env.get("JUPYTERHUB_USER", "")))
+            if ledger is not None and start is not None and start.id == session:
+                await asyncio.to_thread(ledger.record_stop, session, ended, StopReason.ORPHANED, start)
+            elif ledger is not None:
+                app.log.warning("jupyterhub-gpu: %s has no session facts in its environment to bill", what)
+            return what
+
+        results = await asyncio.gather(*(reap(*o) for o in orphans), return_exceptions=True)
+        for (session, what, _, _), result in zip(orphans, results, strict=True):
+            if isinstance(result, BaseException):
+                app.log.error("jupyterhub-gpu: could not stop %s of session %s: %s", what, session, result)
+        return [r for r in results if not isinstance(r, BaseException)]
     except Exception:  # never keep the hub from starting for this
         app.log.exception("jupyterhub-gpu: could not look for servers left by an interrupted spawn")
         return []
 
 
+async def clean_up_failed_start(app) -> None:
+    """Stop what a hub whose start failed had started: its proxy, its managed services (JupyterHub's cleanup).
+
+    ``JupyterHub.start`` starts the proxy (a process in a session of its own), binds the hub, then
+    starts the managed services, and ends the process (``exit(1)``) when one of them does not come
+    up, or when binding fails, without its cleanup: the proxy ran on, orphaned, holding the public
+    and API ports with the dead hub's token, and a next hub that did not find its pid file (started
+    from another directory) met a proxy that refused it ("api_request to proxy failed: 403").
+    JupyterHub's own ``cleanup`` is what a signal runs at shutdown, with the admin's ``cleanup_proxy``
+    and ``cleanup_servers`` choices.
+    """
+    app.log.critical("jupyterhub-gpu: the hub did not start; stopping the proxy and the services it started")
+    try:
+        await app.cleanup()
+    except Exception:
+        app.log.exception("jupyterhub-gpu: could not clean up after the failed start")
+
+
 def install_startup_check() -> None:
-    """Run :func:`startup_check` when the hub initialises its spawners, and :func:`reap_orphans` after."""
+    """Run :func:`startup_check` and :func:`reap_orphans` when the hub initialises its spawners, and
+    :func:`clean_up_failed_start` when the hub's start fails."""
     original = JupyterHub.init_spawners
     if getattr(original, "_jupyterhub_gpu_check", False):
         return
+    original_start = JupyterHub.start
+
+    async def start(self):
+        try:
+            return await original_start(self)
+        except BaseException:  # SystemExit from the hub's exit(1) too
+            await clean_up_failed_start(self)
+            raise
 
     async def init_spawners(self):
         startup_check(self)
-        result = await original(self)
-        await reap_orphans(self)
-        return result
+        start_prepull(self)
+        # JupyterHub starts serving after init_spawners_timeout even if this is not done: until it is,
+        # spawns wait for GPUs (the saved assignments are loaded here, and orphans are still running)
+        begin_restore()
+        try:
+            # before the spawners load: the saved states (in the hub's database) say which sessions it knows
+            await reap_orphans(self)
+            return await original(self)
+        finally:
+            end_restore()
 
     init_spawners._jupyterhub_gpu_check = True
     JupyterHub.init_spawners = init_spawners
+    JupyterHub.start = start

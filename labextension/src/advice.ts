@@ -58,7 +58,7 @@ export function adviceText(
   tr: ILocalizer
 ): string {
   const money = (amount: string): string =>
-    formatMoney(amount, symbol, advice.currency);
+    formatMoney(amount, symbol, advice.currency, tr.language);
   const parts: string[] = [];
   const fewerGpus =
     advice.gpus_used < advice.gpu_count &&

@@ -23,6 +23,19 @@ export function deviceLabel(stats: IStats, tr: ILocalizer): string {
   return stats.simulated ? tr.__('%1 (simulated)', label) : label;
 }
 
+/**
+ * A GPU's name as the panel lists it: the server names a simulated one "Simulated T4" (in
+ * English, for every reader); here it is written in the reader's language.
+ */
+export function gpuName(
+  name: string,
+  simulated: boolean,
+  tr: ILocalizer
+): string {
+  const match = simulated ? /^Simulated\s+(.+)$/.exec(name) : null;
+  return match ? tr.__('Simulated %1', match[1]) : name;
+}
+
 /** Mean utilization of the GPUs, or null when none reports one. */
 export function meanUtilization(gpus: IGpu[]): number | null {
   const values = gpus
@@ -57,7 +70,12 @@ export function totalMemory(
 export function costText(session: ISession, tr: ILocalizer): string {
   return tr.__(
     '%1 (%2)',
-    formatMoney(session.cost, session.currency_symbol, session.currency),
+    formatMoney(
+      session.cost,
+      session.currency_symbol,
+      session.currency,
+      tr.language
+    ),
     formatMinutes(session.minutes_billed, tr)
   );
 }
@@ -73,7 +91,12 @@ export function budgetText(session: ISession, tr: ILocalizer): string | null {
   }
   return tr.__(
     '%1 left',
-    formatMoney(remaining, session.currency_symbol, session.currency)
+    formatMoney(
+      remaining,
+      session.currency_symbol,
+      session.currency,
+      tr.language
+    )
   );
 }
 

@@ -10,9 +10,6 @@ import type { ILocalizer } from './i18n';
 /** Data sampled longer ago than this many sampling intervals is stale. */
 export const STALE_FACTOR = 3;
 
-/** Currencies whose amounts have no minor unit (the ledger's `KNOWN_CURRENCIES`). */
-const NO_MINOR_UNIT = new Set(['JPY', 'KRW']);
-
 const DECIMAL_RE = /^([+-])?(\d*)(?:\.(\d*))?$/;
 
 /**
@@ -40,23 +37,53 @@ export function formatDecimal(amount: string, minDigits = 2): string | null {
 }
 
 /**
+ * The symbol and minor-unit digits of a currency in a language, as the browser's Unicode CLDR data
+ * writes them (the service's pages use the same data through Babel): CNY is "CN¥" in English and
+ * "¥" in Chinese, USD "$" and "US$". An unknown code gives its code and two digits.
+ */
+export function currencyParts(
+  currency: string,
+  language = 'en'
+): { symbol: string; digits: number } {
+  try {
+    const format = new Intl.NumberFormat(language || 'en', {
+      style: 'currency',
+      currency: currency.toUpperCase()
+    });
+    const symbol =
+      format.formatToParts(0).find(part => part.type === 'currency')?.value ??
+      currency;
+    return {
+      symbol,
+      digits: format.resolvedOptions().maximumFractionDigits ?? 2
+    };
+  } catch {
+    return { symbol: currency ? currency.toUpperCase() + ' ' : '', digits: 2 };
+  }
+}
+
+/**
  * Format an amount of money: `("0.6", "¥")` gives "¥0.60", `("-1.5", "¥")` gives "-¥1.50".
  *
  * @param amount the decimal string from the API
- * @param symbol the currency symbol shown before the amount
- * @param currency the ISO code, which decides the number of minor digits (2 unless known otherwise)
+ * @param symbol the admin's currency symbol; "" lets the language choose (CNY: "CN¥" in English, "¥" in Chinese)
+ * @param currency the ISO code, which decides the number of minor digits (its CLDR digits: 0 for JPY)
+ * @param language the BCP 47 language of the reader (`ILocalizer.language`)
  */
 export function formatMoney(
   amount: string,
   symbol: string,
-  currency = ''
+  currency = '',
+  language = 'en'
 ): string {
-  const digits = NO_MINOR_UNIT.has(currency.toUpperCase()) ? 0 : 2;
+  const parts = currency ? currencyParts(currency, language) : null;
+  const digits = parts ? parts.digits : 2;
+  const shown = symbol || (parts ? parts.symbol : '');
   const text = formatDecimal(amount, digits);
   if (text === null) {
-    return symbol + amount;
+    return shown + amount;
   }
-  return text.startsWith('-') ? '-' + symbol + text.slice(1) : symbol + text;
+  return text.startsWith('-') ? '-' + shown + text.slice(1) : shown + text;
 }
 
 /**

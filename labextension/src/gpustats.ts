@@ -1,7 +1,7 @@
 /**
  * `GpuStats`, what the `jupyterhub-gpu:stats` plugin provides as `IGpuStats`: the stats
  * model of the page, the settings (defaults until the settings plugin configures it) and
- * the localizer of the settings' language.
+ * the localizer of JupyterLab's language.
  */
 import type { ITranslator } from '@jupyterlab/translation';
 import type { IDisposable } from '@lumino/disposable';
@@ -15,9 +15,8 @@ import type { IGpuStats } from './tokens';
 /** The shared stats model, settings and localizer. */
 export class GpuStats implements IGpuStats, IDisposable {
   constructor(options: GpuStats.IOptions) {
-    this._translator = options.translator;
     this._settings = { ...DEFAULT_SETTINGS };
-    this._tr = makeLocalizer(this._translator, this._settings.language);
+    this._tr = makeLocalizer(options.translator);
     this.model =
       options.model ??
       new StatsModel({ interval: this._settings.pollInterval });
@@ -42,7 +41,6 @@ export class GpuStats implements IGpuStats, IDisposable {
 
   configure(settings: ISettings): void {
     this._settings = settings;
-    this._tr = makeLocalizer(this._translator, settings.language);
     this.model.interval = settings.pollInterval;
     this._settingsChanged.emit();
   }
@@ -52,9 +50,8 @@ export class GpuStats implements IGpuStats, IDisposable {
     Signal.clearData(this);
   }
 
-  private _translator: ITranslator;
   private _settings: ISettings;
-  private _tr: ILocalizer;
+  private readonly _tr: ILocalizer;
   private _settingsChanged = new Signal<this, void>(this);
 }
 

@@ -2,12 +2,14 @@
  * Translation: JupyterLab's translator for the "jupyterhub_gpu" domain, plus a built-in
  * Simplified Chinese catalog.
  *
- * JupyterLab serves translations only for locales that have a language pack installed, and
- * a language pack covers only the domains it ships. So the Chinese strings of this
- * extension live in the bundle itself (`zh_CN.ts`): when the language is Simplified
- * Chinese (JupyterLab's language, or the extension's `language` setting), the built-in
- * catalog answers first; every other case goes through `trans.__()` of the
- * "jupyterhub_gpu" domain, so a language pack that does ship this domain still works.
+ * JupyterLab's language is the one source: it opens in the language the user chose for the
+ * spawn (the server extension makes that its default, docs/user.md) and changes with
+ * Settings → Language. JupyterLab serves translations only for locales that have a language
+ * pack installed, and a language pack covers only the domains it ships. So the Chinese
+ * strings of this extension live in the bundle itself (`zh_CN.ts`): when JupyterLab's
+ * language is Simplified Chinese, the built-in catalog answers first; every other case goes
+ * through `trans.__()` of the "jupyterhub_gpu" domain, so a language pack that does ship
+ * this domain still works.
  */
 import type { ITranslator } from '@jupyterlab/translation';
 
@@ -28,9 +30,6 @@ export interface ILocalizer {
 export interface IBundle {
   __(msgid: string, ...args: any[]): string;
 }
-
-/** The language choices of the `language` setting. */
-export type LanguageSetting = 'auto' | 'en' | 'zh-CN';
 
 /**
  * Fill `%1`, `%2`, … with `args`, as JupyterLab's gettext does (`%%` stays a single `%`).
@@ -91,15 +90,9 @@ export function serverText(text: string, tr: ILocalizer): string {
 }
 
 /**
- * The localizer for JupyterLab's current language, or for the one the settings force.
+ * The localizer for JupyterLab's language (fixed while the page lives: JupyterLab reloads
+ * to change it).
  */
-export function makeLocalizer(
-  translator: ITranslator,
-  setting: LanguageSetting
-): Localizer {
-  if (setting === 'en') {
-    return new Localizer(null, 'en');
-  }
-  const language = setting === 'auto' ? translator.languageCode : setting;
-  return new Localizer(translator.load(DOMAIN), language);
+export function makeLocalizer(translator: ITranslator): Localizer {
+  return new Localizer(translator.load(DOMAIN), translator.languageCode);
 }

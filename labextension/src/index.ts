@@ -2,7 +2,7 @@
  * Plugin wiring only: each plugin makes its views, commands and items from the modules, and
  * they share one stats model through the `IGpuStats` token (`tokens.ts`).
  *
- * - `jupyterhub-gpu:stats` provides `IGpuStats`: the stats poll, settings and language.
+ * - `jupyterhub-gpu:stats` provides `IGpuStats`: the stats poll, settings and JupyterLab's language.
  * - `jupyterhub-gpu:plugin` loads the settings (`schema/plugin.json`; overrides.json keys
  *   name this id, so it stays) into `IGpuStats`.
  * - `jupyterhub-gpu:statusbar`, `:panel`, `:notices`, `:jobs` and `:stop-when-done` add
@@ -23,6 +23,7 @@ import { ITranslator } from '@jupyterlab/translation';
 
 import { openTensorBoard, stopServer } from './actions';
 import { AdviceView } from './advice';
+import { openNotebooks, restartOnBigger, takeReopen } from './bigger';
 import { addToPalette, CommandIDs } from './commands';
 import { GpuStats } from './gpustats';
 import { gpuIcon } from './icons';
@@ -37,22 +38,19 @@ import { IGpuStats, IStopWhenDoneModel } from './tokens';
 const statsPlugin: JupyterFrontEndPlugin<IGpuStats> = {
   id: 'jupyterhub-gpu:stats',
   description:
-    'The live GPU stats of this server (one poll), with the settings and language every view uses.',
+    "The live GPU stats of this server (one poll), with the settings and JupyterLab's language every view uses.",
   autoStart: true,
   requires: [ITranslator],
   provides: IGpuStats,
-  activate: (app: JupyterFrontEnd, translator: ITranslator): IGpuStats => {
-    const stats = new GpuStats({ translator });
-    // command labels follow the language
-    stats.settingsChanged.connect(() => app.commands.notifyCommandChanged());
-    return stats;
-  }
+  activate: (_app: JupyterFrontEnd, translator: ITranslator): IGpuStats =>
+    // the command labels are in JupyterLab's language, which changes only with a reload
+    new GpuStats({ translator })
 };
 
 const settingsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyterhub-gpu:plugin',
   description:
-    'The settings of the GPU usage and cost views (poll interval, status bar parts, language).',
+    'The settings of the GPU usage and cost views (poll interval, status bar parts).',
   autoStart: true,
   requires: [IGpuStats],
   optional: [ISettingRegistry],
@@ -192,7 +190,21 @@ const noticesPlugin: JupyterFrontEndPlugin<void> = {
     const notices = new NoticeCenter({
       localizer: stats.localizer,
       state,
-      showPanel: () => void app.commands.execute(CommandIDs.showPanel)
+      showPanel: () => void app.commands.execute(CommandIDs.showPanel),
+      // the memory notice's button (docs/user.md)
+      restartBigger: slug =>
+        restartOnBigger(slug, {
+          save: () => app.commands.execute('docmanager:save-all'),
+          openPaths: () => openNotebooks(app)
+        })
+    });
+    // after a restart on a bigger profile: reopen the notebooks it kept, once
+    void app.restored.then(async () => {
+      for (const path of takeReopen()) {
+        await app.commands
+          .execute('docmanager:open', { path })
+          .catch(() => undefined);
+      }
     });
     stats.model.changed.connect(
       () => void notices.update(stats.model.stats?.notices)

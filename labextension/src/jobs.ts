@@ -9,7 +9,7 @@
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { formatSeconds } from './format';
+import { formatMoney, formatSeconds } from './format';
 import { requestAPI } from './handler';
 import type { ILocalizer } from './i18n';
 
@@ -29,6 +29,9 @@ export interface IJob {
   minutes_billed: number;
   cost: string;
   cost_display: string;
+  /** The currency the job's session was charged in, and the admin's symbol ("" lets the language choose). */
+  currency: string;
+  currency_symbol?: string;
   output_notebook: string;
   log_file: string;
   output_url: string;
@@ -170,7 +173,16 @@ export function jobRow(
       job.duration_seconds === null
         ? '—'
         : formatSeconds(job.duration_seconds, tr),
-    cost: tr.__('%1 (%2 min)', job.cost_display, job.minutes_billed)
+    cost: tr.__(
+      '%1 (%2 min)',
+      formatMoney(
+        job.cost,
+        job.currency_symbol ?? '',
+        job.currency,
+        tr.language
+      ),
+      job.minutes_billed
+    )
   };
 }
 
@@ -195,7 +207,7 @@ class JobForm extends Widget {
     for (const p of profiles) {
       const option = document.createElement('option');
       option.value = p.slug;
-      option.textContent = `${p.display_name} (${p.rate_per_minute} ${p.currency}/min)`;
+      option.textContent = `${p.display_name} (${formatMoney(p.rate_per_minute, '', p.currency, tr.language)}/min)`;
       this._profile.append(option);
     }
     this._limit = document.createElement('input');

@@ -9,6 +9,7 @@
 import { Notification } from '@jupyterlab/apputils';
 import type { IStateDB } from '@jupyterlab/statedb';
 
+import { biggerSlug } from './bigger';
 import { requestAPI } from './handler';
 import type { ILocalizer } from './i18n';
 import type { INotice } from './types';
@@ -137,6 +138,29 @@ export class NoticeCenter {
         }
       });
     }
+    const slug = biggerSlug(notice.kind);
+    if (slug && this._options.restartBigger) {
+      const restart = this._options.restartBigger;
+      actions.push({
+        label: tr.__('Restart on the bigger profile'),
+        caption: tr.__(
+          'Save the open notebooks, restart this server on the bigger profile and reopen them'
+        ),
+        callback: event => {
+          // the notice stays until the server restarts: a refusal is shown next to it
+          event.preventDefault();
+          restart(slug).catch(reason => {
+            Notification.error(
+              tr.__(
+                'Could not restart on the bigger profile: %1',
+                reason instanceof Error ? reason.message : String(reason)
+              ),
+              { autoClose: false }
+            );
+          });
+        }
+      });
+    }
     actions.push({
       label: tr.__('Dismiss'),
       caption: tr.__('Do not show this notice again'),
@@ -220,6 +244,8 @@ export namespace NoticeCenter {
     state?: IStateDB | null;
     /** Open the side panel (adds a "Show usage" action when given). */
     showPanel?: () => void;
+    /** Restart on the bigger profile of a `bigger:<slug>` notice (adds its button when given). */
+    restartBigger?: (slug: string) => Promise<void>;
     /** Dismiss a notice on the server (default: `POST notices/{id}/dismiss`). */
     dismiss?: (id: number) => Promise<void>;
   }

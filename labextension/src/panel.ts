@@ -16,6 +16,7 @@ import { el } from './dom';
 import {
   budgetText,
   deviceLabel,
+  gpuName,
   historyWithNow,
   meanUtilization,
   totalMemory
@@ -227,7 +228,12 @@ export class GpuPanel extends Widget {
         tr.__('Cost so far'),
         tr.__(
           '%1 for %2',
-          formatMoney(session.cost, session.currency_symbol, session.currency),
+          formatMoney(
+            session.cost,
+            session.currency_symbol,
+            session.currency,
+            tr.language
+          ),
           formatMinutes(session.minutes_billed, tr)
         )
       ]);
@@ -238,7 +244,8 @@ export class GpuPanel extends Widget {
           formatMoney(
             session.rate_per_minute,
             session.currency_symbol,
-            session.currency
+            session.currency,
+            tr.language
           )
         )
       ]);
@@ -339,7 +346,11 @@ export class GpuPanel extends Widget {
         figures.push(tr.__('%1 W', Math.round(gpu.power_w)));
       }
       item.append(
-        el('div', 'jp-gpu-GpuName', `${gpu.index}: ${gpu.name}`),
+        el(
+          'div',
+          'jp-gpu-GpuName',
+          `${gpu.index}: ${gpuName(gpu.name, stats.simulated, tr)}`
+        ),
         el('div', 'jp-gpu-GpuFigures', figures.join(' · '))
       );
       return item;

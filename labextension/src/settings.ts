@@ -1,8 +1,7 @@
 /**
- * The extension's settings (schema/plugin.json) as a typed, validated object.
+ * The extension's settings (schema/plugin.json) as a typed, validated object. The language is
+ * not one of them: it is JupyterLab's (Settings → Language), see i18n.ts.
  */
-import type { LanguageSetting } from './i18n';
-
 /** The user's settings for this extension. */
 export interface ISettings {
   /** How often to ask the server for new figures, in ms (at least 1000). */
@@ -12,8 +11,6 @@ export interface ISettings {
   showMemory: boolean;
   showCost: boolean;
   showBudget: boolean;
-  /** "auto" follows JupyterLab's language. */
-  language: LanguageSetting;
 }
 
 /** The shortest poll interval the schema allows, in ms. */
@@ -26,11 +23,8 @@ export const DEFAULT_SETTINGS: Readonly<ISettings> = Object.freeze({
   showUtilization: true,
   showMemory: true,
   showCost: true,
-  showBudget: true,
-  language: 'auto'
+  showBudget: true
 });
-
-const LANGUAGES: LanguageSetting[] = ['auto', 'en', 'zh-CN'];
 
 /**
  * Read settings from the registry's composite value, falling back to the defaults for any
@@ -45,7 +39,6 @@ export function readSettings(
     return typeof v === 'boolean' ? v : (DEFAULT_SETTINGS[key] as boolean);
   };
   const interval = value.pollInterval;
-  const language = value.language;
   return {
     pollInterval:
       typeof interval === 'number' && Number.isFinite(interval)
@@ -55,9 +48,6 @@ export function readSettings(
     showUtilization: flag('showUtilization'),
     showMemory: flag('showMemory'),
     showCost: flag('showCost'),
-    showBudget: flag('showBudget'),
-    language: LANGUAGES.includes(language as LanguageSetting)
-      ? (language as LanguageSetting)
-      : DEFAULT_SETTINGS.language
+    showBudget: flag('showBudget')
   };
 }

@@ -34,6 +34,7 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
   // side panel (panel.ts)
   'GPU usage and cost': 'GPU 用量和费用',
   Simulated: '模拟',
+  'Simulated %1': '模拟 %1',
   GPUs: 'GPU 列表',
   'Open TensorBoard': '打开 TensorBoard',
   'Stop my server (stop billing)': '停止我的服务器（停止计费）',
@@ -143,5 +144,11 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
   Duration: '时长',
   Cost: '费用',
   Output: '输出',
-  'Cancel job': '取消作业'
+  'Cancel job': '取消作业',
+
+  // the GPU-memory notice's button (bigger.ts, notices.ts)
+  'Restart on the bigger profile': '在更大的配置上重启',
+  'Save the open notebooks, restart this server on the bigger profile and reopen them':
+    '保存打开的笔记本，在更大的配置上重启此服务器并重新打开它们',
+  'Could not restart on the bigger profile: %1': '无法在更大的配置上重启：%1'
 });

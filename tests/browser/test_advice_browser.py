@@ -78,7 +78,7 @@ def test_the_lab_panel_shows_live_advice_for_a_light_a100_session(make_hub, tmp_
     box.wait_for(state="visible", timeout=30_000)
     text = box.inner_text()
     assert "A cheaper profile would do" in text
-    assert "The t4 profile (¥0.05/min instead of ¥0.25/min) would" in text
-    assert re.search(r"So far this session would have cost ¥\d+\.\d\d instead of ¥\d+\.\d\d\.", text)
+    assert "The t4 profile (CN¥0.05/min instead of CN¥0.25/min) would" in text
+    assert re.search(r"So far this session would have cost CN¥\d+\.\d\d instead of CN¥\d+\.\d\d\.", text)
     assert box.get_attribute("data-profile") == "t4"
     shot(page, "lab-advice-panel")

@@ -63,7 +63,7 @@ def test_student_sees_cost_gpu_notices_and_can_stop_billing(make_hub, tmp_path, 
     page.click("#login_submit")
     page.goto(f"{hub.url}/hub/spawn")
     summary = page.locator("[data-profile=t4] .jupyterhub-gpu-summary")
-    assert summary.inner_text() == "1× Simulated T4 16 GB — ¥0.05/min — 4 of 4 free"
+    assert summary.inner_text() == "1× Simulated T4 16 GB — CN¥0.05/min — 4 of 4 free"
     assert page.locator("[data-simulated=true]").is_visible()
     shot(page, "spawn-form")
     page.check("#profile-t4")

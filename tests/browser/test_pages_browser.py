@@ -132,7 +132,7 @@ def test_usage_pages_for_students_instructors_and_admins(make_hub, tmp_path, bro
     assert Decimal(ledger.get_budget("group", "cs231n").limit) == 100
     admin.goto(service + "admin" + window)
     row = admin.locator('#budgets-table tr[data-subject="cs231n"]')
-    assert row.locator(".limit").inner_text() == "¥100.00"
+    assert row.locator(".limit").inner_text() == "CN¥100.00"
     # the culled sessions show as savings, the samples as utilization
     assert admin.locator("#utilization-table tr[data-name=billed] td").inner_text() != "0.00"
     assert admin.locator("#culling-table tr[data-name=total] td").nth(1).inner_text() == "4"
@@ -169,7 +169,8 @@ def test_usage_pages_for_students_instructors_and_admins(make_hub, tmp_path, bro
     stu.goto(service + window)
     users = set(stu.locator("#sessions-table tr[data-user]").evaluate_all("rows => rows.map(r => r.dataset.user)"))
     assert users == {"stu1"}
-    assert stu.locator('#budgets-table tr[data-subject="cs231n"] .limit').inner_text() == "¥0.10"
+    # an English page: Babel writes CNY as CN¥ (¥ on the Chinese one)
+    assert stu.locator('#budgets-table tr[data-subject="cs231n"] .limit').inner_text() == "CN¥0.10"
     screenshot(stu, "student-en")
     stu.click("#language-switch a[lang=zh-CN]")
     stu.wait_for_selector("text=全部会话")

@@ -87,4 +87,4 @@ def test_flagged_run_finishes_then_the_server_saves_and_stops(make_hub, tmp_path
     assert abs(record.stopped.replace(tzinfo=timezone.utc).timestamp() - stopped_seen) < 10
     assert record.minutes in (1, 2)  # billing ended at the stop
     notice = wait_for(lambda: [n for n in ledger.notices("stu1") if n.kind == "run"], 30, what="the run notice")
-    assert re.search(r"stopped when its running cells finished: \d minutes? billed, ¥0\.\d\d", notice[0].message)
+    assert re.search(r"stopped when its running cells finished: \d minutes? billed, CN¥0\.\d\d", notice[0].message)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -580,7 +581,16 @@ def report_and_check(plans, watch: ProcessWatch, state_conflicts, service_restar
     running = [u["name"] for u in hub.api("GET", "/users").json() if u.get("servers")]
     if running:
         problems.append(f"the hub still lists servers of {running}")
-    assert not problems, "\n".join(problems)
+    assert not problems, "\n".join(problems) + hub_log_of(hub, problems)
+
+
+def hub_log_of(hub, problems: list[str], lines: int = 40) -> str:
+    """The hub's log lines about the users and sessions named in ``problems`` (the last ``lines``), for CI."""
+    names = {word for p in problems for word in p.split()[:3] if re.fullmatch(r"[a-z]+\d+|[0-9a-f]{8}", word)}
+    if not names:
+        return ""
+    about = [line for line in hub.log_text().splitlines() if any(n in line for n in names)]
+    return f"\n--- the hub's log about {sorted(names)} (last {lines} lines) ---\n" + "\n".join(about[-lines:])
 
 
 @pytest.fixture

@@ -66,6 +66,8 @@ def test_a_container_stopped_while_the_hub_was_down_is_billed_to_its_finished_at
 c.JupyterHub.cleanup_servers = False
 c.Spawner.poll_interval = 2
 c.GPUDockerSpawner.ledger_db_url = {db_url!r}
+# the managed service's config names the lab's time zone: the hub's spawner must publish the same one
+c.GPUDockerSpawner.budget_timezone = "Asia/Shanghai"
 """
     )
     ledger = Ledger(db_url, migrate=False)

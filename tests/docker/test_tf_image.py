@@ -128,7 +128,8 @@ def test_image_user_startup_script_example_notebook_and_tensorboard(hub):
     # the example notebook runs to completion inside the server's container (nbclient)
     started = time.monotonic()
     output = "--output=/home/jovyan/work/example-ci.ipynb"
-    docker("exec", "-e", "EXAMPLE_RUN=ci", "-e", "EXAMPLE_EPOCHS=6", cid,
+    # EXAMPLE_STOP_SERVER=no: a plateau in these 6 epochs must not stop the server the test goes on with
+    docker("exec", "-e", "EXAMPLE_RUN=ci", "-e", "EXAMPLE_EPOCHS=6", "-e", "EXAMPLE_STOP_SERVER=no", cid,
            "jupyter", "execute", "--timeout=240", output, EXAMPLE, timeout=300)  # fmt: skip
     ran_for = time.monotonic() - started
     nb = json.loads(docker("exec", cid, "cat", "/home/jovyan/work/example-ci.ipynb"))

@@ -8,7 +8,8 @@ Through the spawners' own code and a real sqlite ledger:
   container ended while the hub was down, to the container's ``finishedAt``.
 - Local processes (real ones): a server that ended while the hub was down is billed to its last pushed
   sample plus one push interval, never to the moment the hub came back; an exit time of an earlier
-  server of the same spawner never closes a later session.
+  server of the same spawner never closes a later session; a pidfd that reports an end while the
+  server runs on bills nothing (the watch checks /proc, and a pid reused by another process is not it).
 
 The clock moves by patching :func:`jupyterhub_gpu.clock.utcnow` where the spawners read it.
 """
@@ -17,11 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
+import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
+from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets.config import Config
 
 from jupyterhub_gpu.clock import aware_utc as _aware
@@ -29,7 +33,9 @@ from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.queries.samples import record_sample
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.service.domain.samples import parse_sample
+from jupyterhub_gpu.spawners import local as local_module
 from jupyterhub_gpu.spawners import mixin as mixin_module
+from jupyterhub_gpu.spawners import records as records_module
 from jupyterhub_gpu.spawners.kube import spawner as kube_module
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from tests.unit.spawners.kube.test_kube_spawner import (
@@ -251,3 +257,110 @@ async def test_an_earlier_servers_exit_time_never_closes_a_later_session(tmp_pat
     assert record.stopped is not None
     assert _aware(record.stopped) >= alive > stale  # never the earlier server's exit time
     assert _aware(record.stopped) > _aware(record.started)
+
+
+class _SpuriousPoll:
+    """A ``select.poll`` whose first wait returns at once, as a pidfd woken while its process runs."""
+
+    woken = 0
+
+    def __init__(self):
+        self._real = _real_poll()
+
+    def register(self, fd, mask):
+        self._real.register(fd, mask)
+
+    def poll(self, *timeout):
+        if _SpuriousPoll.woken == 0:
+            _SpuriousPoll.woken += 1
+            return [(0, select.POLLIN)]
+        return self._real.poll(*timeout)
+
+
+_real_poll = select.poll
+
+
+async def test_a_wake_of_the_exit_watch_while_the_server_runs_bills_nothing(tmp_path, monkeypatch):
+    # fault injection at the kernel boundary: the pidfd reports an end that has not happened (CI billed a
+    # running server 35 s early); the watch must check the process itself and bill only its real end
+    monkeypatch.setattr(local_module.select, "poll", _SpuriousPoll)
+    ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"
+    spawner = local_spawner(local_config(tmp_path, ledger_url), name="wes")
+    await spawner.run_pre_spawn_hook()
+    await spawner.start()
+    session = spawner.gpu_session["session_id"]
+    for _ in range(40):
+        if _SpuriousPoll.woken:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    assert _SpuriousPoll.woken == 1
+    assert spawner._gpu_exited_at is None
+    assert shared_ledger(ledger_url).get_session(session).stopped is None  # still running, still open
+    assert await spawner.poll() is None
+    killed = datetime.now(timezone.utc)
+    os.kill(spawner.pid, signal.SIGKILL)
+    for _ in range(100):
+        if spawner._gpu_exited_at is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert spawner._gpu_exited_at is not None and spawner._gpu_exited_at >= killed
+    await asyncio.sleep(0.2)
+    record = shared_ledger(ledger_url).get_session(session)
+    assert record.stop_reason == "exited" and _aware(record.stopped) >= killed
+
+
+def test_an_ended_process_is_told_from_a_running_one_and_from_a_later_one_with_its_pid():
+    proc = subprocess.Popen(SLEEPER)
+    try:
+        image = local_module._process_image(proc.pid)
+        assert image is not None and image[0] in ("R", "S")
+        assert not local_module._has_ended(proc.pid, image[1])
+        assert local_module._has_ended(proc.pid, str(int(image[1]) + 1))  # the pid is another process's now
+        proc.kill()
+        assert local_module._wait_ended(proc.pid, 5, image[1])  # a zombie nobody reaped yet has ended
+    finally:
+        proc.kill()
+        proc.wait()
+    assert local_module._has_ended(proc.pid)
+
+
+async def test_a_server_whose_stop_a_killed_hub_began_is_billed_to_no_earlier_than_that(tmp_path, monkeypatch):
+    # CI: a DELETE began the stop, the hub was killed before it ended, the server ended while no hub ran,
+    # and the restarted hub billed it to its last sample (the gpu service was down too: 35 s too early)
+    ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"
+    config = local_config(tmp_path, ledger_url)
+    config.GPULocalSpawner.sample_push_interval = 1  # no sample pushed: the only evidence is the hub's own
+    spawner = local_spawner(config, name="dee")
+    await spawner.run_pre_spawn_hook()
+    await spawner.start()
+    state = spawner.get_state()
+    sid = state["gpu"]["session_id"]
+    ledger = shared_ledger(ledger_url)
+    await asyncio.sleep(1.5)
+    release = asyncio.Event()
+
+    async def the_stop_never_ends(self, now=False):
+        await release.wait()
+
+    monkeypatch.setattr(SimpleLocalProcessSpawner, "stop", the_stop_never_ends)
+    began = datetime.now(timezone.utc)
+    stopping = asyncio.ensure_future(spawner.stop())
+    for _ in range(100):
+        if ledger.get_session(sid).last_seen is not None:
+            break
+        await asyncio.sleep(0.05)
+    # the hub is killed here, its stop unfinished; the server ends a second later; a new hub process starts
+    spawner._gpu_watched_pid = None  # the old hub's watcher died with it
+    monkeypatch.setattr(records_module, "_PROCESS_STARTED", datetime.now(timezone.utc))
+    os.kill(spawner.pid, signal.SIGKILL)
+    spawner.proc.wait(10)
+    await asyncio.sleep(1)
+    restarted = local_spawner(config, name="dee")
+    restarted.load_state(state)
+    assert await restarted.poll() is not None
+    record = ledger.get_session(sid)
+    assert record.stop_reason == "exited"
+    assert _aware(record.stopped) >= began  # the stop's beginning, not its start
+    release.set()
+    await stopping

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from jupyterhub_gpu.billing import billed_minutes
+from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.env import DEVICES, SESSION_ID, STARTED
+from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.hub
@@ -57,20 +66,20 @@ def test_form_shows_allowed_profiles_prices_and_free_counts(make_hub, tmp_path):
     hub.create_users("sam", "thea")
     page = page_of(hub.login("sam"), f"{hub.url}/hub/spawn/sam")
     assert "Simulated GPUs." in page
-    assert "1× Simulated T4 16 GB — ¥0.05/min — 4 of 4 free" in page
-    assert "1× Simulated A100 40 GB — ¥0.25/min — 1 of 1 free" in page
-    assert "CPU only — ¥0.01/min" in page
+    assert "1× Simulated T4 16 GB — CN¥0.05/min — 4 of 4 free" in page
+    assert "1× Simulated A100 40 GB — CN¥0.25/min — 1 of 1 free" in page
+    assert "CPU only — CN¥0.01/min" in page
     assert 'value="t4x2"' not in page  # sam is not in the thesis group
 
     thea_page = page_of(hub.login("thea"), f"{hub.url}/hub/spawn/thea")
     assert 'value="t4x2"' in thea_page
-    assert "2× Simulated T4 16 GB — ¥0.10/min — 4 of 4 free" in thea_page
+    assert "2× Simulated T4 16 GB — CN¥0.10/min — 4 of 4 free" in thea_page
 
     # a running A100 server shows in the counts
     assert hub.start_server("thea", {"profile": "a100"}).status_code in (201, 202)
     wait_for(lambda: hub.gpu_state("thea"), what="thea's assignment")
     page = page_of(hub.login("sam"), f"{hub.url}/hub/spawn/sam")
-    assert "1× Simulated A100 40 GB — ¥0.25/min — none free" in page
+    assert "1× Simulated A100 40 GB — CN¥0.25/min — none free" in page
 
 
 @pytest.mark.parametrize(
@@ -245,6 +254,122 @@ def test_hub_restart_keeps_servers_and_assignments(make_hub, tmp_path):
         for p in (orphan, stranger):
             p.kill()
             p.wait()
+
+
+ORPHAN = """
+import signal, time
+# a server that does not stop when asked: the hub's reaper must kill it and wait for it to end
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+time.sleep(600)
+"""
+
+
+def test_the_gpu_of_an_orphan_is_given_out_only_once_it_ended_and_its_time_is_billed(make_hub, tmp_path):
+    """A hub killed between launching a server and recording it: the restarted hub bills the orphan to its end.
+
+    JupyterHub serves after ``init_spawners_timeout`` even while the spawners are still loading; a spawn
+    that arrives meanwhile waits for GPUs until the orphan (which ignores SIGTERM: killed after 5 s) has
+    ended, then gets its GPU.
+    """
+    db_url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    extra = f"\nc.GPULocalSpawner.ledger_db_url = {db_url!r}\nc.JupyterHub.init_spawners_timeout = 1\n"
+    hub = make_hub(config(tmp_path, t4=2, cleanup=False) + extra)
+    hub.create_users("ann", "bob", "cat")
+    hub.start_server("ann", {"profile": "t4"})
+    env = environ_of(hub.wait_ready("ann")["state"]["pid"])
+    hub.start_server("cat", {"profile": "t4"})  # cat holds the other T4 throughout
+    hub.wait_ready("cat")
+    hub.stop_server("ann")
+    hub.wait_stopped("ann")
+    # ann's T4 is free in the hub's view; this process runs on it with a session no ledger row names
+    started = utcnow() - timedelta(seconds=70)
+    orphan_env = {**env, SESSION_ID: "orphan-0001", STARTED: isoformat(started)}
+    orphan = subprocess.Popen([sys.executable, "-c", ORPHAN], env=orphan_env, start_new_session=True)
+    ended: list = []
+    watcher = threading.Thread(target=lambda: (orphan.wait(), ended.append(utcnow())), daemon=True)
+    watcher.start()
+    try:
+        time.sleep(1)  # the orphan has set its SIGTERM handler
+        assert hub.stop(signal.SIGKILL) == -signal.SIGKILL
+        hub.start()
+        asked = utcnow()
+
+        def ready_or_gone():
+            server = hub.server("bob")
+            return "gone" if server is None else server if server.get("ready") else None
+
+        for _ in range(10):
+            # a spawn asked while JupyterHub still loads its spawners in the background can be ended by that
+            # loading ("appears to have stopped while the Hub was down"): asked again, as a student would; while
+            # the ended spawn still unwinds, the next is refused (409: "still being cancelled")
+            code = hub.start_server("bob", {"profile": "t4"}).status_code
+            if code == 409:
+                time.sleep(1)
+                continue
+            assert code in (201, 202), code
+            server = wait_for(ready_or_gone, 90, what="bob ready or gone")
+            if server != "gone":
+                break
+        bob = server["state"]["gpu"]
+        # one server of bob's, on its GPU: no earlier spawn of his (stopped by the hub's start-up check while
+        # it waited for the restore) launched a second one beside it, on the same GPU, unbilled and unstopped
+        time.sleep(2)
+        api = environ_of(server["state"]["pid"])["JUPYTERHUB_API_URL"]  # this hub's (other tests have a bob too)
+        bobs = [
+            pid
+            for pid, e in server_environments().items()
+            if e.get("JUPYTERHUB_USER") == "bob" and e.get("JUPYTERHUB_API_URL") == api
+        ]
+        assert bobs == [server["state"]["pid"]], bobs
+        watcher.join(30)
+        assert ended, "the orphan was never stopped"
+        assert bob["devices"] == [env[DEVICES]]  # the orphan's GPU, once it was free
+        bob_started = datetime.fromisoformat(bob["started"].replace("Z", "+00:00"))
+        assert bob_started >= ended[0] - timedelta(seconds=0.5), (bob_started, ended[0])
+        log = hub.log_text().split("jupyterhub-gpu: the GPU configuration of GPULocalSpawner is valid")[-1]
+        # the restarted hub stopped the orphan before it loaded its spawners (whose states say what it knows)
+        assert "stopping process" in log and "of session orphan-0001" in log
+        loaded = re.search(r"Initialized \d+ spawners", log)
+        assert loaded and log.index("of session orphan-0001") < loaded.start()
+        if asked < ended[0]:  # asked while the orphan ran: told why it waits
+            assert "restoring its GPU assignments; your request waits for it" in log
+        ledger = Ledger(db_url, migrate=False)
+        try:
+            row = ledger.get_session("orphan-0001")
+            assert row is not None and row.stop_reason == "orphaned" and row.user == "ann"
+            stopped = row.stopped.replace(tzinfo=timezone.utc)
+            assert ended[0] - timedelta(seconds=1) <= stopped <= ended[0] + timedelta(seconds=1)
+            assert row.minutes == billed_minutes(started, stopped) == 2
+            assert row.cost_micros == 2 * 50_000  # ¥3.00 per GPU-hour: ¥0.05 a minute
+            assert tuple(row.gpu_list) == (env[DEVICES],)
+            assert [r.id for r in ledger.open_sessions() if r.user == "bob"] == [bob["session_id"]]
+        finally:
+            ledger.close()
+    finally:
+        orphan.kill()
+        orphan.wait()
+        for name in ("bob", "cat"):  # cleanup_servers is off in this hub: its servers would outlive it
+            hub.stop_server(name)
+        for name in ("bob", "cat"):
+            wait_for(lambda name=name: hub.server(name) is None, 60, what=f"{name} stopped")
+
+
+def server_environments() -> dict[int, dict[str, str]]:
+    """The environments of this machine's single-user servers (by pid)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+            raw = Path(f"/proc/{entry.name}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"jupyterhub-singleuser" in cmdline:
+            found[int(entry.name)] = dict(
+                i.decode(errors="replace").split("=", 1) for i in raw.split(b"\0") if b"=" in i
+            )
+    return found
 
 
 def test_bad_profile_in_config_stops_hub_startup(make_hub, tmp_path):

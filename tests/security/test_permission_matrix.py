@@ -44,6 +44,7 @@ import requests
 import sqlalchemy
 
 from jupyterhub_gpu.billing import BudgetRule
+from jupyterhub_gpu.ledger.models import NotifyChannel
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import ROOT, Hub, wait_for
 from tests.service.conftest import gpu_hub_config
@@ -63,7 +64,22 @@ CALLERS = (
 )
 SERVICE_PREFIX = "/services/gpu/"
 GPU_SERVICE_TOKEN = secrets.token_hex(16)
-SNAPSHOT_TABLES = ("gpu_budgets", "gpu_notices", "gpu_jobs", "gpu_profile_overrides", "gpu_pricing")
+SNAPSHOT_TABLES = (
+    "gpu_budgets",
+    "gpu_notices",
+    "gpu_jobs",
+    "gpu_profile_overrides",
+    "gpu_pricing",
+    "gpu_notify_channels",
+)
+#: The channels the rows name (``{channel_a}``: student A's own, ``{channel_g}``: cs231n's; ``*_del``: ones to
+#: delete, put back before every request): loopback port 9, so that a test message is refused at once.
+CHANNELS = {
+    "channel_a": (9001, "user", "stu1"),
+    "channel_a_del": (9002, "user", "stu1"),
+    "channel_g": (9003, "group", "cs231n"),
+    "channel_g_del": (9004, "group", "cs231n"),
+}
 
 EXTRA_CONFIG = f"""
 c.JupyterHub.services[-1]["api_token"] = {GPU_SERVICE_TOKEN!r}
@@ -125,6 +141,7 @@ def service_routes() -> list[tuple[re.Pattern, type, tuple[str, ...]]]:
         from jupyterhub_gpu.service.web.routes import make_handlers
         with tempfile.TemporaryDirectory() as d:
             service = GPUService()
+            Path(d, "none.py").write_text("")  # an empty config file (a --config that is missing is refused)
             service.initialize([f"--db-url=sqlite:///{d}/ledger.sqlite", f"--config={d}/none.py"])
             out = []
             for route in make_handlers("/services/gpu/", service):
@@ -150,7 +167,8 @@ def service_routes() -> list[tuple[re.Pattern, type, tuple[str, ...]]]:
 
 def concrete_path(path: str) -> str:
     """A row's path with placeholders filled by harmless values, for matching against route patterns."""
-    return "/" + path.format(a="stu1", b="stu2", notice_a="1", session_a="s1").split("?", 1)[0]
+    names = {name: "1" for name in CHANNELS}
+    return "/" + path.format(a="stu1", b="stu2", notice_a="1", session_a="s1", **names).split("?", 1)[0]
 
 
 def test_every_route_and_method_of_the_service_has_a_row():
@@ -271,6 +289,7 @@ def world(tmp_path_factory):
         notice = ledger.add_notice("stu1", "budget", "80% of your budget is used", datetime.now(timezone.utc))
         values = {"a": "stu1", "b": "stu2", "notice_a": str(notice.id), "session_a": a["state"]["gpu"]["session_id"]}
         values["now"] = datetime.now(timezone.utc).isoformat()  # a sample's time must lie inside its session
+        values.update({name: str(channel_id) for name, (channel_id, _, _) in CHANNELS.items()})
         urls = {"stu1": env_a["JUPYTERHUB_SERVICE_URL"], "stu2": env_b["JUPYTERHUB_SERVICE_URL"]}
         yield World(hub, ledger, tokens, urls, values)
     finally:
@@ -287,6 +306,24 @@ def reset(world: World) -> None:
     now = datetime.now(timezone.utc)
     world.ledger.set_budget(BudgetRule("group", "matrix-old", "month", "money", Decimal(5)), now)
     world.ledger.delete_budget("group", "matrix-new")
+    with world.ledger.Session() as db:
+        for channel_id, kind, owner in CHANNELS.values():
+            if db.get(NotifyChannel, channel_id) is None:
+                url = f"json://matrix:S3cret@127.0.0.1:9/{owner}"
+                db.add(
+                    NotifyChannel(
+                        id=channel_id,
+                        owner_kind=kind,
+                        owner=owner,
+                        url=url,
+                        service="JSON",
+                        masked=f"json://matrix:****@127.0.0.1:9/{owner}",
+                        events="budget.100",
+                        created=now.replace(tzinfo=None),
+                        created_by="matrix",
+                    )
+                )
+        db.commit()
 
 
 def test_every_caller_gets_the_expected_status_and_refusals_change_nothing(world):

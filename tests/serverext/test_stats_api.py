@@ -44,7 +44,7 @@ GPU_ENV = {
 
 
 class Server:
-    def __init__(self, tmp_path, env):
+    def __init__(self, tmp_path, env, args=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(tmp_path / "server.log", "wb")
@@ -59,6 +59,7 @@ class Server:
                 f"--IdentityProvider.token={TOKEN}",
                 f"--ServerApp.root_dir={tmp_path}",
                 "--GPUStats.interval=0.2",
+                *args,
             ],
             env=env,
             stdout=self.log,

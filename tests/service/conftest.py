@@ -6,7 +6,9 @@ import email
 import email.policy
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -69,19 +71,33 @@ def smtp_server():
 
 
 class WebhookServer:
-    """An HTTP server on 127.0.0.1 that records JSON POSTs and answers with ``status``."""
+    """An HTTP server on 127.0.0.1 that records POSTs and answers with ``status`` (after ``delay`` seconds).
 
-    def __init__(self):
+    ``bodies`` holds each JSON body parsed (a form's as a dict of its fields), ``paths`` each request's path
+    with its query, ``times`` when each arrived (``time.monotonic()``).
+    """
+
+    def __init__(self, delay: float = 0):
         self.bodies = []
         self.headers = []
+        self.paths = []
+        self.times = []
         self.status = 200
+        self.delay = delay
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 length = int(self.headers["Content-Length"])
                 owner.headers.append(dict(self.headers))
-                owner.bodies.append(json.loads(self.rfile.read(length).decode("utf-8")))
+                owner.paths.append(self.path)
+                owner.times.append(time.monotonic())
+                raw = self.rfile.read(length).decode("utf-8")
+                if self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
+                    owner.bodies.append(dict(parse_qsl(raw)))
+                else:
+                    owner.bodies.append(json.loads(raw))
+                time.sleep(owner.delay)
                 body = b"" if owner.status in (204, 304) else b"ok"
                 self.send_response(owner.status)
                 self.send_header("Content-Length", str(len(body)))

@@ -76,8 +76,8 @@ def test_light_use_of_the_a100_is_advised_the_t4_and_the_report_sums_the_savings
     advice = running["advice"]
     assert advice["final"] is False and advice["suggested_profile"] == "t4"
     assert advice["rate_per_minute"] == "0.25" and advice["suggested_rate_per_minute"] == "0.05"
-    assert "the t4 profile (¥0.05/min instead of ¥0.25/min)" in advice["message"]
-    assert "so far this session would have cost" in advice["message"]
+    assert "The t4 profile (CN¥0.05/min instead of CN¥0.25/min)" in advice["message"]
+    assert "So far this session would have cost" in advice["message"]
     assert advice["peak_memory_mib"] <= 1024 and advice["memory_total_mib"] == 40 * 1024
     row = advice_of(ledger, [running["id"]])[running["id"]]
     assert row.reason == "advised" and row.final is False
@@ -100,7 +100,7 @@ def test_light_use_of_the_a100_is_advised_the_t4_and_the_report_sums_the_savings
     final = by_user["stu1"]["advice"]
     assert final["final"] is True and final["cost"] == by_user["stu1"]["cost"]
     assert Decimal(final["saving"]) == Decimal(final["cost"]) - Decimal(final["counterfactual_cost"]) > 0
-    assert "this session would have cost" in final["message"] and by_user["stu2"]["advice"] is None
+    assert "This session would have cost" in final["message"] and by_user["stu2"]["advice"] is None
     assert [n.kind for n in ledger.notices("stu1")].count("advice") == 1
 
     report = get("admin", "advice").json()
@@ -188,4 +188,4 @@ def test_the_weekly_digest_reaches_each_groups_instructors_once(tmp_path, smtp_s
     body = message.get_content()
     assert "¥12.00 could have been saved (2026-11-16 to 2026-11-22)" in message["Subject"]
     assert "1 sessions judged, 1 of them" in body and "u-s1" in body and "u-old" not in body and "u-s2" not in body
-    assert "the 1× T4 profile (¥0.05/min instead of ¥0.25/min)" in body
+    assert "The 1× T4 profile (CN¥0.05/min instead of CN¥0.25/min)" in body

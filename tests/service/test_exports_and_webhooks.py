@@ -1,10 +1,11 @@
-"""User-controlled text is inert in every CSV export and every Slack-style webhook (issue 14 s7, last two cases).
+"""User-controlled text is inert in every CSV export and every chat channel (issue 14 s7, last two cases).
 
 CSV: every text cell a spreadsheet would run as a formula (``= + - @``, tab, CR)
 is quoted away in every export: usage, culling, and the pages' tables (the
-budgets table's subject was not). Webhooks: every notice in the Slack format
-(budget alerts, idle warnings, finished jobs) escapes ``& < >`` and mentions;
-the job notice is sent by the real service code to a real HTTP peer.
+budgets table's subject was not). Chats: every notice (budget alerts, idle
+warnings, finished jobs) to a chat service gets no mention through and, in
+Slack, no ``& < >`` markup, in Markdown chats no Markdown; the job notice is
+sent by the real service code to a real HTTP peer standing in for Mattermost.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.domain.jobs import JobRequest
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.domain.savings import culling_report
-from jupyterhub_gpu.service.notify import slack_text, webhook_body
+from jupyterhub_gpu.service.notify import Notifier, chat_text, configured_channel
 from jupyterhub_gpu.service.web.views import csv_cell, culling_csv, table_csv, usage_csv
 from jupyterhub_gpu.session import SessionStart
 
@@ -75,28 +76,32 @@ def test_usage_and_culling_csv_quote_every_cell_not_only_the_named_ones(tmp_path
     assert all(cell[:1] not in ("=", "+", "@") for cell in row), row
 
 
-def test_slack_messages_escape_markup_and_mentions():
-    text = slack_text("job 1 (work/<!channel>.ipynb) failed: @here @alice <http://evil|click> & more", "Job <x>")
-    assert "<" not in text and ">" not in text and "&amp;" in text
-    assert "@here" not in text and "@alice" not in text and "@\u200bhere" in text
-    assert text.startswith("*Job &lt;x&gt;*\n")
-    slack = AlertSettings(webhook_url="https://hooks.example.edu/x", webhook_format="slack")
-    assert webhook_body(slack, {"event": "idle_warning", "text": "@channel <b>"}) == {
-        "text": "@\u200bchannel &lt;b&gt;"
-    }
-    plain = AlertSettings(webhook_url="https://hooks.example.edu/x")
-    assert webhook_body(plain, {"event": "e", "text": "<b>"}) == {"event": "e", "text": "<b>"}  # JSON is data
+def test_chat_messages_escape_markup_and_mentions():
+    evil = "job 1 (work/<!channel>.ipynb) failed: @here @alice <http://evil|click> [x](http://evil) & more"
+    slack = chat_text(evil, "slack")
+    assert "<" not in slack and ">" not in slack and "&amp;" in slack
+    assert "@here" not in slack and "@alice" not in slack and "@\u200bhere" in slack
+    markdown = chat_text(evil, "mmost")  # Mattermost renders Markdown: no link, no mention
+    assert "\\[x\\]\\(http://evil\\)" in markdown and "\\<!channel\\>" in markdown
+    assert "@here" not in markdown and "@\u200bhere" in markdown
+    plain = chat_text(evil, "dingtalk")  # a plain-text chat: mentions only
+    assert "@here" not in plain and "<!channel>" in plain and "[x](http://evil)" in plain
+    for structured in ("json", "form", "mailto"):  # data and mail: the text as it is
+        assert chat_text(evil, structured) == evil
 
 
-def test_a_job_notice_on_a_slack_webhook_is_escaped(tmp_path, webhook):
-    """The service's own announce_run, to a real HTTP server: the notebook path and error are the user's text."""
+def test_a_job_notice_on_a_chat_channel_is_escaped(tmp_path, webhook):
+    """The service's own announce_run, to a real HTTP server standing in for Mattermost (``mmost://`` takes any
+    host): the notebook path and the error are the user's text."""
     from jupyterhub_gpu.money import Currency
     from jupyterhub_gpu.service.app import GPUService
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    port = webhook.url.split(":")[2].split("/")[0]
+    channel = configured_channel({"url": f"mmost://127.0.0.1:{port}/hooktoken1234", "events": ["job"]}, "admin")
     # the service's own method, on what it reads of the service (no hub to register with here)
     service = SimpleNamespace(
-        alert_settings=AlertSettings(webhook_url=webhook.url, webhook_format="slack"),
+        notifier=Notifier(ledger, AlertSettings(channels=(channel,), timeout=5)),
         currency_info=Currency.from_config("CNY"),
         ledger=ledger,
     )
@@ -105,8 +110,9 @@ def test_a_job_notice_on_a_slack_webhook_is_escaped(tmp_path, webhook):
     update_job(ledger, job.id, state="failed", finished=now, error="ValueError: <@U024BE7LH> @here &")
     ledger.record_start(SessionStart("s1", "alice", job.server_name, (), "cpu", (), 10_000, "CNY", now))
     ledger.record_stop("s1", now + timedelta(minutes=2), "job_finished")
-    asyncio.run(GPUService.announce_run(service, ledger.get_session("s1"), get_job(ledger, job.id), "webhook"))
+    asyncio.run(GPUService.announce_run(service, ledger.get_session("s1"), get_job(ledger, job.id), "apprise"))
     ((body,),) = [webhook.bodies]
-    assert list(body) == ["text"]
-    assert "<" not in body["text"] and ">" not in body["text"] and "@here" not in body["text"]
-    assert "&lt;!channel&gt;" in body["text"] and "&lt;@\u200bU024BE7LH&gt;" in body["text"]
+    assert webhook.paths == ["/hooks/hooktoken1234"]
+    assert "@here" not in body["text"] and "@\u200bhere" in body["text"]
+    assert "\\<!channel\\>" in body["text"] and "\\<@\u200bU024BE7LH\\>" in body["text"]
+    assert f"Job {job.id}" in body["text"]

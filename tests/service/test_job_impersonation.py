@@ -129,6 +129,25 @@ def test_stop_when_done_only_from_the_sessions_own_server(env):
     assert env.ledger.get_session("swd-1").pending_stop_reason is None
     r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-1"})
     assert r.status_code == 200 and env.ledger.get_session("swd-1").pending_stop_reason == "stop_when_done"
+    # a kernel's PlateauStop(stop_server=True): reason plateau; no other reason (a server cannot call itself culled)
+    for bad in ("budget", "gpu_idle", ["plateau"], None):
+        r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-1", "reason": bad})
+        assert r.status_code == 400 and "reason must be one of stop_when_done, plateau" in r.json()["message"], r.text
+    assert (
+        env.post(
+            env.server_token("alice", "other"), "stop-when-done", {"session_id": "swd-1", "reason": "plateau"}
+        ).status_code
+        == 403
+    )
+    r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-1", "reason": "plateau"})
+    assert r.status_code == 200 and r.json()["stop_reason"] == "plateau", r.text
+    assert env.ledger.get_session("swd-1").pending_stop_reason == "plateau"
+    # once the service stops it for its own reason (a cull, a budget), the server's reports do not replace it
+    env.ledger.set_pending_stop_reason("swd-1", "gpu_idle")
+    for reason in ("plateau", "stop_when_done"):
+        r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-1", "reason": reason})
+        assert r.status_code == 409 and "already stopping this session (gpu_idle)" in r.json()["message"], r.text
+    assert env.ledger.get_session("swd-1").pending_stop_reason == "gpu_idle"
 
 
 # -- without a hub: the notices and the tick ----------------------------------------------------------
@@ -200,3 +219,15 @@ def test_a_job_reported_ended_whose_server_still_runs_is_stopped_by_the_tick(tmp
         assert asyncio.run(enforce_jobs(ledger, client, now + timedelta(minutes=4)))["ended_still_running"] == []
     finally:
         hub.close()
+
+
+@pytest.mark.hub
+def test_a_jobs_server_is_not_restarted_on_a_bigger_profile(env):
+    """Its restart would start ``job-<id>`` without its job: the job would fail and nothing would run again."""
+    start = SessionStart(
+        "job-s", "alice", "job-abc123", ("cs231n",), "t4", ("GPU-x",), 50_000, "CNY", datetime.now(UTC)
+    )
+    env.ledger.record_start(start)
+    r = env.post(env.server_token("alice", "job-abc123"), "restart-bigger", {"session_id": "job-s", "profile": "a100"})
+    assert r.status_code == 409 and "job's server is not restarted" in r.json()["message"], r.text
+    assert env.ledger.get_session("job-s").stopped is None

@@ -253,4 +253,4 @@ def test_a_finished_run_is_announced_once_per_channel_with_its_cost(tmp_path):
     assert run() == 1 and run() == 1 and run() == 0
     assert told == [("s1", job.id, "lab"), ("s1", job.id, "email"), ("s1", job.id, "email")]
     subject, text = run_message(ledger.get_session("s1"), get_job(ledger, job.id), Currency.from_config("CNY"))
-    assert "finished" in subject and "2 minutes billed, ¥0.10" in text and f"~/work/jobs/{job.id}/a.ipynb" in text
+    assert "finished" in subject and "2 minutes billed, CN¥0.10" in text and f"~/work/jobs/{job.id}/a.ipynb" in text

@@ -44,6 +44,10 @@ def run_service(tmp_path, *args, port=None):
         (["--GPUService.webhook_url=ftp://x"], "webhook_url"),
         (["--GPUService.smtp_host=mail.example.edu", "--GPUService.mail_from=nobody"], "mail_from"),
         (["--GPUService.alert_thresholds=[80, 120]"], "alert_thresholds must be whole percentages from 1 to 99"),
+        (['--GPUService.notify_admin_urls=["tgram://bad"]'], "notify_admin_urls[0]: Apprise cannot use this URL"),
+        (['--GPUService.notify_group_urls={"cs231n": ["nothing"]}'], "notify_group_urls['cs231n'][0]"),
+        (['--GPUService.notify_admin_urls=[{"url": "json://h/x", "events": ["budget"]}]'], "'budget' is not an event"),
+        (["--GPUService.notify_user_url_template=mailto://h?to=a@example.edu"], "must hold {username}"),
     ],
 )
 def test_bad_configuration_stops_the_service_with_a_message(tmp_path, args, message):

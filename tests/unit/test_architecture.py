@@ -3,7 +3,8 @@
 Read from the source with :mod:`ast` (nothing is imported), so a new module is checked the moment it exists.
 The layers, lowest first (docs/architecture.md draws them):
 
-- the pure core: ``clock``, ``money``, ``billing``, ``session``, ``env``, ``gpus/`` — shared by every side;
+- the pure core: ``clock``, ``money``, ``billing``, ``session``, ``env``, ``lab``, ``i18n``, ``gpus/``:
+  shared by every side;
 - ``ledger/``: every table, the Ledger and its queries;
 - ``spawners/`` (the hub side) and ``service/`` (domain <- web, notify, hubapi, tick, app), which never import
   each other;
@@ -22,7 +23,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
 NAME = "jupyterhub_gpu"
 
-CORE = ("clock", "money", "billing", "session", "env", "gpus")
+CORE = ("clock", "money", "billing", "session", "env", "gpus", "lab", "i18n")
 
 # Which layer a module may import from, by prefix (the module's own package is always allowed).
 ALLOWED = {
@@ -32,20 +33,23 @@ ALLOWED = {
     "billing": CORE,
     "session": CORE,
     "env": CORE,
+    "lab": CORE,
+    "i18n": CORE,
     "ledger": (*CORE, "ledger"),
-    "spawners": (*CORE, "ledger", "spawners"),
-    "service.domain": (*CORE, "ledger", "service.domain", "service.i18n"),
-    "service.i18n": (*CORE,),
+    "spawners": (*CORE, "ledger", "spawners", "hubpages"),  # hubpages: installs the pages' language hook
+    "hubpages": (*CORE, "hubpages"),  # hub side: JupyterHub's own pages in the reader's language
+    "service.domain": (*CORE, "ledger", "service.domain"),
     "service.hubapi": (*CORE,),
-    "service.notify": (*CORE, "ledger", "service.domain", "service.i18n", "service.hubapi"),
-    "service.tick": (*CORE, "ledger", "service.domain", "service.notify", "service.hubapi", "service.i18n"),
+    "service.notify": (*CORE, "ledger", "service.domain", "service.hubapi"),
+    "service.tick": (*CORE, "ledger", "service.domain", "service.notify", "service.hubapi"),
     "service.web": (*CORE, "ledger", "service"),
     "service.app": (*CORE, "ledger", "service"),
     "service": (*CORE, "service.app"),  # service/__init__ and __main__
     "serverext": (*CORE, "serverext", "tensorboard"),
     "keras": (*CORE, "keras"),
     "tensorboard": CORE,
-    "cli": CORE,
+    "cli": (*CORE, "doctor.options"),  # the doctor's runner only when doctor runs (it loads the hub)
+    "doctor": (*CORE, "ledger", "spawners", "service", "doctor"),  # at the top, like cli: reads every side
     "sim": (*CORE, "sim", "service.domain"),
 }
 

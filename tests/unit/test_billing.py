@@ -110,8 +110,23 @@ def test_spawn_refusal_names_the_budget_and_when_it_resets():
     statuses = user_statuses("a", ("cs231n",), rules, rows, T0, SHANGHAI)
     message = spawn_refusal(statuses, to_micros(Decimal("0.05")), 1, 10, SHANGHAI, CNY.format)
     assert message == (
-        "Budget used up: ¥120.00 of ¥120.00 (the cs231n group's budget) spent in November; resets on 1 December."
+        "Budget used up: CN¥120.00 of CN¥120.00 (the cs231n group's budget) spent in November; resets on 1 December."
     )
+
+
+def test_spawn_refusal_in_chinese_with_the_locale_s_dates_and_money():
+    rules = [BudgetRule("group", "cs231n", "month", "money", Decimal("120"))]
+    statuses = user_statuses("a", ("cs231n",), rules, [row("a", T0, "120", ["cs231n"])], T0, SHANGHAI)
+    message = spawn_refusal(statuses, to_micros(Decimal("0.05")), 1, 10, SHANGHAI, CNY.format, "zh-CN")
+    assert message == "预算已用完：11月已花费 ¥120.00，额度 ¥120.00（cs231n 组的预算）；12月1日重置。"
+    week = [BudgetRule("user", "a", "week", "gpu_hours", Decimal("1"))]
+    statuses = user_statuses("a", (), week, [row("a", T0, "0", gpu_minutes=55)], T0, UTC)
+    message = spawn_refusal(statuses, 50_000, 1, 10, UTC, CNY.format, "zh-CN")
+    assert (
+        message.startswith("预算不足以支付此配置的 10 分钟：")
+        and "0.92 GPU 小时，额度 1.00 GPU 小时（您的预算）" in message
+    )
+    assert "那一周已花费" in message and message.endswith("重置。")
 
 
 def test_spawn_needs_the_minimum_minutes_of_the_chosen_profile():
@@ -120,7 +135,7 @@ def test_spawn_needs_the_minimum_minutes_of_the_chosen_profile():
     statuses = user_statuses("a", (), rules, rows, T0, SHANGHAI)
     # ¥0.40 left: 8 minutes of a ¥0.05 T4 — too little for 10; 40 minutes of a ¥0.01 CPU profile — fine
     t4 = spawn_refusal(statuses, to_micros(Decimal("0.05")), 1, 10, SHANGHAI, CNY.format)
-    assert t4.startswith("Budget too low for 10 minutes of this profile: ¥0.60 of ¥1.00 (your budget)")
+    assert t4.startswith("Budget too low for 10 minutes of this profile: CN¥0.60 of CN¥1.00 (your budget)")
     assert spawn_refusal(statuses, to_micros(Decimal("0.01")), 0, 10, SHANGHAI, CNY.format) is None
 
 

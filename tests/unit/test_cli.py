@@ -18,6 +18,7 @@ class FakeService:
     def __init__(self):
         self.requests = []
         self.answers = []
+        self.content_type = "application/json"
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -35,7 +36,7 @@ class FakeService:
                 status, payload = owner.answers.pop(0) if owner.answers else (200, {})
                 raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", owner.content_type)
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
@@ -98,7 +99,7 @@ def test_budget_set_sends_the_limit_as_a_decimal_string(service):
             "body": {"limit": "5000", "unit": "money", "period": "month"},
         }
     ]
-    assert "group cs231n: ¥5,000.00 per month" in out
+    assert "group cs231n: CN¥5,000.00 per month" in out
 
 
 def test_a_term_budget_of_a_user_with_options_after_the_subcommand(service, monkeypatch):
@@ -193,8 +194,10 @@ def test_budget_list_prints_a_table(service):
     code, out = run("budget", "list")
     assert code == 0
     header, row = out.splitlines()
-    assert header.split() == ["SCOPE", "NAME", "PERIOD", "LIMIT", "SPENT", "REMAINING", "USED", "PERIOD", "ENDS"]
-    assert row.split()[:6] == ["group", "cs231n", "month", "¥5,000.00", "¥12.50", "¥4,987.50"]
+    # times in the lab's zone; this answer names none: UTC
+    columns = ["SCOPE", "NAME", "PERIOD", "LIMIT", "SPENT", "REMAINING", "USED", "PERIOD", "ENDS", "(UTC)"]
+    assert header.split() == columns
+    assert row.split()[:6] == ["group", "cs231n", "month", "CN¥5,000.00", "CN¥12.50", "CN¥4,987.50"]
     service.answers.append((200, {"currency": "CNY", "budgets": []}))
     assert run("budget", "list")[1] == "No budgets.\n"
 
@@ -231,8 +234,8 @@ def test_usage_prints_sessions_and_totals(service):
     assert code == 0
     assert service.requests[0]["path"] == "/services/gpu/api/v1/usage?all=true"
     lines = out.splitlines()
-    assert lines[1].split() == ["stu1", "-", "t4", "1", "2026-11-01", "00:00:00", "running", "3", "¥0.15"]
-    assert lines[-1] == "1 session(s), 3 minute(s) billed, 3 GPU-minute(s), ¥0.15"
+    assert lines[1].split() == ["stu1", "-", "t4", "1", "2026-11-01", "00:00:00", "running", "3", "CN¥0.15"]
+    assert lines[-1] == "1 session(s), 3 minute(s) billed, 3 GPU-minute(s), CN¥0.15"
 
 
 def test_budget_show_and_json_output(service):
@@ -240,8 +243,8 @@ def test_budget_show_and_json_output(service):
     code, out = run("budget", "show", "--group", "cs231n")
     assert code == 0
     assert out.splitlines() == [
-        "group cs231n: ¥5,000.00 per month",
-        "spent ¥12.50, remaining ¥4,987.50 (0.3% used; period ends 2026-11-30T16:00:00Z)",
+        "group cs231n: CN¥5,000.00 per month",
+        "spent CN¥12.50, remaining CN¥4,987.50 (0.3% used; period ends 2026-11-30 16:00 UTC)",
     ]
     code, out = run("budget", "show", "--user", "stu1", "--json")
     assert json.loads(out) == BUDGET

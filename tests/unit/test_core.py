@@ -40,21 +40,24 @@ def test_stop_reasons_are_the_ledgers_strings():
         "gpu_idle",
         "inactive",
         "max_age",
+        "busy_gpu_idle",
         "reconciled",
+        "orphaned",
         "job_finished",
         "job_time_limit",
         "job_cancelled",
         "stop_when_done",
+        "plateau",
     ]
     reason = StopReason.GPU_IDLE
     assert reason == "gpu_idle" and f"{reason}" == str(reason) == "gpu_idle" and json.dumps(reason) == '"gpu_idle"'
     assert {"gpu_idle": 1}[reason] == 1
-    assert KINDS == CULL_REASONS == ("gpu_idle", "inactive", "max_age")
+    assert KINDS == CULL_REASONS == ("gpu_idle", "inactive", "max_age", "busy_gpu_idle")
 
 
 def test_the_idle_threshold_is_one_number():
     assert IDLE_UTIL_PERCENT == 5 and DEFAULT_UTIL_THRESHOLD == 5.0
-    assert [r.util_threshold for r in DEFAULT_RULES if r.kind != StopReason.MAX_AGE] == [5.0, 5.0]
+    assert [r.util_threshold for r in DEFAULT_RULES if r.kind != StopReason.MAX_AGE] == [5.0, 5.0, 5.0]
 
 
 def test_a_session_start_from_the_spawner_state():

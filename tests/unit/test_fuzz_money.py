@@ -5,6 +5,7 @@ Each property draws many inputs; a failure prints the smallest example found.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -68,7 +69,10 @@ def test_rate_per_minute_is_exact_or_refused_with_a_suggestion(price):
     try:
         rate = rate_per_minute(price)
     except MoneyError as e:
-        assert "choose an hourly price divisible by 60" in str(e)
+        assert "is not a whole number of 0.000001 per minute" in str(e)
+        # every price suggested prices exactly
+        for suggestion in re.findall(r"\b\d+(?:\.\d+)?(?= or|,|$)", str(e).split("; ", 1)[1]):
+            assert rate_per_minute(Decimal(suggestion)) * 60 == Decimal(suggestion)
         # refused only when the hourly price really is not a whole number of micro-units per minute
         assert (price * MICROS) % 60 != 0
         return
@@ -134,12 +138,17 @@ def test_charge_is_minutes_times_rate_in_integers(started, elapsed_us, rate_micr
 
 
 @FUZZ
-@given(st.sampled_from(["CNY", "USD", "JPY", "EUR", "KRW", "XYZ"]), st.decimals(-(10**12), 10**12, places=6))
-def test_currency_format_shows_the_amount_to_its_minor_units(code, amount):
+@given(
+    st.sampled_from(["CNY", "USD", "JPY", "EUR", "KRW", "BHD"]),
+    st.sampled_from(["en", "zh-CN"]),
+    st.decimals(-(10**12), 10**12, places=6),
+)
+def test_currency_format_shows_the_amount_to_its_minor_units(code, locale, amount):
     currency = Currency.from_config(code)
-    text = currency.format(amount)
-    assert currency.symbol in text
-    shown = Decimal(text.replace(currency.symbol, "").replace(",", "").strip())
+    text = currency.format(amount, locale=locale)
+    symbol = currency.symbol_in(locale)
+    assert symbol in text
+    shown = Decimal(text.replace(symbol, "").replace(",", "").strip())
     step = Decimal(1).scaleb(-currency.minor_digits)
     assert abs(shown - amount) <= step / 2
 

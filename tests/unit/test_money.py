@@ -7,30 +7,32 @@ from decimal import Decimal
 
 import pytest
 
-from jupyterhub_gpu.money import MAX_AMOUNT, Currency, MoneyError, parse_amount, rate_per_minute
+from jupyterhub_gpu.money import (
+    MAX_AMOUNT,
+    Currency,
+    MoneyError,
+    currencies_in_use,
+    exact_prices_near,
+    parse_amount,
+    price_advice,
+    profile_rate,
+    rate_per_minute,
+)
 
 # -- Currency.from_config ------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("code", "expected"),
-    [
-        ("CNY", Currency("CNY", "¥", 2)),
-        ("USD", Currency("USD", "$", 2)),
-        ("JPY", Currency("JPY", "¥", 0)),
-        ("EUR", Currency("EUR", "€", 2)),
-        ("cny", Currency("CNY", "¥", 2)),
-        # an unknown but well-formed code is shown by its code, with two digits
-        ("XYZ", Currency("XYZ", "XYZ ", 2)),
-    ],
-)
-def test_currency_from_config(code, expected):
-    assert Currency.from_config(code) == expected
+@pytest.mark.parametrize(("code", "digits"), [("CNY", 2), ("USD", 2), ("JPY", 0), ("EUR", 2), ("BHD", 3), ("KRW", 0)])
+def test_currency_from_config_takes_iso_4217_codes_and_their_minor_units(code, digits):
+    currency = Currency.from_config(code)
+    assert currency == Currency(code, None)
+    assert currency.minor_digits == digits
 
 
 def test_currency_symbol_override_keeps_digits():
-    assert Currency.from_config("CNY", "RMB ") == Currency("CNY", "RMB ", 2)
-    assert Currency.from_config("JPY", "円") == Currency("JPY", "円", 0)
+    assert Currency.from_config("CNY", "RMB ") == Currency("CNY", "RMB ")
+    assert Currency.from_config("JPY", "円").minor_digits == 0
+    assert Currency.from_config("CNY", "").symbol is None  # empty: the locale's own
 
 
 @pytest.mark.parametrize("code", ["", "US", "USDX", "U$D", "123", "ＣＮＹ", None, 840, b"USD"])
@@ -40,9 +42,44 @@ def test_currency_bad_codes_rejected(code):
     assert repr(code) in str(info.value)
 
 
-def test_currency_bad_symbol_rejected():
-    with pytest.raises(MoneyError, match="currency symbol must be a string"):
-        Currency.from_config("USD", 5)
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("RMB", "currency 'RMB' is not an ISO 4217 currency code; did you mean 'CNY' (Chinese Yuan)?"),
+        ("XYZ", "currency 'XYZ' is not an ISO 4217 currency code"),
+        ("UDS", "currency 'UDS' is not an ISO 4217 currency code; did you mean 'USD' (US Dollar)"),
+        (
+            "DEM",
+            "currency 'DEM' (German Mark) is a former ISO 4217 currency, not in use today; did you mean 'EUR' (Euro)?",
+        ),
+        ("XAU", "currency 'XAU' (Gold) is an ISO 4217 code, but not of a currency in use"),
+        ("XTS", "currency 'XTS' (Testing Currency Code) is an ISO 4217 code, but not of a currency in use"),
+        ("cny", "currency is an ISO 4217 code, written in capitals: use 'CNY', not 'cny'"),
+        ("Usd", "currency is an ISO 4217 code, written in capitals: use 'USD', not 'Usd'"),
+    ],
+)
+def test_a_code_that_is_no_currency_in_use_is_refused_with_a_hint(code, message):
+    with pytest.raises(MoneyError) as info:
+        Currency.from_config(code)
+    assert str(info.value).startswith(message)
+
+
+def test_the_error_names_the_setting():
+    with pytest.raises(MoneyError, match=r"^c.GPUService.currency 'RMB' is not"):
+        Currency.from_config("RMB", what="c.GPUService.currency")
+
+
+def test_currencies_in_use_come_from_babel():
+    codes = currencies_in_use()
+    assert {"CNY", "USD", "EUR", "JPY", "GBP", "INR"} <= codes
+    assert not {"DEM", "FRF", "XAU", "XXX", "XTS", "RMB"} & codes
+    assert 140 < len(codes) < 200  # ISO 4217 lists about 180 codes, funds and metals included
+
+
+@pytest.mark.parametrize("symbol", [5, "x" * 9, "\n", "  ", "¥\n"])
+def test_currency_bad_symbol_rejected(symbol):
+    with pytest.raises(MoneyError, match="currency_symbol must be"):
+        Currency.from_config("USD", symbol)
 
 
 def test_money_error_is_a_value_error():
@@ -59,10 +96,11 @@ JPY = Currency.from_config("JPY")
 @pytest.mark.parametrize(
     ("currency", "amount", "shown"),
     [
-        (CNY, "0.05", "¥0.05"),
-        (CNY, "0", "¥0.00"),
-        (CNY, "3", "¥3.00"),
-        (CNY, "1234567.891", "¥1,234,567.89"),
+        (CNY, "0.05", "CN¥0.05"),
+        (CNY, "0", "CN¥0.00"),
+        (CNY, "-0.001", "CN¥0.00"),  # never "-CN¥0.00"
+        (CNY, "3", "CN¥3.00"),
+        (CNY, "1234567.891", "CN¥1,234,567.89"),
         (USD, "0.005", "$0.01"),  # half-up, not banker's rounding
         (USD, "0.015", "$0.02"),
         (USD, "0.025", "$0.03"),
@@ -71,13 +109,37 @@ JPY = Currency.from_config("JPY")
         (JPY, "1000", "¥1,000"),
     ],
 )
-def test_format(currency, amount, shown):
+def test_format_in_english(currency, amount, shown):
     assert currency.format(Decimal(amount)) == shown
 
 
+@pytest.mark.parametrize(
+    ("currency", "locale", "amount", "shown"),
+    [
+        (CNY, "zh-CN", "1234.5", "¥1,234.50"),
+        (CNY, "zh_CN", "-0.05", "-¥0.05"),
+        (USD, "zh-CN", "3", "US$3.00"),  # a Chinese reader is told it is not yuan
+        (JPY, "zh-CN", "12.5", "JP¥13"),
+        (CNY, "de", "1234.5", "1.234,50\xa0CN¥"),
+        (CNY, "xx-unknown", "1", "CN¥1.00"),  # an unknown locale falls back to English
+        (Currency.from_config("CNY", "RMB "), "en", "3", "RMB 3.00"),
+        (Currency.from_config("CNY", "RMB "), "zh-CN", "3", "RMB 3.00"),
+        (Currency.from_config("CNY", "元"), "de", "3", "3,00\xa0元"),
+    ],
+)
+def test_format_in_the_readers_locale(currency, locale, amount, shown):
+    assert currency.format(Decimal(amount), locale=locale) == shown
+
+
+def test_symbol_and_name_in_a_locale():
+    assert CNY.symbol_in("en") == "CN¥" and CNY.symbol_in("zh-CN") == "¥"
+    assert CNY.name("zh-CN") == "人民币" and CNY.name() == "Chinese Yuan"
+    assert Currency.from_config("CNY", "¥").symbol_in("en") == "¥"
+
+
 def test_format_with_explicit_places():
-    assert CNY.format(Decimal("0.0025"), places=4) == "¥0.0025"
-    assert CNY.format(Decimal("2"), places=0) == "¥2"
+    assert CNY.format(Decimal("0.0025"), places=4) == "CN¥0.0025"
+    assert CNY.format(Decimal("2"), places=0) == "CN¥2"
 
 
 def test_format_rounding_is_display_only():
@@ -89,14 +151,14 @@ def test_format_rounding_is_display_only():
 @pytest.mark.parametrize(
     ("currency", "rate", "shown"),
     [
-        (CNY, "0.05", "¥0.05"),
-        (CNY, "0.050000", "¥0.05"),  # trailing zeros do not widen the display
-        (CNY, "0.0025", "¥0.0025"),  # needs four places
-        (CNY, "0.000001", "¥0.000001"),
-        (CNY, "0.25", "¥0.25"),
-        (CNY, "10", "¥10.00"),
-        (CNY, "1E+1", "¥10.00"),
-        (CNY, "0", "¥0.00"),
+        (CNY, "0.05", "CN¥0.05"),
+        (CNY, "0.050000", "CN¥0.05"),  # trailing zeros do not widen the display
+        (CNY, "0.0025", "CN¥0.0025"),  # needs four places
+        (CNY, "0.000001", "CN¥0.000001"),
+        (CNY, "0.25", "CN¥0.25"),
+        (CNY, "10", "CN¥10.00"),
+        (CNY, "1E+1", "CN¥10.00"),
+        (CNY, "0", "CN¥0.00"),
         (JPY, "5", "¥5"),
         (JPY, "0.5", "¥0.5"),  # a sub-yen rate still shows its digit
         (USD, "0.123456", "$0.123456"),
@@ -104,6 +166,10 @@ def test_format_rounding_is_display_only():
 )
 def test_format_rate(currency, rate, shown):
     assert currency.format_rate(Decimal(rate)) == shown
+
+
+def test_format_rate_in_chinese_keeps_its_places():
+    assert CNY.format_rate(Decimal("0.016667"), locale="zh-CN") == "¥0.016667"
 
 
 # -- parse_amount ----------------------------------------------------------------
@@ -210,15 +276,16 @@ def test_rate_per_minute_is_never_in_exponent_form(per_hour, shown):
     assert str(rate_per_minute(Decimal(per_hour))) == shown
 
 
-def test_rate_per_minute_refuses_inexact_price_and_suggests_one():
+def test_rate_per_minute_refuses_inexact_price_and_suggests_some():
     with pytest.raises(MoneyError) as info:
         rate_per_minute(Decimal("2"))
     message = str(info.value)
-    assert message.startswith("2/hour is not a whole number of 0.000001 per minute")
-    assert "choose an hourly price divisible by 60" in message
-    assert "e.g. 1.99998 or 2.00004" in message
+    assert message == (
+        "2/hour is not a whole number of 0.000001 per minute (2/60 = 0.0333333333...);"
+        " use 1.99998 or 2.00004, or a round price such as 1.98 or 2.01"
+    )
     # the suggestions are themselves exact prices
-    for suggestion in ("1.99998", "2.00004"):
+    for suggestion in ("1.99998", "2.00004", "1.98", "2.01"):
         assert rate_per_minute(Decimal(suggestion)) * 60 == Decimal(suggestion)
 
 
@@ -227,7 +294,61 @@ def test_rate_per_minute_never_suggests_a_zero_price():
         rate_per_minute(Decimal("0.0000001"))
     message = str(info.value)
     assert message.startswith("0.0000001/hour is not a whole number")
-    assert message.endswith("e.g. 0.00006")
+    assert message.endswith("use 0.00006, or a round price such as 0.03")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            (1, "1.00001", "0"),
+            "price_per_gpu_hour: 1.00001/hour is not a whole number of 0.000001 per minute"
+            " (1.00001/60 = 0.0166668333...); use 0.99996 or 1.00002, or a round price such as 0.99 or 1.02",
+        ),
+        (
+            (2, "1.00001", "0"),
+            "price_per_gpu_hour: 2 GPUs × 1.00001 = 2.00002/hour is not a whole number of 0.000001 per minute"
+            " (2.00002/60 = 0.0333336667...); use 0.99999 or 1.00002, or a round price such as 0.99 or 1.02",
+        ),
+        (
+            (1, "1.00001", "0.5"),
+            "price_per_gpu_hour: 1.00001/hour + price_per_hour 0.5 = 1.50001/hour is not a whole number of"
+            " 0.000001 per minute (1.50001/60 = 0.0250001667...); use 1 or 1.00006, or a round price such as"
+            " 1.03",  # 1 is round already
+        ),
+        (
+            (0, "0", "1"),
+            "price_per_hour: 1/hour is not a whole number of 0.000001 per minute (1/60 = 0.0166666667...);"
+            " use 0.99996 or 1.00002, or a round price such as 0.99 or 1.02",
+        ),
+        (
+            # the GPU price cannot fix a flat price that is not in micro-units: the flat price is named
+            (2, "1.5", "0.0000001"),
+            "price_per_hour: 0.0000001/hour + 2 GPUs × 1.5 = 3.0000001/hour",
+        ),
+    ],
+)
+def test_profile_rate_names_the_field_and_suggests_exact_prices(args, message):
+    count, gpu, flat = args
+    with pytest.raises(MoneyError) as info:
+        profile_rate(count, Decimal(gpu), Decimal(flat))
+    assert str(info.value).startswith(message)
+
+
+def test_every_suggested_price_prices_exactly():
+    for count, gpu, flat in [(1, "1.00001", "0"), (3, "2.500001", "0.12"), (7, "0.333333", "0"), (64, "9.99", "1.01")]:
+        near = exact_prices_near(Decimal(gpu), count, Decimal(flat))
+        rounded = exact_prices_near(Decimal(gpu), count, Decimal(flat), places=2)
+        for price in [*near, *rounded]:
+            assert price is not None
+            profile_rate(count, price, Decimal(flat))  # does not raise
+        assert near[0] < Decimal(gpu) < near[1] and rounded[0] < Decimal(gpu) < rounded[1]
+
+
+def test_round_prices_follow_the_currencys_minor_unit():
+    with pytest.raises(MoneyError, match=r"or a round price such as 0 or 3$|such as 3$"):
+        profile_rate(1, Decimal("1.00001"), Decimal(0), Currency.from_config("JPY"))
+    assert price_advice(Decimal("1.00001"), minor_digits=3).endswith("such as 0.999 or 1.002")
 
 
 def test_rate_per_minute_too_large_is_a_money_error():

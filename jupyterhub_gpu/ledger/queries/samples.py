@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import case, func, select
 from sqlalchemy.exc import IntegrityError
 
 from jupyterhub_gpu.clock import naive_utc
@@ -169,4 +169,32 @@ def sessions_minutes(ledger: Ledger, since: Mapping[str, datetime | None]) -> di
             bound = bounds[row.session_id]
             if bound is None or row.minute >= bound:
                 found[row.session_id].append(row)
+    return found
+
+
+def gpu_busy_marks(
+    ledger: Ledger, session_ids: Sequence[str], since: datetime, util_percent: float
+) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """session id -> (its last sampled minute, its last minute at or above ``util_percent``), from ``since`` on.
+
+    One aggregate query for many sessions (the service's ``/metrics`` asks it at each scrape): one row per
+    session whatever the sessions' lengths. Minutes are naive UTC, as stored; None: no such minute.
+    """
+    found: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(session_ids, (None, None))
+    if not found:
+        return found
+    busy = UsageMinute.utilization_tenths_sum >= util_percent * 10 * UsageMinute.samples
+    query = (
+        select(
+            UsageMinute.session_id,
+            func.max(UsageMinute.minute),
+            func.max(case((busy, UsageMinute.minute), else_=None)),
+        )
+        .where(UsageMinute.session_id.in_(list(found)), UsageMinute.samples > 0)
+        .where(UsageMinute.minute >= naive_utc(since))
+        .group_by(UsageMinute.session_id)
+    )
+    with ledger.Session() as db:
+        for sid, last_sampled, last_busy in db.execute(query):
+            found[sid] = (last_sampled, last_busy)
     return found

@@ -27,3 +27,14 @@ def last_signs_of_life(ledger: Ledger, session_id: str) -> tuple[datetime | None
     pushed = max((aware_utc(t) for t in (minute, kernel) if t is not None), default=None)
     seen = aware_utc(record.last_seen) if record is not None and record.last_seen is not None else None
     return pushed, seen
+
+
+def last_language(ledger: Ledger, user: str) -> str | None:
+    """The language of ``user``'s latest spawn that recorded one (None: no session says; the lab's default applies)."""
+    with ledger.Session() as db:
+        return db.execute(
+            select(SessionRecord.language)
+            .where(SessionRecord.user == user, SessionRecord.language.is_not(None))
+            .order_by(SessionRecord.started.desc())
+            .limit(1)
+        ).scalar()

@@ -32,10 +32,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
+from types import SimpleNamespace
 
 from jupyterhub_gpu.billing import minutes_so_far
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.gpus.names import gpu_family, memory_from_name
+from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.ledger.models import SessionAdvice, SessionRecord
 from jupyterhub_gpu.ledger.queries.advice import (
     final_advice_rows,
@@ -45,7 +47,7 @@ from jupyterhub_gpu.ledger.queries.advice import (
 )
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, from_micros, to_micros
-from jupyterhub_gpu.service.domain.notices import Message, Once
+from jupyterhub_gpu.service.domain.notices import Message, Once, day_in
 from jupyterhub_gpu.session import IDLE_UTIL_PERCENT, SessionFacts
 
 log = logging.getLogger("jupyterhub_gpu.advice")
@@ -328,31 +330,80 @@ def _gb(mib: int) -> str:
     return f"{shown:f}".removesuffix(".0")
 
 
-def _message(session: SessionFacts, advice: Advice, current_memory_mib: int | None, currency: Currency) -> str:
-    usage = advice.usage
-    s = advice.suggested
-    busy = f"busy {round(usage.busy_share * 100)}% of the time"
-    rates = (
-        f"{currency.format_rate(from_micros(s.rate_micros))}/min instead of"
-        f" {currency.format_rate(from_micros(session.rate_micros))}/min"
-    )
-    likely = CONFIDENCE_WORDS[advice.confidence]
-    would = "this session would have cost" if session.final else "so far this session would have cost"
-    money = currency.format
-    costs = f"{money(from_micros(advice.counterfactual_micros))} instead of {money(from_micros(advice.cost_micros))}"
-    if advice.gpus_used < session.gpu_count and s.gpu_count < session.gpu_count:
-        per_gpu = f" of {_gb(current_memory_mib)} GB" if current_memory_mib else ""
-        peak = _gb(advice.memory_per_gpu_mib or 0)
-        used = f"{advice.gpus_used} of {session.gpu_count} GPUs did work (peak {peak} GB{per_gpu} on one), {busy}"
-        count = "1 GPU" if s.gpu_count == 1 else f"{s.gpu_count} GPUs"
-        return (
-            f"{used}: {count} would have done. The {s.display_name} profile ({rates})"
-            f" would {likely} have served; {would} {costs}."
+def advice_text(row, currency: Currency, lang: str = "en") -> str:
+    """The advice as sentences in ``lang``, from its figures (a :class:`~.ledger.models.SessionAdvice` row, or an
+    object with its attributes): the Lab notice, the usage pages and the API's ``message`` say this, and the Lab
+    panel builds the same sentences from the same figures (labextension/src/advice.ts).
+
+    E.g. "Peak 3.1 GB of 40 GB GPU memory, busy 12% of the time. The 1× T4 profile (CN¥0.05/min instead of
+    CN¥0.25/min) would very likely have served. This session would have cost CN¥6.00 instead of CN¥30.00."
+    """
+    _ = translator(lang)
+    money = lambda micros: currency.format(from_micros(micros), locale=lang)  # noqa: E731
+    rate = lambda micros: currency.format_rate(from_micros(micros), locale=lang)  # noqa: E731
+    busy = round(row.busy_permille / 10)
+    parts = []
+    if row.gpus_used < row.gpu_count and (row.suggested_gpu_count or 0) < row.gpu_count:
+        parts.append(
+            _(
+                "{used} of {count} GPUs did work (peak {peak} GB), busy {busy}% of the time.",
+                used=row.gpus_used,
+                count=row.gpu_count,
+                peak=_gb(row.peak_memory_mib),
+                busy=busy,
+            )
         )
-    total = f" of {_gb(usage.memory_total_mib)} GB" if usage.memory_total_mib else ""
-    return (
-        f"Peak {_gb(usage.peak_memory_mib)} GB{total} GPU memory, {busy}: the {s.display_name} profile ({rates})"
-        f" would {likely} have served; {would} {costs}."
+        parts.append(
+            _("1 GPU would have done.")
+            if row.suggested_gpu_count == 1
+            else _("{count} GPUs would have done.", count=row.suggested_gpu_count)
+        )
+    else:
+        parts.append(
+            _(
+                "Peak {peak} GB of {total} GB GPU memory, busy {busy}% of the time.",
+                peak=_gb(row.peak_memory_mib),
+                total=_gb(row.memory_total_mib),
+                busy=busy,
+            )
+        )
+    values = dict(
+        profile=row.suggested_display_name or row.suggested_profile,
+        rate=rate(row.suggested_rate_micros or 0),
+        current=rate(row.rate_micros),
+    )
+    parts.append(
+        _("The {profile} profile ({rate}/min instead of {current}/min) would very likely have served.", **values)
+        if row.confidence == "high"
+        else _("The {profile} profile ({rate}/min instead of {current}/min) would likely have served.", **values)
+    )
+    costs = dict(would=money(row.counterfactual_micros), cost=money(row.cost_micros))
+    parts.append(
+        _("This session would have cost {would} instead of {cost}.", **costs)
+        if row.final
+        else _("So far this session would have cost {would} instead of {cost}.", **costs)
+    )
+    return ("" if lang == "zh-CN" else " ").join(parts)
+
+
+def _figures(advice: Advice, gpu_count: int, rate_micros: int, final: bool) -> SimpleNamespace:
+    """The figures of an advice as its ledger row will hold them (what :func:`advice_text` words)."""
+    s = advice.suggested
+    return SimpleNamespace(
+        busy_permille=round(advice.usage.busy_share * 1000),
+        gpus_used=advice.gpus_used,
+        gpu_count=gpu_count,
+        suggested_gpu_count=s.gpu_count if s else None,
+        suggested_display_name=s.display_name if s else None,
+        suggested_profile=s.slug if s else None,
+        suggested_rate_micros=s.rate_micros if s else None,
+        rate_micros=rate_micros,
+        peak_memory_mib=advice.usage.peak_memory_mib,
+        memory_total_mib=advice.usage.memory_total_mib,
+        confidence=advice.confidence,
+        final=final,
+        counterfactual_micros=advice.counterfactual_micros,
+        cost_micros=advice.cost_micros,
     )
 
 
@@ -382,7 +433,6 @@ def advise(
         return replace(base, reason="few_samples")
     used, need_mib = gpus_used(usage, session.gpu_count)
     base = replace(base, gpus_used=used, memory_per_gpu_mib=need_mib)
-    current_memory = current.memory_mib if current else None
     current_model = session.gpu_model or (current.gpu_model if current else "")
     headroom = settings.headroom_percent / 100
     util_scale = session.gpu_count / used if used else 1.0
@@ -416,7 +466,8 @@ def advise(
     advice = replace(
         base, suggested=option, confidence=confidence, counterfactual_micros=session.minutes * option.rate_micros
     )
-    return replace(advice, message=_message(session, advice, current_memory, currency))
+    figures = _figures(advice, session.gpu_count, session.rate_micros, session.final)
+    return replace(advice, message=advice_text(figures, currency))
 
 
 # -- storage ----------------------------------------------------------------------------------
@@ -496,24 +547,29 @@ def sessions_to_judge(ledger: Ledger, now: datetime, settings: AdviceSettings) -
     return closed, live
 
 
-def advice_message(record: SessionRecord, advice: Advice) -> Message:
-    """The Lab notice of a closed session's advice (its user's own; no mail, no webhook)."""
+def advice_message(record: SessionRecord, advice: Advice, currency: Currency, lang: str = "en") -> Message:
+    """The Lab notice of a closed session's advice (its user's own; no mail, no webhook), worded in ``lang``
+    (and in another language on the gateway's demand)."""
+    figures = _figures(advice, record.gpu_count, record.rate_micros, record.stopped is not None)
     return Message(
         user=record.user,
         kind="advice",
-        text=advice.message,
+        text=advice_text(figures, currency, lang),
         level="info",
         session_id=record.id,
         what=f"advice notice for {record.user}",
         source=log.name,
+        lang=lang,
+        words=lambda other: advice_message(record, advice, currency, other),
     )
 
 
 # -- reading it back ----------------------------------------------------------------------------
 
 
-def advice_json(row: SessionAdvice | None, currency: Currency) -> dict | None:
-    """A session's advice as the API shows it (None when it was not advised)."""
+def advice_json(row: SessionAdvice | None, currency: Currency, lang: str = "en") -> dict | None:
+    """A session's advice as the API shows it (None when it was not advised); its ``message`` and display amount
+    in ``lang`` (the API's: English; the pages': the reader's)."""
     if row is None or row.reason != "advised":
         return None
     money = lambda micros: f"{from_micros(micros):f}"  # noqa: E731
@@ -541,8 +597,8 @@ def advice_json(row: SessionAdvice | None, currency: Currency) -> dict | None:
         "cost": money(row.cost_micros),
         "counterfactual_cost": money(row.counterfactual_micros),
         "saving": money(row.saving_micros),
-        "saving_display": currency.format(from_micros(row.saving_micros)),
-        "message": row.message,
+        "saving_display": currency.format(from_micros(row.saving_micros), locale=lang),
+        "message": advice_text(row, currency, lang),
     }
 
 
@@ -578,7 +634,12 @@ OVERSIZED_MIN_SESSIONS = 3
 
 
 def summary(
-    ledger: Ledger, since: datetime | None, until: datetime | None, group: str | None, currency: Currency
+    ledger: Ledger,
+    since: datetime | None,
+    until: datetime | None,
+    group: str | None,
+    currency: Currency,
+    lang: str = "en",
 ) -> dict:
     """Final advice of the sessions that started in ``[since, until)``: totals, per group, per profile, per session.
 
@@ -610,7 +671,7 @@ def summary(
                     "groups": group_list,
                     "pool": pool,
                     "started": aware_utc(started).isoformat().replace("+00:00", "Z"),
-                    **advice_json(row, currency),
+                    **advice_json(row, currency, lang),
                 }
             )
 
@@ -623,7 +684,7 @@ def summary(
             "advised_cost": money(t.advised_cost_micros),
             "counterfactual_cost": money(t.counterfactual_micros),
             "potential_saving": money(t.saving_micros),
-            "potential_saving_display": currency.format(from_micros(t.saving_micros)),
+            "potential_saving_display": currency.format(from_micros(t.saving_micros), locale=lang),
         }
 
     profiles = []
@@ -652,30 +713,51 @@ def summary(
 # -- the weekly digest ------------------------------------------------------------------------
 
 
-def digest_text(group: str, report: dict, since: datetime, until: datetime, tz) -> tuple[str, str]:
-    """The subject and body of an instructor's weekly right-sizing digest for one group."""
+def digest_text(group: str, report: dict, since: datetime, until: datetime, tz, lang: str = "en") -> tuple[str, str]:
+    """The subject and body of an instructor's weekly right-sizing digest for one group, in ``lang``."""
+    _ = translator(lang)
     t = report["total"]
-    first = aware_utc(since).astimezone(tz).date().isoformat()
-    last = (aware_utc(until).astimezone(tz) - timedelta(seconds=1)).date().isoformat()
-    subject = f"GPU right-sizing for {group}: {t['potential_saving_display']} could have been saved ({first} to {last})"
+    first = day_in(aware_utc(since).astimezone(tz).date(), lang)
+    last = day_in((aware_utc(until).astimezone(tz) - timedelta(seconds=1)).date(), lang)
+    saved = t["potential_saving_display"]
+    subject = _(
+        "GPU right-sizing for {group}: {amount} could have been saved ({first} to {last})",
+        group=group,
+        amount=saved,
+        first=first,
+        last=last,
+    )
     lines = [
-        f"GPU sessions of the {group} group from {first} to {last}:",
-        f"{t['sessions_judged']} sessions judged, {t['sessions_advised']} of them on a larger profile than their"
-        f" work needed; following the advice would have saved {t['potential_saving_display']}.",
+        _("GPU sessions of the {group} group from {first} to {last}:", group=group, first=first, last=last),
+        _(
+            "{judged} sessions judged, {advised} of them on a larger profile than their work needed;"
+            " following the advice would have saved {amount}.",
+            judged=t["sessions_judged"],
+            advised=t["sessions_advised"],
+            amount=saved,
+        ),
         "",
     ]
     for p in report["by_profile"]:
         if p["sessions_advised"]:
-            flag = " (chronically larger than needed)" if p["oversized"] else ""
-            lines.append(
-                f"- {p['display_name']}: {p['sessions_advised']} of {p['sessions_judged']} sessions,"
-                f" {p['potential_saving_display']}{flag}"
+            values = dict(
+                profile=p["display_name"],
+                advised=p["sessions_advised"],
+                judged=p["sessions_judged"],
+                amount=p["potential_saving_display"],
             )
-    lines += ["", "Per session:"]
+            lines.append(
+                _("- {profile}: {advised} of {judged} sessions, {amount} (chronically larger than needed)", **values)
+                if p["oversized"]
+                else _("- {profile}: {advised} of {judged} sessions, {amount}", **values)
+            )
+    lines += ["", _("Per session:")]
     for s in report["sessions"][:50]:
-        lines.append(f"- {s['user']}, {s['started'][:16].replace('T', ' ')} UTC: {s['message']}")
+        started = s["started"][:16].replace("T", " ")
+        lines.append(_("- {user}, {started} UTC: {advice}", user=s["user"], started=started, advice=s["message"]))
     if len(report["sessions"]) > 50:
-        lines.append(f"... and {len(report['sessions']) - 50} more (GET /services/gpu/api/v1/advice).")
+        more = len(report["sessions"]) - 50
+        lines.append(_("... and {count} more (GET /services/gpu/api/v1/advice).", count=more))
     return subject, "\n".join(lines) + "\n"
 
 
@@ -694,9 +776,13 @@ def digest_window(now: datetime, tz, weekday: int, hour: int = 8) -> tuple[datet
     return since, due
 
 
-def digest_message(group: str, to, report: dict, since: datetime, due: datetime, tz) -> tuple[Message, Once]:
-    """An instructor's weekly digest for one group, by mail only, and its once-per-group-and-week key."""
-    subject, body = digest_text(group, report, since, due, tz)
+def digest_message(
+    group: str, to, report: dict, since: datetime, due: datetime, tz, lang: str = "en"
+) -> tuple[Message, Once]:
+    """An instructor's weekly digest for one group, by mail only, and its once-per-group-and-week key.
+
+    Worded in ``lang``, as ``report`` (:func:`summary`) is: the lab's default language, a group's."""
+    subject, body = digest_text(group, report, since, due, tz, lang)
     message = Message(
         user=f"group:{group}",
         kind="advice",
@@ -705,5 +791,8 @@ def digest_message(group: str, to, report: dict, since: datetime, due: datetime,
         to=tuple(to),
         what=f"advice digest for {group}",
         source=log.name,
+        event="digest",
+        groups=(group,),
+        lang=lang,
     )
     return message, Once(f"group:{group}", f"advice-digest:{group}", due, 0)

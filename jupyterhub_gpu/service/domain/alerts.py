@@ -1,19 +1,23 @@
 """Budget alerts: who is told, and what they are told (pure: :mod:`..notify` delivers them).
 
 Students, their instructors and the admins are warned when a budget reaches 80%
-and 95%, and get a final notice at 100% before the server is stopped. Three
-channels carry each alert (:data:`.notices.CHANNELS`): a Lab notice, one mail to
-every recipient (:func:`recipients`), and a webhook POST (:func:`budget_payload`).
-:func:`budget_message` is the alert as the gateway sends it.
+and 95%, and get a final notice at 100% before the server is stopped. Each alert
+is a Lab notice and goes to every Apprise channel that wants its event
+(``budget.80``, ``budget.95`` or ``budget.100``, by :func:`tier`): the user's own,
+those of the groups involved, the admins'; with the deprecated mail settings, one
+mail to each of :func:`recipients`. JSON webhooks get :func:`budget_payload`'s
+fields. :func:`budget_message` is the alert as the gateway sends it.
 
 Each alert goes out once per user, budget, period, threshold, budget revision
 and channel (:func:`budget_once`): the gateway claims the ledger's ``AlertSent``
-row *before* sending, and a send that fails releases its claim, so the next
+row *before* sending, and a send that fails releases its claim, so a later
 metering tick tries that channel again; the other channels are not affected.
 
-Every user-visible string is a template in :data:`MESSAGES` so that it can be
-translated; money is a Decimal, shown with :class:`~jupyterhub_gpu.money.Currency`
-and sent in payloads as a decimal string, never a float.
+Every user-visible string is a template in :data:`MESSAGES`, worded through the
+message catalogue (:mod:`jupyterhub_gpu.i18n`) in the reader's language (``lang``;
+the gateway words each channel's copy: :meth:`.notices.Message.worded`); money is
+a Decimal, shown with :class:`~jupyterhub_gpu.money.Currency` in that language's
+format and sent in payloads as a decimal string, never a float.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from jupyterhub_gpu.billing import UNITS, BudgetStatus
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import Currency, parse_amount
-from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, valid_address
+from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, day_in, valid_address
 
 log = logging.getLogger("jupyterhub_gpu.alerts")
 
@@ -59,8 +64,8 @@ def parse_thresholds(values, what: str = "alert_thresholds") -> tuple[int, ...]:
     return tuple(sorted({t for t in values if t < 100}))
 
 
-#: Every string a user, instructor or admin reads. Replace the values (keeping the
-#: ``{fields}``) to translate; ``budget.*`` and ``grace.*`` fill the other templates.
+#: Every string a user, instructor or admin reads, in English: the message catalogue's ids (their Chinese is in
+#: :data:`jupyterhub_gpu.i18n.ZH_CN`); ``budget.*`` and ``grace.*`` fill the other templates.
 MESSAGES: dict[str, str] = {
     "budget.own": "your budget",
     "budget.user": "the personal budget of {user}",
@@ -189,60 +194,64 @@ class BudgetAlert:
         )
 
 
-def _amount(alert: BudgetAlert, value: Decimal) -> str:
+def _amount(alert: BudgetAlert, value: Decimal, lang: str = "en") -> str:
     if alert.unit == "money":
-        return alert.currency.format(value)
+        return alert.currency.format(value, locale=lang)
     hours = value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-    return MESSAGES["amount.gpu_hours"].format(hours=f"{hours:f}")
+    return translator(lang)(MESSAGES["amount.gpu_hours"], hours=f"{hours:f}")
 
 
-def _grace(seconds: int) -> str:
+def _grace(seconds: int, lang: str = "en") -> str:
+    _ = translator(lang)
     if seconds <= 0:
-        return MESSAGES["grace.now"]
+        return _(MESSAGES["grace.now"])
     if seconds % 60:
-        return MESSAGES["grace.second"] if seconds == 1 else MESSAGES["grace.seconds"].format(n=seconds)
+        return _(MESSAGES["grace.second"]) if seconds == 1 else _(MESSAGES["grace.seconds"], n=seconds)
     minutes = seconds // 60
-    return MESSAGES["grace.minute"] if minutes == 1 else MESSAGES["grace.minutes"].format(n=minutes)
+    return _(MESSAGES["grace.minute"]) if minutes == 1 else _(MESSAGES["grace.minutes"], n=minutes)
 
 
-def _fields(alert: BudgetAlert, own: bool) -> dict[str, object]:
-    """Values for the templates; ``own`` words the budget for its user ("your budget")."""
+def _fields(alert: BudgetAlert, own: bool, lang: str = "en") -> dict[str, object]:
+    """Values for the templates in ``lang``; ``own`` words the budget for its user ("your budget")."""
+    _ = translator(lang)
     if alert.scope == "group":
-        budget = MESSAGES["budget.group"].format(group=alert.subject)
+        budget = _(MESSAGES["budget.group"], group=alert.subject)
     else:
-        budget = MESSAGES["budget.own" if own else "budget.user"].format(user=alert.subject)
+        budget = _(MESSAGES["budget.own"]) if own else _(MESSAGES["budget.user"], user=alert.subject)
     last_day = (alert.period_end - timedelta(microseconds=1)).astimezone(alert.tz).date()
     first_day = alert.period_start.astimezone(alert.tz).date()
     return {
         "user": alert.user,
         "budget": budget,
         "threshold": alert.threshold,
-        "used": _amount(alert, alert.used),
-        "limit": _amount(alert, alert.limit),
-        "period": MESSAGES["period"].format(start=first_day.isoformat(), end=last_day.isoformat()),
-        "grace": _grace(alert.grace_seconds),
+        "used": _amount(alert, alert.used, lang),
+        "limit": _amount(alert, alert.limit, lang),
+        "period": _(MESSAGES["period"], start=day_in(first_day, lang), end=day_in(last_day, lang)),
+        "grace": _grace(alert.grace_seconds, lang),
     }
 
 
-def _email_parts(alert: BudgetAlert) -> tuple[str, str, str]:
+def _email_parts(alert: BudgetAlert, lang: str = "en") -> tuple[str, str, str]:
     """The subject, summary and advice of an alert, in the third person."""
-    values = _fields(alert, own=False)
+    _ = translator(lang)
+    values = _fields(alert, own=False, lang=lang)
     return (
-        MESSAGES[f"subject.{tier(alert.threshold)}"].format(**values),
-        MESSAGES["summary.100" if alert.threshold == 100 else "summary"].format(**values),
-        MESSAGES[f"advice.{tier(alert.threshold)}"].format(**values),
+        _(MESSAGES[f"subject.{tier(alert.threshold)}"], **values),
+        _(MESSAGES["summary.100" if alert.threshold == 100 else "summary"], **values),
+        _(MESSAGES[f"advice.{tier(alert.threshold)}"], **values),
     )
 
 
-def alert_text(alert: BudgetAlert) -> tuple[str, str]:
+def alert_text(alert: BudgetAlert, lang: str = "en") -> tuple[str, str]:
     """The email subject and body of an alert (read by the student, instructors and admins)."""
-    subject, summary, advice = _email_parts(alert)
-    return subject, MESSAGES["body"].format(summary=summary, advice=advice, footer=MESSAGES["footer"])
+    _ = translator(lang)
+    subject, summary, advice = _email_parts(alert, lang)
+    return subject, _(MESSAGES["body"], summary=summary, advice=advice, footer=_(MESSAGES["footer"]))
 
 
-def lab_text(alert: BudgetAlert) -> str:
+def lab_text(alert: BudgetAlert, lang: str = "en") -> str:
     """The notice the user's JupyterLab shows."""
-    return MESSAGES[f"lab.{tier(alert.threshold)}"].format(**_fields(alert, own=True))
+    return translator(lang)(MESSAGES[f"lab.{tier(alert.threshold)}"], **_fields(alert, own=True, lang=lang))
 
 
 def recipients(alert: BudgetAlert, settings: AlertSettings) -> list[str]:
@@ -270,11 +279,11 @@ def _decimal_string(value: Decimal) -> str:
     return f"{value:f}"
 
 
-def budget_payload(alert: BudgetAlert) -> dict:
-    """The JSON body POSTed to the webhook (``webhook_format = "json"``).
+def budget_payload(alert: BudgetAlert, lang: str = "en") -> dict:
+    """The alert's fields for structured channels: added to Apprise's body by ``json://`` channels.
 
-    For ``webhook_format = "slack"`` the gateway sends ``{"text": "..."}`` made of
-    its title and text (Slack, Mattermost, Rocket.Chat; :func:`..notify.webhook_body`)::
+    Apprise's JSON body has ``version``, ``title``, ``message`` (the text, as chats show it), ``attachments``
+    and ``type``; the fields below come with them (``title`` is the same). Chats show the title and text::
 
         {
           "event": "budget_threshold",
@@ -291,11 +300,11 @@ def budget_payload(alert: BudgetAlert) -> dict:
           "period_end": "2026-11-30T16:00:00Z",
           "stop_in_seconds": 300,          # only at threshold 100, else null
           "title": "...",                  # the email subject
-          "text": "..."                    # one paragraph for people
+          "text": "..."                    # one paragraph for people (both in the reader's language)
         }
     """
-    title, summary, advice = _email_parts(alert)
-    text = f"{summary} {advice}"
+    title, summary, advice = _email_parts(alert, lang)
+    text = f"{summary}{'' if lang == 'zh-CN' else ' '}{advice}"
     return {
         "event": "budget_threshold",
         "user": alert.user,
@@ -320,18 +329,25 @@ def budget_once(alert: BudgetAlert) -> Once:
     return Once(alert.user, alert.budget_key, alert.period_start, alert.threshold, alert.revision)
 
 
-def budget_message(alert: BudgetAlert, settings: AlertSettings) -> Message:
-    """The alert as the gateway delivers it: the Lab notice, the mail to :func:`recipients`, the webhook payload."""
-    subject, body = alert_text(alert)
+def budget_message(alert: BudgetAlert, settings: AlertSettings, lang: str = "en") -> Message:
+    """The alert as the gateway delivers it: the Lab notice, the mail to :func:`recipients`, the webhook payload;
+    worded in ``lang``, and in any other language on the gateway's demand."""
+    subject, body = alert_text(alert, lang)
     return Message(
         user=alert.user,
         kind="budget",
-        text=lab_text(alert),
+        text=lab_text(alert, lang),
         level=LEVELS[tier(alert.threshold)],
         subject=subject,
         body=body,
         to=tuple(recipients(alert, settings)) if settings.email_enabled else (),
-        payload=budget_payload(alert),
+        payload=budget_payload(alert, lang),
         what=f"Budget alert {alert.budget_key} {alert.threshold}% for {alert.user}",
         source=log.name,
+        event=f"budget.{tier(alert.threshold)}",
+        # a user's own budget goes to their channels and the admins', never a group's (a course chat would
+        # show one student's usage to classmates, invariant 3); a group pool's to that group's channels
+        groups=(alert.subject,) if alert.scope == "group" else (),
+        lang=lang,
+        words=lambda other: budget_message(alert, settings, other),
     )

@@ -6,7 +6,7 @@ ledger knows and acts on the :class:`Decision`; the simulator
 (:mod:`jupyterhub_gpu.sim`) feeds them a recorded trace with a simulated clock.
 Both run this code, so what the simulator measures is what the service does.
 
-Three kinds of rule (:data:`KINDS`), each with a time ``T`` (``minutes``) and a
+Four kinds of rule (:data:`KINDS`), each with a time ``T`` (``minutes``) and a
 warning lead (``warn_minutes``):
 
 - ``gpu_idle``: every minute of the last ``T`` had GPU utilization under
@@ -20,6 +20,20 @@ warning lead (``warn_minutes``):
 - ``inactive``: nothing at all for ``T`` minutes: no user action, no busy
   kernel, and no GPU utilization at or above ``util_threshold``.
 - ``max_age``: the server has been running for ``T`` minutes, whatever it does.
+- ``busy_gpu_idle``: the GPU did no work for ``T`` minutes although a kernel
+  was busy in them (a hung data loader, a cell blocked on ``input()``, a
+  deadlock): every minute of the last ``T`` had GPU utilization under
+  ``util_threshold`` and GPU memory in use that did not move by
+  :data:`MEMORY_MOVE_FRACTION` or more from the sampled minute before it
+  while the GPU computed something (utilization above 0: a move alone, with
+  nothing computed, is no work). A
+  single minute of GPU work, however short, restarts its clock; a busy kernel
+  does not. It applies only once a kernel was busy since its clock started
+  (an idle kernel on an idle GPU is ``gpu_idle``'s case) and, like
+  ``gpu_idle``, only to GPU sessions with samples; user actions answer its
+  warning the same way. Its ``T`` is long (:data:`DEFAULT_RULES`: 2 hours) so
+  that the GPU-idle phases of real work (data loading, evaluation, CPU
+  preprocessing) fit in it; docs/culling.md gives the simulator's figures.
 
 The protocol, for each rule: the condition has held since ``idle_since``. At
 ``idle_since + T - warn_minutes`` the user is warned (action ``warn``); the
@@ -40,12 +54,15 @@ translated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
+from functools import partial
 from itertools import pairwise
 
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.i18n import translator
+from jupyterhub_gpu.money import from_micros
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
 from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT, StopReason
 
@@ -54,8 +71,16 @@ KINDS = CULL_REASONS
 #: Actions from least to most urgent.
 ACTIONS = ("none", "cancel", "warn", "stop")
 #: Warning lead used when a configured rule gives none (capped below ``minutes``).
-DEFAULT_WARN_MINUTES = {StopReason.GPU_IDLE: 5, StopReason.INACTIVE: 5, StopReason.MAX_AGE: 30}
+DEFAULT_WARN_MINUTES = {
+    StopReason.GPU_IDLE: 5,
+    StopReason.INACTIVE: 5,
+    StopReason.MAX_AGE: 30,
+    StopReason.BUSY_GPU_IDLE: 20,
+}
 DEFAULT_UTIL_THRESHOLD = float(IDLE_UTIL_PERCENT)
+#: ``busy_gpu_idle``: GPU memory in use that moves by this fraction of the GPU's memory (or more) from one
+#: sampled minute to the next is GPU work, whatever the utilization (an allocation is the GPU being used).
+MEMORY_MOVE_FRACTION = 0.01
 #: The largest ``minutes`` a rule may have: a 31-day month.
 MAX_MINUTES = 31 * 24 * 60
 MINUTE = timedelta(minutes=1)
@@ -88,6 +113,15 @@ MESSAGES: dict[str, str] = {
     "stop.max_age": (
         "Your server was stopped at {stop_time}: servers are stopped after {limit}."
         " Billing stopped with it; your files are kept."
+    ),
+    "warn.busy_gpu_idle": (
+        "Your notebook's kernel is busy but your GPU has done nothing (under {threshold}%) for {age}"
+        " (a hung data loader, a cell waiting for input(), a deadlock?):"
+        " this server will be stopped at {stop_time} unless the GPU works again or you use the server."
+    ),
+    "stop.busy_gpu_idle": (
+        "Your server was stopped at {stop_time} because its kernel was busy while its GPU did nothing"
+        " (under {threshold}%) for {age}. Billing stopped with it; your files are kept."
     ),
     "cancel": "You are using your server again: it will not be stopped.",
     "subject.warn": "Your GPU server will be stopped",
@@ -156,11 +190,13 @@ def _is_int(value) -> bool:
 
 #: The defaults (see docs/culling.md for why): the lab rule "GPU utilization under 5%
 #: for 30 minutes", nothing at all (no user, no kernel, no GPU) for 15 minutes, and at
-#: most a day per server; each warned 5 minutes ahead (30 for the day).
+#: most a day per server; each warned 5 minutes ahead (30 for the day); and a busy kernel on a GPU
+#: that did nothing for 2 hours, warned 20 minutes ahead.
 DEFAULT_RULES: tuple[CullRule, ...] = (
     CullRule(StopReason.GPU_IDLE, minutes=30, warn_minutes=5, util_threshold=DEFAULT_UTIL_THRESHOLD),
     CullRule(StopReason.INACTIVE, minutes=15, warn_minutes=5, util_threshold=DEFAULT_UTIL_THRESHOLD),
     CullRule(StopReason.MAX_AGE, minutes=24 * 60, warn_minutes=30),
+    CullRule(StopReason.BUSY_GPU_IDLE, minutes=120, warn_minutes=20, util_threshold=DEFAULT_UTIL_THRESHOLD),
 )
 
 
@@ -316,7 +352,8 @@ class Decision:
     ``none``, the rule nearest to firing; ``None`` when no rule applies),
     ``idle_since`` when its condition began to hold (the start, for
     ``max_age``), ``stop_at`` when the server is (or would be, without
-    activity) stopped, and ``message`` the text for the user ("" for ``none``).
+    activity) stopped, and ``message`` the text for the user ("" for ``none``),
+    in English; ``words(lang)`` is that text in ``lang``.
     """
 
     action: str
@@ -324,6 +361,11 @@ class Decision:
     idle_since: datetime | None = None
     stop_at: datetime | None = None
     message: str = ""
+    words: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
+
+    def worded(self, lang: str) -> str:
+        """The decision's text in ``lang``."""
+        return self.words(lang) if self.words is not None else self.message
 
 
 def _aware(moment: datetime, what: str) -> datetime:
@@ -342,8 +384,14 @@ def _gpu_idle_since(
     now: datetime,
     signals: Sequence[MinuteSignal],
     last_user_activity: datetime | None,
+    kernel_counts: bool = True,
 ) -> datetime | None:
-    """When the GPU-idle condition began to hold, or None when the rule cannot judge (no samples)."""
+    """When the GPU-idle condition began to hold, or None when the rule cannot judge (no samples).
+
+    ``kernel_counts``: a busy kernel is activity (``gpu_idle``). Without it (``busy_gpu_idle``)
+    only GPU work restarts the clock: utilization at or above the threshold, or GPU memory that
+    moved by :data:`MEMORY_MOVE_FRACTION` from the sampled minute before.
+    """
     threshold = rule.util_threshold
     window_start = now - timedelta(minutes=rule.minutes)
     sampled_in_window = False
@@ -359,6 +407,7 @@ def _gpu_idle_since(
     reset = started
     answers: list[tuple[datetime, datetime]] = []  # (when it counts from, where the clock restarts)
     sampled_minutes: list[MinuteSignal] = []
+    later: MinuteSignal | None = None  # the sampled minute with a memory figure after this one
     for signal in reversed(signals):
         if signal.at >= now:
             continue
@@ -367,13 +416,18 @@ def _gpu_idle_since(
             break
         sampled = signal.gpu_util is not None
         gpu_busy = sampled and signal.gpu_util >= threshold
-        if signal.kernel_busy or gpu_busy or (not sampled and signal.user_active):
+        if not kernel_counts and later is not None and _memory_moved(signal, later):
+            reset = _minute_end(later, now)  # the later minute's memory moved: the GPU worked in it
+            break
+        if (kernel_counts and signal.kernel_busy) or gpu_busy or (not sampled and signal.user_active):
             reset = end
             break
         if sampled:
             sampled_minutes.append(signal)
             if signal.user_active:
                 answers.append((signal.at, end))
+            if signal.gpu_mem_frac is not None:
+                later = signal
     if last_user_activity is not None and reset < last_user_activity <= now:
         in_sampled_minute = any(s.at <= last_user_activity < s.at + MINUTE for s in sampled_minutes)
         if in_sampled_minute:
@@ -387,6 +441,37 @@ def _gpu_idle_since(
         if counts_from > reset and counts_from >= since + lead:
             since = max(since, restart)
     return since
+
+
+def _memory_moved(earlier: MinuteSignal, later: MinuteSignal) -> bool:
+    """GPU memory that moved in ``later`` while its GPU computed something (utilization above 0).
+
+    A move alone is no work: a hung kernel that allocates and frees 1% of the GPU's memory once in each
+    horizon, computing nothing, would restart the clock for ever.
+    """
+    computed = later.gpu_util is not None and later.gpu_util > 0
+    return computed and abs(later.gpu_mem_frac - earlier.gpu_mem_frac) >= MEMORY_MOVE_FRACTION
+
+
+def _busy_gpu_idle_since(
+    rule: CullRule,
+    started: datetime,
+    now: datetime,
+    signals: Sequence[MinuteSignal],
+    last_user_activity: datetime | None,
+) -> datetime | None:
+    """When the GPU last stopped working, if a kernel was busy since then; else None (not this rule's case)."""
+    since = _gpu_idle_since(rule, started, now, signals, last_user_activity, kernel_counts=False)
+    if since is None:
+        return None
+    for signal in reversed(signals):
+        if signal.at >= now:
+            continue
+        if _minute_end(signal, now) <= since:
+            break
+        if signal.kernel_busy:
+            return since
+    return None
 
 
 def _inactive_since(
@@ -421,25 +506,31 @@ class _Candidate:
     covered: bool
 
 
-def _duration(minutes: int) -> str:
+def _duration(minutes: int, lang: str = "en") -> str:
+    _ = translator(lang)
     if minutes % 60 == 0:
         hours = minutes // 60
-        return MESSAGES["duration.hour"] if hours == 1 else MESSAGES["duration.hours"].format(n=hours)
-    return MESSAGES["duration.minute"] if minutes == 1 else MESSAGES["duration.minutes"].format(n=minutes)
+        return _(MESSAGES["duration.hour"]) if hours == 1 else _(MESSAGES["duration.hours"], n=hours)
+    return _(MESSAGES["duration.minute"]) if minutes == 1 else _(MESSAGES["duration.minutes"], n=minutes)
 
 
-def _message(action: str, rule: CullRule, idle_since: datetime, stop_at: datetime, now: datetime, tz) -> str:
+def _message(
+    action: str, rule: CullRule, idle_since: datetime, stop_at: datetime, now: datetime, tz, lang: str = "en"
+) -> str:
+    """The decision's text for its user, in ``lang`` (the message catalogue's wording of :data:`MESSAGES`)."""
+    _ = translator(lang)
     if action == "none":
         return ""
     if action == "cancel":
-        return MESSAGES["cancel"]
+        return _(MESSAGES["cancel"])
     threshold = rule.util_threshold
-    return MESSAGES[f"{action}.{rule.kind}"].format(
+    return _(
+        MESSAGES[f"{action}.{rule.kind}"],
         threshold=int(threshold) if float(threshold).is_integer() else threshold,
         idle_minutes=int((now - idle_since) / MINUTE),
         stop_time=stop_at.astimezone(tz).strftime("%H:%M"),
-        age=_duration(int((now - idle_since) / MINUTE)),
-        limit=_duration(rule.minutes),
+        age=_duration(int((now - idle_since) / MINUTE), lang),
+        limit=_duration(rule.minutes, lang),
     )
 
 
@@ -478,6 +569,12 @@ def evaluate(
             since = _gpu_idle_since(rule, started, now, signals, last_user_activity)
             if since is None:
                 continue
+        elif rule.kind == StopReason.BUSY_GPU_IDLE:
+            if not has_gpu:
+                continue
+            since = _busy_gpu_idle_since(rule, started, now, signals, last_user_activity)
+            if since is None:
+                continue
         elif rule.kind == StopReason.INACTIVE:
             since = _inactive_since(rule, started, now, signals, last_user_activity)
         else:
@@ -494,7 +591,9 @@ def evaluate(
             stop_at = max(due, warned + lead)
             candidates.append(_Candidate("stop" if now >= stop_at else "none", rule, since, stop_at, True))
     if not candidates:
-        return Decision("cancel", message=MESSAGES["cancel"]) if warned is not None else Decision("none")
+        if warned is None:
+            return Decision("none")
+        return Decision("cancel", message=MESSAGES["cancel"], words=lambda lang: translator(lang)(MESSAGES["cancel"]))
     pending = [c.stop_at for c in candidates if c.covered]
     if pending:
         # a warning that would stop the server no sooner than the one already given is not sent:
@@ -516,6 +615,7 @@ def evaluate(
         idle_since=best.idle_since,
         stop_at=best.stop_at,
         message=_message(action, best.rule, best.idle_since, best.stop_at, now, tz),
+        words=partial(_message, action, best.rule, best.idle_since, best.stop_at, now, tz),
     )
 
 
@@ -546,23 +646,24 @@ def memory_notice(threshold: float = 0.9, minutes: int = 10) -> str:
     )
 
 
-def cull_message(session, decision: Decision, settings: AlertSettings) -> Message:
+def cull_message(session, decision: Decision, settings: AlertSettings, lang: str = "en") -> Message:
     """An idle warning (or its cancellation) for the session's user: in JupyterLab, by mail and webhook.
 
     ``session`` is the ledger's record (``user``, ``server_name``, ``id``). The
     mail goes to the user's own address (``user_email_template``), never to
     instructors; a failed mail or webhook is logged and not retried (the Lab
-    notice is the warning that counts).
+    notice is the warning that counts). Worded in ``lang``, and in another language on the gateway's demand.
     """
     warn = decision.action == "warn"
     address = user_address(settings, session.user)
+    text = decision.worded(lang)
     return Message(
         user=session.user,
         kind="cull",
-        text=decision.message,
+        text=text,
         level="warning" if warn else "info",
         session_id=session.id,
-        subject=MESSAGES["subject.warn" if warn else "subject.cancel"],
+        subject=translator(lang)(MESSAGES["subject.warn" if warn else "subject.cancel"]),
         to=(address,) if address else (),
         payload={
             "event": "idle_warning" if warn else "idle_warning_cancelled",
@@ -571,22 +672,92 @@ def cull_message(session, decision: Decision, settings: AlertSettings) -> Messag
             "session_id": session.id,
             "rule": decision.rule.kind if decision.rule else None,
             "stop_at": isoformat(decision.stop_at) if decision.stop_at else None,
-            "text": decision.message,
+            "text": text,
         },
         what=f"idle notice for {session.user}",
         source="jupyterhub_gpu.service",
+        event="cull",
+        lang=lang,
+        words=lambda other: cull_message(session, decision, settings, other),
     )
 
 
-def memory_message(session, threshold: float = 0.9, minutes: int = 10) -> tuple[Message, Once]:
-    """The "GPU memory high" notice of a session, in JupyterLab only, and its once-per-session key."""
+def bigger_profile(options: Sequence, current: str, groups: Iterable[str]):
+    """The next bigger profile than ``current`` that a user of ``groups`` may use, or None.
+
+    ``options`` are the advice's catalogue (``advice.catalogue``: the published profiles with the
+    admins' edits and each one's memory per GPU). Bigger: more memory per GPU (with at least as many
+    GPUs), or more GPUs of at least as much memory each; a profile whose memory is unknown is never
+    offered. The next one is the cheapest per minute, then the smallest.
+    """
+    groups = set(groups)
+    mine = next((o for o in options if o.slug == current), None)
+    if mine is None or not mine.gpu_count or not mine.memory_mib:
+        return None
+    bigger = [
+        o
+        for o in options
+        if o.slug != current
+        and o.allows(groups)
+        and o.gpu_count
+        and o.memory_mib
+        and o.memory_mib >= mine.memory_mib
+        and o.gpu_count >= mine.gpu_count
+        and (o.memory_mib > mine.memory_mib or o.gpu_count > mine.gpu_count)
+    ]
+    return min(bigger, key=lambda o: (o.rate_micros, o.memory_mib * o.gpu_count, o.slug), default=None)
+
+
+def memory_text(threshold: float, minutes: int, bigger, currency, lang: str = "en") -> str:
+    """The "GPU memory high" notice's words: the next bigger profile and its price, or that there is none."""
+    _ = translator(lang)
+    percent = threshold * 100
+    percent = int(percent) if float(percent).is_integer() else round(percent, 1)
+    if bigger is None:
+        return _(
+            "GPU memory has been above {percent}% for {minutes} minutes, and no profile with more GPU memory or"
+            " more GPUs is open to you: try a smaller batch size or model.",
+            percent=percent,
+            minutes=minutes,
+        )
+    return _(
+        "GPU memory has been above {percent}% for {minutes} minutes: a bigger instance may help."
+        " {profile} ({gpus} × {memory} GB GPU memory) costs {price}/min.",
+        percent=percent,
+        minutes=minutes,
+        profile=bigger.display_name,
+        gpus=bigger.gpu_count,
+        memory=f"{bigger.memory_mib / 1024:g}",
+        price=currency.format_rate(from_micros(bigger.rate_micros), locale=lang),
+    )
+
+
+def memory_message(
+    session, threshold: float = 0.9, minutes: int = 10, options: Sequence = (), currency=None, lang: str = "en"
+) -> tuple[Message, Once]:
+    """The "GPU memory high" notice of a session, in JupyterLab only, and its once-per-session key.
+
+    With the catalogue (``options``) and the ``currency`` it names the next bigger profile the user
+    may use (:func:`bigger_profile`) and its price per minute; its kind is then ``bigger:<slug>``,
+    which the Lab shows with a "Restart on <profile>" button (docs/user.md).
+    """
+    bigger = bigger_profile(options, session.profile, session.group_list) if currency is not None else None
+    if currency is None:
+        text = memory_notice(threshold, minutes)
+    else:
+        text = memory_text(threshold, minutes, bigger, currency, lang)
+    kind = "advice"
+    if bigger is not None and len(f"bigger:{bigger.slug}") <= 32:  # the notice's kind column is 32 characters
+        kind = f"bigger:{bigger.slug}"
     message = Message(
         user=session.user,
-        kind="advice",
-        text=memory_notice(threshold, minutes),
+        kind=kind,
+        text=text,
         level="info",
         session_id=session.id,
         what=f"memory notice for {session.user}",
         source="jupyterhub_gpu.service",
+        lang=lang,
+        words=lambda other: memory_message(session, threshold, minutes, options, currency, other)[0],
     )
     return message, Once(session.user, f"session:{session.id}", session.started, 90)

@@ -40,9 +40,11 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.money import from_micros
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
+from jupyterhub_gpu.session import StopReason
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 
@@ -129,31 +131,71 @@ def run_once(session: SessionRecord) -> Once:
     return Once(session.user, f"run:{session.id}", session.started, 100)
 
 
-def run_message(session: SessionRecord, job: JobRecord | None, currency) -> tuple[str, str]:
-    """(subject, text) of a finished run's notice, with its billed minutes and cost."""
-    cost = currency.format(from_micros(session.cost_micros or 0))
+#: A finished job's subject and text by its state (catalogue ids: their Chinese is in :mod:`jupyterhub_gpu.i18n`).
+JOB_SUBJECTS = {
+    "succeeded": "[GPU] Job {job} finished: {notebook}",
+    "failed": "[GPU] Job {job} failed: {notebook}",
+    "timed_out": "[GPU] Job {job} was stopped at its time limit: {notebook}",
+    "cancelled": "[GPU] Job {job} was cancelled: {notebook}",
+    "ended": "[GPU] Job {job} ended: {notebook}",
+}
+JOB_TEXTS = {
+    "succeeded": "Job {job} ({notebook}) finished: {billed}. Output: ~/{output}, log: ~/{log}.",
+    "failed": "Job {job} ({notebook}) failed: {billed}. Output: ~/{output}, log: ~/{log}.",
+    "timed_out": "Job {job} ({notebook}) was stopped at its time limit: {billed}. Output: ~/{output}, log: ~/{log}.",
+    "cancelled": "Job {job} ({notebook}) was cancelled: {billed}. Output: ~/{output}, log: ~/{log}.",
+    "ended": "Job {job} ({notebook}) ended: {billed}. Output: ~/{output}, log: ~/{log}.",
+}
+
+
+def run_message(session: SessionRecord, job: JobRecord | None, currency, lang: str = "en") -> tuple[str, str]:
+    """(subject, text) of a finished run's notice in ``lang``, with its billed minutes and cost."""
+    _ = translator(lang)
+    cost = currency.format(from_micros(session.cost_micros or 0), locale=lang)
     minutes = session.minutes or 0
-    billed = f"{minutes} minute{'s' if minutes != 1 else ''} billed, {cost}"
-    if job is None:
-        subject = "[GPU] Your server stopped when its cells finished"
-        text = f"Your server {session.server_name or '(default)'} stopped when its running cells finished: {billed}."
+    billed = (
+        _("1 minute billed, {cost}", cost=cost)
+        if minutes == 1
+        else _("{minutes} minutes billed, {cost}", minutes=minutes, cost=cost)
+    )
+    server = session.server_name or _("(default)")
+    if job is None and session.stop_reason == StopReason.PLATEAU:
+        subject = _("[GPU] Your server stopped: training reached a plateau")
+        text = _(
+            "Your server {server} stopped when training reached a plateau (a checkpoint was saved; the GPU is free):"
+            " {billed}.",
+            server=server,
+            billed=billed,
+        )
         return subject, text
-    outcome = {
-        "succeeded": "finished",
-        "failed": "failed",
-        "timed_out": "was stopped at its time limit",
-        "cancelled": "was cancelled",
-    }.get(job.state, "ended")
-    subject = f"[GPU] Job {job.id} {outcome}: {job.notebook}"
-    text = f"Job {job.id} ({job.notebook}) {outcome}: {billed}. Output: ~/{job.output_notebook}, log: ~/{job.log_file}."
+    if job is None:
+        subject = _("[GPU] Your server stopped when its cells finished")
+        text = _(
+            "Your server {server} stopped when its running cells finished: {billed}.", server=server, billed=billed
+        )
+        return subject, text
+    state = job.state if job.state in JOB_TEXTS else "ended"
+    subject = _(JOB_SUBJECTS[state], job=job.id, notebook=job.notebook)
+    text = _(
+        JOB_TEXTS[state],
+        job=job.id,
+        notebook=job.notebook,
+        billed=billed,
+        output=job.output_notebook,
+        log=job.log_file,
+    )
     if job.error:
         text += f" {job.error}"
     return subject, text
 
 
-def run_notice(session: SessionRecord, job: JobRecord | None, currency, settings: AlertSettings) -> Message:
-    """A finished job or stop-when-done run, with its cost: in JupyterLab, to the user by mail, by webhook."""
-    subject, text = run_message(session, job, currency)
+def run_notice(
+    session: SessionRecord, job: JobRecord | None, currency, settings: AlertSettings, lang: str = "en"
+) -> Message:
+    """A finished job or stop-when-done run, with its cost: in JupyterLab, to the user by mail, by webhook.
+
+    Worded in ``lang``, and in another language on the gateway's demand."""
+    subject, text = run_message(session, job, currency, lang)
     address = user_address(settings, session.user)
     return Message(
         user=session.user,
@@ -164,7 +206,7 @@ def run_notice(session: SessionRecord, job: JobRecord | None, currency, settings
         subject=subject,
         to=(address,) if address else (),
         payload={
-            "event": "job_finished" if job is not None else "stop_when_done",
+            "event": "job_finished" if job is not None else session.stop_reason or "stop_when_done",
             "user": session.user,
             "server_name": session.server_name,
             "session_id": session.id,
@@ -178,4 +220,7 @@ def run_notice(session: SessionRecord, job: JobRecord | None, currency, settings
         },
         what=f"run notice of {session.id}",
         source=log.name,
+        event="job",
+        lang=lang,
+        words=lambda other: run_notice(session, job, currency, settings, other),
     )

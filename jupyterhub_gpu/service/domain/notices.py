@@ -2,27 +2,111 @@
 
 Every notice the service gives a person (a budget alert, an idle warning or its
 cancellation, a finished run, a right-sizing note, an instructor's weekly digest)
-is composed by a domain module as a :class:`Message`: its Lab notice, its mail
-(subject, body, recipients) and its webhook payload. :class:`Once` names what a
-message is sent once for (per channel, claimed in the ledger's ``gpu_alerts``).
-:class:`AlertSettings` are the configured channels and recipients
-(``GPUService.smtp_*``, ``webhook_*``, ``*_emails``), checked on creation.
+is composed by a domain module as a :class:`Message`: its Lab notice, its text for
+the channels (subject, body), the mail recipients of the deprecated ``smtp_*``
+settings, a JSON payload, which :data:`EVENTS` it is and whose channels get it.
+:class:`Once` names what a message is sent once for (per channel, claimed in the
+ledger's ``gpu_alerts``). :class:`AlertSettings` are the configured channels,
+checked on creation.
 
-Three channels carry notices (:data:`CHANNELS`):
+Two kinds of channel carry notices (:data:`CHANNELS`):
 
 - ``lab``: a notice in the ledger that the JupyterLab extension polls (always on);
-- ``email``: one message over SMTP to every recipient (when ``smtp_host`` is set);
-- ``webhook``: a JSON POST, plain or Slack-compatible (when ``webhook_url`` is set).
+- ``apprise``: every Apprise URL that wants the message's event (:func:`wants`): the
+  admins' (``GPUService.notify_admin_urls``), the groups' (``notify_group_urls`` and
+  those admins add on the pages), each user's (``notify_user_url_template`` and those
+  users add for themselves), and the deprecated ``smtp_*``/``webhook_*`` settings
+  mapped onto Apprise URLs (:meth:`AlertSettings.legacy_channels`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from urllib.parse import urlsplit
+from datetime import date, datetime
+from urllib.parse import quote, urlencode, urlsplit
 
-CHANNELS = ("lab", "email", "webhook")
+from babel.dates import format_skeleton
+
+from jupyterhub_gpu.i18n import LANGUAGES, translator
+from jupyterhub_gpu.money import babel_locale
+
+CHANNELS = ("lab", "apprise")
 WEBHOOK_FORMATS = ("json", "slack")
+
+#: What a channel can be told: budget thresholds by tier (:func:`.alerts.tier`), idle-culling warnings and their
+#: cancellations, preemption notices, finished jobs and stop-when-done runs, and the instructors' weekly digest.
+EVENTS = ("budget.80", "budget.95", "budget.100", "cull", "preemption", "job", "digest")
+OWNER_KINDS = ("user", "group", "admin")
+#: What a channel gets when its owner does not choose: a user everything about their own sessions; a group (its
+#: course chat or its instructors) the budget alerts of its members and its digest; the admins what needs acting on.
+DEFAULT_EVENTS: dict[str, tuple[str, ...]] = {
+    "user": ("budget.80", "budget.95", "budget.100", "cull", "preemption", "job"),
+    "group": ("budget.80", "budget.95", "budget.100", "digest"),
+    "admin": ("budget.95", "budget.100", "preemption"),
+}
+#: Events of a user's own channels only: another person's idle warning or job is none of a course chat's business.
+PERSONAL_EVENTS = frozenset({"cull", "job"})
+
+
+#: How the pages and the test message name each event (English; Chinese in :mod:`jupyterhub_gpu.i18n`).
+EVENT_NAMES = {
+    "budget.80": "budget warning",
+    "budget.95": "budget almost used up (95%)",
+    "budget.100": "budget used up (100%)",
+    "cull": "idle warnings",
+    "preemption": "preemption",
+    "job": "finished jobs",
+    "digest": "weekly right-sizing digest",
+}
+
+
+def parse_events(value, owner_kind: str, what: str = "events") -> tuple[str, ...]:
+    """A channel's events as given (None: the owner kind's defaults), in :data:`EVENTS` order; ValueError naming
+    the bad one otherwise."""
+    if value is None:
+        return DEFAULT_EVENTS[owner_kind]
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(f"{what} must be a list of events from {', '.join(EVENTS)}, got {value!r}")
+    for event in value:
+        if event not in EVENTS:
+            raise ValueError(f"{what}: {event!r} is not an event; use some of {', '.join(EVENTS)}")
+    return tuple(e for e in EVENTS if e in set(value))
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    """One channel from the configuration or the ledger: an Apprise URL, whose it is, and the events it gets.
+
+    ``url`` may hold ``{username}`` (a channel for every user, from ``notify_user_url_template``); it keeps
+    the far end's secrets and is never shown: pages, API answers and logs show ``masked``. ``configured``
+    channels come from the config file (read-only on the pages); others from the ledger (``stored_id``).
+    ``claim`` names the channel in ``gpu_alerts`` (at most 16 characters).
+    """
+
+    url: str = field(repr=False)
+    owner_kind: str
+    owner: str = ""
+    events: tuple[str, ...] = ()
+    service: str = ""
+    masked: str = ""
+    claim: str = ""
+    configured: bool = True
+    stored_id: int | None = None
+    #: The deprecated mail settings: the message's own recipients (``Message.to``) are appended as ``to=``.
+    legacy_mail: bool = False
+
+
+def wants(channel: ChannelConfig, message: Message) -> bool:
+    """Whether ``channel`` gets ``message``: its event is among the channel's, and the channel is the message's
+    user's own, one of its groups', or the admins' (personal events go to the user's own channels and the admins')."""
+    if message.event not in channel.events:
+        return False
+    if channel.owner_kind == "admin":
+        return True
+    if channel.owner_kind == "user":
+        return channel.owner in ("{username}", message.user) and not message.user.startswith("group:")
+    return channel.owner in message.groups and message.event not in PERSONAL_EVENTS
 
 
 @dataclass(frozen=True)
@@ -34,7 +118,12 @@ class Message:
     no mail); ``payload`` the webhook's JSON (with ``"text"`` and, where there is
     one, ``"title"``: what a Slack-style webhook shows; None: no webhook).
     ``what`` names the notice in the warning logged when a channel fails, on the
-    logger ``source``.
+    logger ``source``. ``event`` (one of :data:`EVENTS`) and ``groups`` say which
+    Apprise channels get it (:func:`wants`); ``subject`` and ``body`` (or ``text``)
+    are what they show.
+
+    ``lang`` is the language it is worded in; ``words(lang)``, where the domain gives it, is the same
+    message in another language (the gateway words it for each reader: :meth:`worded`).
     """
 
     user: str
@@ -48,6 +137,31 @@ class Message:
     payload: dict | None = None
     what: str = "notice"
     source: str = "jupyterhub_gpu.notify"
+    event: str = ""
+    groups: tuple[str, ...] = ()
+    lang: str = "en"
+    words: Callable[[str], Message] | None = field(default=None, compare=False, repr=False)
+
+    def worded(self, lang: str) -> Message:
+        """This message in ``lang`` (itself when it is worded so already, or cannot be worded again)."""
+        if lang == self.lang or self.words is None or lang not in LANGUAGES:
+            return self
+        return self.words(lang)
+
+    @property
+    def title(self) -> str:
+        """What a chat shows in bold or a mail as its subject."""
+        return self.subject or (self.payload or {}).get("title") or ""
+
+    @property
+    def chat_body(self) -> str:
+        """What a chat shows under the title: the payload's one paragraph, else the mail's body, else the Lab text."""
+        return (self.payload or {}).get("text") or self.body or self.text
+
+    @property
+    def mail_body(self) -> str:
+        """What a mail says: its body, else the payload's paragraph, else the Lab text."""
+        return self.body or (self.payload or {}).get("text") or self.text
 
 
 @dataclass(frozen=True)
@@ -117,8 +231,18 @@ class AlertSettings:
     webhook_url: str = ""
     #: "json" (each notice's documented payload, e.g. :func:`.alerts.budget_payload`) or "slack" ({"text": ...}).
     webhook_format: str = "json"
-    #: Seconds for an SMTP conversation or a webhook request.
+    #: Seconds for one delivery to one channel (an SMTP conversation, an HTTP request).
     timeout: float = 10.0
+    #: The configured Apprise channels (``notify_admin_urls``, ``notify_group_urls``,
+    #: ``notify_user_url_template``), checked by the gateway (:func:`..notify.configured_channels`).
+    channels: tuple[ChannelConfig, ...] = ()
+    #: The Apprise schemes a user may add for themselves (``GPUService.notify_user_schemes``).
+    user_schemes: tuple[str, ...] = ()
+    #: Hosts users' channels may reach though internal (``GPUService.notify_user_hosts``).
+    user_hosts: tuple[str, ...] = ()
+    #: The lab's mail server as a ``mailto(s)://`` URL without recipients (``GPUService.notify_user_mail_url``):
+    #: users add "an e-mail address" sent through it; "" = users cannot add mail.
+    user_mail_url: str = field(default="", repr=False)
 
     def __post_init__(self):
         def check_str(name):
@@ -180,8 +304,66 @@ class AlertSettings:
 
     @property
     def email_enabled(self) -> bool:
+        """The deprecated mail settings are on: messages carry their recipients (``Message.to``)."""
         return bool(self.smtp_host)
 
     @property
     def webhook_enabled(self) -> bool:
         return bool(self.webhook_url)
+
+    def legacy_channels(self) -> tuple[ChannelConfig, ...]:
+        """The deprecated ``smtp_*`` and ``webhook_*`` settings as Apprise channels, claimed as before.
+
+        Mail: one ``mailto://`` channel (claim ``email``) to each message's own recipients
+        (:func:`.alerts.recipients`, ``user_email_template``), every event. The webhook: ``json://``
+        (claim ``webhook``; the documented payload's fields are added to Apprise's JSON body) or, for
+        ``webhook_format = "slack"``, the URL as Apprise reads a Slack-style webhook, every event
+        but the digest (which it never carried).
+        """
+        out = []
+        if self.email_enabled:
+            user, password = quote(self.smtp_username, safe=""), quote(self.smtp_password, safe="")
+            auth = f"{user}:{password}@" if self.smtp_username else ""
+            query = urlencode({"from": self.mail_from, "mode": "starttls" if self.smtp_starttls else "insecure"})
+            out.append(
+                ChannelConfig(
+                    url=f"mailto://{auth}{self.smtp_host}:{self.smtp_port}?{query}",
+                    owner_kind="admin",
+                    events=EVENTS,
+                    claim="email",
+                    legacy_mail=True,
+                )
+            )
+        if self.webhook_enabled:
+            parts = urlsplit(self.webhook_url)
+            if self.webhook_format == "slack":
+                url = self.webhook_url
+            else:
+                scheme = "jsons" if parts.scheme == "https" else "json"
+                url = parts._replace(scheme=scheme).geturl()
+            out.append(
+                ChannelConfig(
+                    url=url, owner_kind="admin", events=tuple(e for e in EVENTS if e != "digest"), claim="webhook"
+                )
+            )
+        return tuple(out)
+
+    def apprise_channels(self) -> tuple[ChannelConfig, ...]:
+        """Every configured channel: the ``notify_*`` ones, then the deprecated settings'."""
+        return (*self.channels, *self.legacy_channels())
+
+
+def day_in(day: date, lang: str) -> str:
+    """A day in a notice or mail: ``2026-11-01`` in English (as the mails always wrote it), ``2026年11月1日`` in
+    Chinese (Babel's date format, as the pages write it)."""
+    return day.isoformat() if lang == "en" else format_skeleton("yMMMd", day, locale=babel_locale(lang))
+
+
+def test_message(user: str, channel: ChannelConfig, lang: str = "en") -> Message:
+    """The message the "send a test message" buttons send: which channel this is and what it will get."""
+    _ = translator(lang)
+    events = ", ".join(_(EVENT_NAMES[e]) for e in channel.events) or _("nothing")
+    title = _("Test message from the GPU service")
+    text = _("This channel ({target}) gets: {events}.", target=channel.masked, events=events)
+    what = f"test message to {channel.service}"
+    return Message(user=user, kind="test", subject=title, body=text, text=text, what=what, lang=lang)

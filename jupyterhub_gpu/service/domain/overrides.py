@@ -21,7 +21,7 @@ import re
 from decimal import Decimal
 
 from jupyterhub_gpu.ledger.queries.overrides import Override
-from jupyterhub_gpu.money import MoneyError, parse_amount, profile_rate
+from jupyterhub_gpu.money import Currency, MoneyError, parse_amount, profile_rate
 
 log = logging.getLogger("jupyterhub_gpu.access")
 
@@ -32,9 +32,11 @@ class AccessError(ValueError):
     """An admin's edit that cannot be used; the message is shown on the form."""
 
 
-def effective_rate(gpu_count: int, price_per_gpu_hour: Decimal, price_per_hour: Decimal) -> Decimal:
-    """The exact rate per minute of a profile's prices; MoneyError when it is not exact to six places."""
-    return profile_rate(gpu_count, price_per_gpu_hour, price_per_hour)
+def effective_rate(
+    gpu_count: int, price_per_gpu_hour: Decimal, price_per_hour: Decimal, currency: Currency | None = None
+) -> Decimal:
+    """The exact rate per minute of a profile's prices; MoneyError (naming the field, suggesting prices) otherwise."""
+    return profile_rate(gpu_count, price_per_gpu_hour, price_per_hour, currency)
 
 
 def apply_to_pricing(pricing: list[dict], overrides: dict[str, Override]) -> list[dict]:
@@ -72,14 +74,14 @@ def published_parts(published: dict) -> tuple[Decimal, Decimal]:
     return (total_hour / count, Decimal(0)) if count else (Decimal(0), total_hour)
 
 
-def override_rate(override: Override, published: dict) -> Decimal:
+def override_rate(override: Override, published: dict, currency: Currency | None = None) -> Decimal:
     """The rate per minute a published profile gets from an override of its prices (the spawner's rate)."""
     gpu_price, flat = published_parts(published)
     if override.price_per_gpu_hour is not None:
         gpu_price = override.price_per_gpu_hour
     if override.price_per_hour is not None:
         flat = override.price_per_hour
-    return effective_rate(int(published.get("gpu_count") or 0), gpu_price, flat)
+    return effective_rate(int(published.get("gpu_count") or 0), gpu_price, flat, currency)
 
 
 def parse_groups(text: str) -> tuple[str, ...]:
@@ -104,8 +106,12 @@ def parse_price(text: str, what: str) -> Decimal | None:
         raise AccessError(str(e)) from None
 
 
-def parse_override(profile, values: dict[str, str]) -> Override:
-    """An admin's edit of ``profile`` from the form's fields; AccessError names the first problem."""
+def parse_override(profile, values: dict[str, str], currency: Currency | None = None) -> Override:
+    """An admin's edit of ``profile`` from the form's fields; AccessError names the first problem.
+
+    A price whose rate would not be exact names its field and the nearest exact prices
+    (round ones at the ``currency``'s minor unit), as a configured profile's does.
+    """
     gpu_price = parse_price(values.get("price_per_gpu_hour", ""), "price per GPU-hour")
     if gpu_price is not None and not profile["gpu_count"]:
         raise AccessError(f"The profile {profile['slug']!r} has no GPU: set its price per hour instead")
@@ -122,7 +128,7 @@ def parse_override(profile, values: dict[str, str]) -> Override:
     override = Override(profile["slug"], gpu_price, flat, groups)
     if gpu_price is not None or flat is not None:
         try:
-            override_rate(override, profile)
+            override_rate(override, profile, currency)
         except MoneyError as e:
             raise AccessError(str(e)) from None
     return override

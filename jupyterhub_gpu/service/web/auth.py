@@ -17,6 +17,7 @@ from tornado import web
 
 from jupyterhub_gpu.billing import BudgetRule, BudgetStatus
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.web.context import WebContext
@@ -25,6 +26,24 @@ from jupyterhub_gpu.service.web.params import BadRequest, parse_json_body
 SCOPE_USAGE_READ = "custom:gpu-usage:read"  # read everyone's usage
 SCOPE_BUDGETS_WRITE = "custom:gpu-budgets:write"  # set and delete budgets
 SCOPE_METRICS_READ = "custom:gpu-metrics:read"  # scrape /metrics
+
+#: What a refused caller is told (the pages show them in the reader's language: jupyterhub_gpu/i18n.py).
+TOKEN_REFUSED = (
+    "The token was refused: JupyterHub does not know it (mistyped, expired or revoked). Make a new one on the"
+    " hub's token page ({url}) and send it as 'Authorization: token ...'."
+)
+TOKEN_LACKS_SCOPE = (
+    "This needs the {needs} scope, and the token sent does not carry it. A token holds the scopes chosen when it"
+    " was made (on the hub's token page: none chosen means all of its owner's), and its owner's role must grant"
+    " them (c.JupyterHub.load_roles, docs/service-api.md)."
+)
+LOGIN_LACKS_SCOPE = (
+    "This needs the {needs} scope, and your login to the gpu service does not carry it. If your JupyterHub role"
+    " grants it, it is held but not granted to the service's OAuth client: a browser gets only the scopes listed"
+    " in the gpu service's oauth_client_allowed_scopes. The administrator adds them there (c.JupyterHub.services,"
+    ' the "gpu" entry: "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES); docs/service.md) and restarts the'
+    " hub; then log out of JupyterHub and in again."
+)
 
 CUSTOM_SCOPES = {
     SCOPE_USAGE_READ: {"description": "Read every user's GPU usage, sessions and budgets."},
@@ -65,6 +84,11 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def initialize(self, ctx: WebContext):
         self.ctx = ctx
+
+    @property
+    def _(self):
+        """The texts of answers: English for the API; pages answer in the reader's language."""
+        return translator("en")
 
     @property
     def hub_auth(self):
@@ -117,6 +141,8 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                 "A browser's request that changes something needs the X-XSRFToken header (JupyterHub's XSRF"
                 " protection, from the service's page); programs send 'Authorization: token ...' instead."
             )
+        if self.hub_auth.get_token(self, in_cookie=False):
+            return self._(TOKEN_REFUSED, url=f"{self.hub_auth.hub_prefix}token")
         return (
             "Authentication required: send 'Authorization: token <JupyterHub API token>',"
             " or log in to JupyterHub in this browser."
@@ -130,7 +156,14 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def require_scope(self, *scopes: str) -> None:
         """403 unless the caller holds one of ``scopes``."""
         if not any(self.has_scope(s) for s in scopes):
-            raise web.HTTPError(403, f"This needs the {' or '.join(scopes)} scope.")
+            raise web.HTTPError(403, self.missing_scope_message(scopes))
+
+    def missing_scope_message(self, scopes) -> str:
+        """Why the caller lacks ``scopes`` where it may hold them, and the fix: its login or its token."""
+        needs = " or ".join(scopes)
+        if self.hub_auth.get_token(self, in_cookie=False):
+            return self._(TOKEN_LACKS_SCOPE, needs=needs)
+        return self._(LOGIN_LACKS_SCOPE, needs=needs)
 
     @property
     def instructor_groups(self) -> tuple[str, ...]:
@@ -143,7 +176,8 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def require_group(self, group: str) -> None:
         """403 unless the caller reads everyone's usage or is an instructor of ``group``."""
         if not self.can_read_group(group):
-            raise web.HTTPError(403, f"This needs the {SCOPE_USAGE_READ} or {SCOPE_USAGE_READ}!group={group} scope.")
+            scopes = (SCOPE_USAGE_READ, f"{SCOPE_USAGE_READ}!group={group}")
+            raise web.HTTPError(403, self.missing_scope_message(scopes))
 
     @property
     def is_user(self) -> bool:

@@ -17,6 +17,8 @@ from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.advice import AdviceSettings
 from jupyterhub_gpu.service.hubapi import HubClient
+from jupyterhub_gpu.service.notify import Notifier
+from jupyterhub_gpu.service.tick import TickHealth
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,15 @@ class WebContext:
     max_concurrent_jobs: int
     job_time_limit_minutes: int
     job_time_limit_max_minutes: int
+    #: The one gateway for notices (the channels' test messages; its delivery counts in ``/metrics``).
+    notifier: Notifier | None = None
+    #: How the ticks went (their counts and the last good one, in ``/metrics``); None outside the service.
+    tick_health: TickHealth | None = None
 
     @property
     def base_url(self) -> str:
         """The hub's base URL path (``/``, or ``/jupyter/`` behind a path prefix), from the service's prefix."""
-        return self.prefix.split("services/")[0] or "/"
+        return self.prefix.rstrip("/").rpartition("/services/")[0] + "/"  # the last one: a base may hold "services"
 
     @classmethod
     def from_service(cls, service) -> WebContext:
@@ -55,4 +61,6 @@ class WebContext:
             max_concurrent_jobs=service.max_concurrent_jobs,
             job_time_limit_minutes=service.job_time_limit_minutes,
             job_time_limit_max_minutes=service.job_time_limit_max_minutes,
+            notifier=service.notifier,
+            tick_health=service.tick_health,
         )

@@ -30,20 +30,24 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import jinja2
+from babel.dates import format_skeleton
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.log import app_log
 
 from jupyterhub_gpu.billing import applies_to, local_midnight, minutes_in_window
+from jupyterhub_gpu.i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, language_of, query_language, translator
+from jupyterhub_gpu.ledger.queries.channels import channel_owners
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
 from jupyterhub_gpu.ledger.queries.overrides import Override, delete_override, load_overrides, save_override
-from jupyterhub_gpu.money import to_micros
+from jupyterhub_gpu.money import babel_locale, to_micros
 from jupyterhub_gpu.service.domain.advice import summary as advice_summary
+from jupyterhub_gpu.service.domain.notices import DEFAULT_EVENTS, EVENT_NAMES, EVENTS
 from jupyterhub_gpu.service.domain.overrides import AccessError, apply_to_pricing, parse_override
 from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON, Tally, culling_report
 from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.hubapi import HubAPIError
-from jupyterhub_gpu.service.i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, negotiate, translator
+from jupyterhub_gpu.service.web.api.channels import ChannelAccess
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, parse_budget, query_values, query_window, validate_subject
 from jupyterhub_gpu.service.web.views import money_str, sessions_json, status_json, table_csv, usage_csv, usage_totals
@@ -149,6 +153,17 @@ def saved_row(tally: Tally, currency: str) -> dict:
     }
 
 
+def day_text(day: date, lang: str) -> str:
+    """A day in the reader's date format: ``Nov 1, 2026`` in English, ``2026年11月1日`` in Chinese."""
+    return format_skeleton("yMMMd", day, locale=babel_locale(lang))
+
+
+def moment_text(moment: datetime, tz, lang: str) -> str:
+    """A moment in the lab's time zone, in the reader's date format and a 24-hour clock: ``Nov 1, 2026 08:05``."""
+    local = moment.astimezone(tz)
+    return f"{day_text(local.date(), lang)} {local:%H:%M}"
+
+
 def month_start(now: datetime, tz) -> datetime:
     local = now.astimezone(tz)
     return datetime.combine(local.date().replace(day=1), time(0), tzinfo=tz)
@@ -165,11 +180,14 @@ class PageHandler(BaseHandler):
     @property
     def lang(self) -> str:
         if self._lang is None:
-            chosen = self.get_query_argument("lang", None)
-            if chosen in LANGUAGES:
-                self.set_cookie(COOKIE, chosen, path=self.ctx.prefix, expires_days=365, samesite="Lax")
+            chosen = query_language(self)
+            if chosen is not None:
+                # at the hub's base URL, so the hub's own pages and the spawn form follow the same choice
+                proto = self.request.headers.get("X-Forwarded-Proto", self.request.protocol).split(",")[0].strip()
+                secure = proto == "https" or self.request.protocol == "https"
+                self.set_cookie(COOKIE, chosen, path=self.ctx.base_url, expires_days=365, samesite="Lax", secure=secure)
             else:
-                chosen = negotiate(self.request.headers.get("Accept-Language"), self.get_cookie(COOKIE))
+                chosen = language_of(self)
             self._lang = chosen
         return self._lang
 
@@ -215,7 +233,7 @@ class PageHandler(BaseHandler):
                 static=lambda name: url_path_join(self.ctx.prefix, "static", name),
                 nav=self.nav() if self.current_user else None,
                 currency=self.ctx.currency,
-                money=lambda amount: self.ctx.currency.format(Decimal(amount)),
+                money=lambda amount: self.ctx.currency.format(Decimal(amount), locale=self.lang),
                 reason=lambda r: self._(r) if r else "",
                 local=self.local_time,
                 tz=str(self.ctx.tz),
@@ -228,11 +246,10 @@ class PageHandler(BaseHandler):
         )
 
     def local_time(self, iso: str | None) -> str:
-        """An API time (ISO, UTC) as ``YYYY-MM-DD HH:MM`` in the lab's time zone."""
+        """An API time (ISO, UTC) in the lab's time zone and the reader's date format (:func:`moment_text`)."""
         if not iso:
             return ""
-        moment = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(self.ctx.tz)
-        return moment.strftime("%Y-%m-%d %H:%M")
+        return moment_text(datetime.fromisoformat(iso.replace("Z", "+00:00")), self.ctx.tz, self.lang)
 
     def write_error(self, status_code, **kwargs):
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -280,7 +297,7 @@ class PageHandler(BaseHandler):
         self._groups_by_id = {r.id: r.group_list for r in records}
         self._pool_by_id = {r.id: r.pool for r in records}
         now = self.now()
-        return sessions_json(self.ledger, records, now, self.ctx.currency, (since, until))  # with advice
+        return sessions_json(self.ledger, records, now, self.ctx.currency, (since, until), self.lang)  # with advice
 
     def session_groups(self, session: dict) -> list[str]:
         return self._groups_by_id.get(session["id"], [])
@@ -313,18 +330,20 @@ class PageHandler(BaseHandler):
             # a term budget outside its term binds nothing: say that it has ended (or not begun), not a reset
             tz = self.ctx.tz
             if status.state == "ended":
-                last_day = (status.period_end - timedelta(microseconds=1)).astimezone(tz).date().isoformat()
+                last_day = day_text((status.period_end - timedelta(microseconds=1)).astimezone(tz).date(), self.lang)
                 row["resets"] = self._("ended {day}", day=last_day)
             elif status.state == "upcoming":
-                row["resets"] = self._("starts {day}", day=status.period_start.astimezone(tz).date().isoformat())
+                row["resets"] = self._(
+                    "starts {day}", day=day_text(status.period_start.astimezone(tz).date(), self.lang)
+                )
             else:
-                row["resets"] = status.period_end.astimezone(tz).date().isoformat()
+                row["resets"] = day_text(status.period_end.astimezone(tz).date(), self.lang)
             rows.append(row)
         return rows
 
     def quantity(self, value: str, unit: str) -> str:
         if unit == "money":
-            return self.ctx.currency.format(Decimal(value))
+            return self.ctx.currency.format(Decimal(value), locale=self.lang)
         return f"{Decimal(value).quantize(Decimal('0.01'))} {self._('GPU-hours')}"
 
     def culling(self, since, until, group=None) -> dict:
@@ -369,7 +388,7 @@ class PageHandler(BaseHandler):
             "labels": [d["day"] for d in series],
             "spend": [d["spend"] for d in series],
             "gpu_hours": [d["gpu_hours"] for d in series],
-            "spend_label": f"{self._('Spend')} ({self.ctx.currency.symbol.strip()})",
+            "spend_label": f"{self._('Spend')} ({self.ctx.currency.symbol_in(self.lang).strip()})",
             "hours_label": self._("GPU-hours"),
         }
 
@@ -391,7 +410,82 @@ BUDGET_COLUMNS = [
 ]
 
 
-class UserPage(PageHandler):
+# -- alert channels (docs/alerts.md): the sections of the user and admin pages, and their forms ------------
+
+
+def channel_block(page, owner_kind: str, owner: str, heading: str) -> dict:
+    """One owner's channels for ``channels.html`` (``page`` is a page that is also a :class:`ChannelAccess`)."""
+    listing = page.listing(owner_kind, owner)
+    _ = page._
+    rows = [
+        {**c, "event_names": ", ".join(_(EVENT_NAMES[e]) for e in c["events"]) or _("nothing")}
+        for c in listing["channels"]
+    ]
+    return {"owner": owner_kind, "name": owner, "heading": heading, "channels": rows, "may_edit": listing["may_edit"]}
+
+
+def channel_section(page, title: str, blocks: list[dict], back: str, owner_kinds: str) -> dict:
+    """The ``ch`` of ``channels.html``: its blocks, and the add form for ``owner_kinds`` (user | others)."""
+    _ = page._
+    saved = {
+        "channel-added": _("Channel added."),
+        "channel-removed": _("Channel removed."),
+        "channel-tested": _("Test message sent."),
+    }.get(page.get_query_argument("saved", ""), "")
+    defaults = set(DEFAULT_EVENTS["user" if owner_kinds == "user" else "group"])
+    settings = page.ctx.notifier.settings if page.ctx.notifier is not None else None
+    return {
+        "title": title,
+        "blocks": blocks,
+        "back": back,
+        "action": page.page_url("channels"),
+        "saved": saved,
+        "owners": owner_kinds == "others",
+        "may_add": owner_kinds == "user" or page.has_scope(SCOPE_BUDGETS_WRITE),
+        "events": [{"value": e, "name": _(EVENT_NAMES[e]), "default": e in defaults} for e in EVENTS],
+        "schemes": ", ".join(settings.user_schemes) if owner_kinds == "user" and settings else "",
+    }
+
+
+class ChannelFormHandler(PageHandler, ChannelAccess):
+    """``POST channels``: add, remove or test a channel from the user or admin page (XSRF-checked by JupyterHub).
+
+    The same rules as the REST API (:class:`~.api.channels.ChannelAccess`); a refusal is an error page
+    with the reason (a URL Apprise cannot read: Apprise's, secrets blanked).
+    """
+
+    @web.authenticated
+    async def post(self):
+        action = self.get_body_argument("action", "")
+        back = "admin" if self.get_body_argument("back", "") == "admin" else ""
+        channel_id = self.get_body_argument("id", "").strip()
+        if action == "add":
+            owner = self.get_body_argument("owner", "user")
+            if owner == "user":
+                kind, name = "user", self.own_name("it has no channels of its own")
+            elif owner == "admins":
+                kind, name = "admin", ""
+            elif owner == "group":
+                kind, name = "group", self._name("group", self.get_body_argument("group", "").strip())
+            else:
+                raise web.HTTPError(400, f"owner must be user, admins or group, got {owner!r}")
+            events = self.get_body_arguments("events")
+            if not events:
+                raise web.HTTPError(400, self._("Choose at least one event."))
+            self.add(kind, name, self.get_body_argument("url", ""), events)
+            saved = "channel-added"
+        elif action == "remove":
+            self.remove(channel_id)
+            saved = "channel-removed"
+        elif action == "test":
+            await self.send_test(channel_id)
+            saved = "channel-tested"
+        else:
+            raise web.HTTPError(400, f"action must be add, remove or test, got {action!r}")
+        self.redirect(self.page_url(back, saved=saved) + "#channels", status=303)
+
+
+class UserPage(PageHandler, ChannelAccess):
     """A user's balance, spend in the window, sessions and daily chart."""
 
     @web.authenticated
@@ -430,12 +524,17 @@ class UserPage(PageHandler):
             },
         ):
             return
+        channels = None
+        if name == me:
+            block = channel_block(self, "user", name, self._("Notifications"))
+            channels = channel_section(self, self._("Notifications"), [block], "", "user")
         self.render_page(
             "user.html",
             title=self._("My usage") if name == me else name,
             subject=name,
             own=name == me,
             budgets=budgets,
+            channels=channels,
             **self.summary(sessions, series, since, until),
         )
 
@@ -500,7 +599,7 @@ UTILIZATION_COLUMNS = ["billed", "busy", "idle", "unsampled", "busy_share"]
 PROFILE_COLUMNS = ["slug", "display_name", "gpu_count", "rate_per_minute", "allowed_groups", "edited"]
 
 
-class AdminView(PageHandler):
+class AdminView(PageHandler, ChannelAccess):
     """Everything: spend by group, user and profile, charts, utilization, culling, and the forms."""
 
     def show(self, status: int = 200, error: str = "", form: dict | None = None, profile_error: dict | None = None):
@@ -543,9 +642,22 @@ class AdminView(PageHandler):
             form={**dict.fromkeys(BUDGET_FORM_FIELDS, ""), **(form or {})},
             profile_error=profile_error or {"slug": "", "message": ""},
             saved=self.get_query_argument("saved", ""),
-            right_sizing=advice_summary(self.ledger, since, until, None, self.ctx.currency),  # docs/advice.md
+            right_sizing=advice_summary(self.ledger, since, until, None, self.ctx.currency, self.lang),  # advice.md
+            channels=self.channels_section(),
             **self.summary(sessions, series, since, until),
         )
+
+    def channels_section(self) -> dict:
+        """The admins' channels and every group's that has one (configured or stored)."""
+        blocks = [channel_block(self, "admin", "", self._("The admins' channels"))]
+        configured = self.ctx.notifier.configured if self.ctx.notifier is not None else ()
+        groups = {c.owner for c in configured if c.owner_kind == "group"} | set(channel_owners(self.ledger, "group"))
+        for group in sorted(groups):
+            blocks.append(channel_block(self, "group", group, self._("Group {group}", group=group)))
+        every_user = [c for c in configured if c.owner_kind == "user"]
+        if every_user:
+            blocks.append(channel_block(self, "user", "{username}", self._("Every user")))
+        return channel_section(self, self._("Alert channels"), blocks, "admin", "others")
 
     def profiles(self) -> list[dict]:
         """The published profiles with the admins' edits (``GET pricing``'s view) and the edit's fields."""
@@ -557,7 +669,7 @@ class AdminView(PageHandler):
             rows.append(
                 {
                     **p,
-                    "rate_display": self.ctx.currency.format_rate(Decimal(p["rate_per_minute"])),
+                    "rate_display": self.ctx.currency.format_rate(Decimal(p["rate_per_minute"]), self.lang),
                     "allowed_groups": " ".join(p["allowed_groups"]),
                     "edited": o is not None,
                     "override": o,
@@ -634,7 +746,7 @@ class ProfileFormHandler(AdminView):
             for k in ("price_per_gpu_hour", "price_per_hour", "restrict", "allowed_groups")
         }
         try:
-            override = parse_override(published[slug], values)
+            override = parse_override(published[slug], values, self.ctx.currency)
         except AccessError as e:
             self.show(400, profile_error={"slug": slug, "message": str(e)})
             return

@@ -13,6 +13,7 @@ from jupyterhub.utils import url_path_join
 
 from jupyterhub_gpu.service.web.api.advice import AdviceHandler
 from jupyterhub_gpu.service.web.api.budgets import BudgetHandler, BudgetListHandler
+from jupyterhub_gpu.service.web.api.channels import ChannelHandler, ChannelsHandler, ChannelTestHandler
 from jupyterhub_gpu.service.web.api.culling import CullingHandler
 from jupyterhub_gpu.service.web.api.jobs import (
     JobCancelHandler,
@@ -20,6 +21,7 @@ from jupyterhub_gpu.service.web.api.jobs import (
     JobHandler,
     JobsHandler,
     JobStartedHandler,
+    RestartBiggerHandler,
     StopWhenDoneHandler,
 )
 from jupyterhub_gpu.service.web.api.me import MeHandler, NoticeDismissHandler
@@ -34,6 +36,7 @@ from jupyterhub_gpu.service.web.pages import (
     STATIC,
     AdminPage,
     BudgetFormHandler,
+    ChannelFormHandler,
     GroupPage,
     ProfileFormHandler,
     StaticHandler,
@@ -47,7 +50,11 @@ def make_handlers(prefix: str, ctx: WebContext) -> list:
     c = {"ctx": ctx}
     return [
         (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler, c),
-        (url_path_join(prefix, "metrics"), MetricsHandler, {**c, "registry": make_registry(ctx.ledger, ctx.tz)}),
+        (
+            url_path_join(prefix, "metrics"),
+            MetricsHandler,
+            {**c, "registry": make_registry(ctx.ledger, ctx.tz, notifier=ctx.notifier, tick_health=ctx.tick_health)},
+        ),
         # the REST API (api/), described by openapi.yaml
         (url_path_join(api, "openapi.yaml"), OpenAPIHandler, c),
         (url_path_join(api, "me"), MeHandler, c),
@@ -56,6 +63,9 @@ def make_handlers(prefix: str, ctx: WebContext) -> list:
         (url_path_join(api, "budgets"), BudgetListHandler, c),
         (url_path_join(api, r"budgets/([^/]+)/([^/]+)"), BudgetHandler, c),
         (url_path_join(api, "pricing"), PricingHandler, c),
+        (url_path_join(api, "channels"), ChannelsHandler, c),
+        (url_path_join(api, r"channels/([^/]+)"), ChannelHandler, c),
+        (url_path_join(api, r"channels/([^/]+)/test"), ChannelTestHandler, c),
         (url_path_join(api, "culling"), CullingHandler, c),
         (url_path_join(api, "advice"), AdviceHandler, c),
         (url_path_join(api, "samples"), SamplesHandler, c),
@@ -65,6 +75,7 @@ def make_handlers(prefix: str, ctx: WebContext) -> list:
         (url_path_join(api, r"jobs/([^/]+)/started"), JobStartedHandler, c),
         (url_path_join(api, r"jobs/([^/]+)/finished"), JobFinishedHandler, c),
         (url_path_join(api, "stop-when-done"), StopWhenDoneHandler, c),
+        (url_path_join(api, "restart-bigger"), RestartBiggerHandler, c),
         # the usage pages (pages.py), outside api/v1/
         (url_path_join(prefix, r"static/(.*)"), StaticHandler, {"path": str(STATIC)}),
         (prefix.rstrip("/") + "/?", UserPage, c),
@@ -73,5 +84,6 @@ def make_handlers(prefix: str, ctx: WebContext) -> list:
         (url_path_join(prefix, "admin"), AdminPage, c),
         (url_path_join(prefix, "admin/budgets"), BudgetFormHandler, c),
         (url_path_join(prefix, r"admin/profiles/([^/]+)"), ProfileFormHandler, c),
+        (url_path_join(prefix, "channels"), ChannelFormHandler, c),
         (url_path_join(api, r".*"), NotFoundHandler, c),
     ]

@@ -20,7 +20,7 @@ from jupyterhub_gpu.clock import aware_utc, isoformat
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.advice import advice_of
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.money import from_micros, to_micros
+from jupyterhub_gpu.money import DEFAULT_LOCALE, Currency, MoneyError, from_micros, to_micros
 from jupyterhub_gpu.service.domain.advice import advice_json
 from jupyterhub_gpu.service.domain.savings import CullingReport, Tally
 from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT
@@ -80,8 +80,32 @@ def decimal_str(value: Decimal, unit: str = "money") -> str:
     return f"{value:f}"
 
 
-def session_json(record, now: datetime, currency, advice: dict | None = None, window: tuple = (None, None)) -> dict:
+def currency_of(code: str, lab: Currency) -> Currency:
+    """The currency an amount was charged in: the lab's (with its symbol), or the code's own (charged before a change).
+
+    A session keeps the currency it was charged in; it is shown in that one, never
+    relabelled with the lab's current currency.
+    """
+    if code == lab.code:
+        return lab
+    try:
+        return Currency.from_config(code)
+    except MoneyError:  # a code written before codes were checked: shown as it was stored
+        return Currency(code, f"{code} ")
+
+
+def session_json(
+    record,
+    now: datetime,
+    currency: Currency,
+    advice: dict | None = None,
+    window: tuple = (None, None),
+    locale: str = DEFAULT_LOCALE,
+) -> dict:
     """A session as the API shows it: cost so far for running ones, the final charge for stopped ones.
+
+    ``cost_display`` is written for ``locale`` (the API's is English; the pages pass
+    their reader's language) in the session's own currency.
 
     ``advice`` is its right-sizing advice
     (:func:`~jupyterhub_gpu.service.domain.advice.advice_json`), None when it has none.
@@ -110,7 +134,7 @@ def session_json(record, now: datetime, currency, advice: dict | None = None, wi
         "stop_reason": record.stop_reason,
         "minutes_billed": minutes,
         "cost": money_str(row.cost_micros),
-        "cost_display": currency.format(from_micros(row.cost_micros)),
+        "cost_display": currency_of(record.currency, currency).format(from_micros(row.cost_micros), locale=locale),
         "running": record.stopped is None,
         "advice": advice,
         "minutes_in_window": (inside := minutes_in_window(aware_utc(record.started), minutes or 0, *window)),
@@ -118,10 +142,18 @@ def session_json(record, now: datetime, currency, advice: dict | None = None, wi
     }
 
 
-def sessions_json(ledger: Ledger, records, now: datetime, currency, window: tuple = (None, None)) -> list[dict]:
+def sessions_json(
+    ledger: Ledger,
+    records,
+    now: datetime,
+    currency: Currency,
+    window: tuple = (None, None),
+    locale: str = DEFAULT_LOCALE,
+) -> list[dict]:
     """Sessions as the API shows them, each with its right-sizing advice (one query for all of them)."""
     advice = advice_of(ledger, [r.id for r in records])
-    return [session_json(r, now, currency, advice_json(advice.get(r.id), currency), window) for r in records]
+    worded = [advice_json(advice.get(r.id), currency, locale) for r in records]  # the pages' in the reader's language
+    return [session_json(r, now, currency, a, window, locale) for r, a in zip(records, worded, strict=True)]
 
 
 def status_json(status: BudgetStatus) -> dict:
@@ -208,6 +240,8 @@ def job_json(job: JobRecord, session: SessionRecord | None, now: datetime, curre
         "cost": billing["cost"] if billing else "0",
         "cost_display": billing["cost_display"] if billing else currency.format(0),
         "currency": billing["currency"] if billing else currency.code,
+        # the admin's symbol, "" when each language writes its own (the Lab formats ``cost`` with it)
+        "currency_symbol": (currency_of(billing["currency"], currency) if billing else currency).symbol or "",
         "stop_reason": billing["stop_reason"] if billing else None,
         "running": bool(billing and billing["running"]),
     }

@@ -33,6 +33,7 @@ from jupyterhub_gpu.gpus.names import model_matches
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator
 from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
 from jupyterhub_gpu.spawners.kube.objects import MEMORY_LABEL, PRODUCT_LABEL, SESSION_LABEL, gpu_resource_for
+from jupyterhub_gpu.spawners.messages import Phrase
 
 log = logging.getLogger("jupyterhub_gpu.kube_inventory")
 
@@ -361,10 +362,18 @@ class ClusterAllocator(FairQueue, Allocator):
             )
         biggest = largest_node(snapshot, resource, products)
         if biggest < count:
-            where = f"no node has {count}× {model}" if biggest else f"the cluster has no {model}"
+            if biggest:
+                raise AllocationError(
+                    "This profile needs {count}× {model} on one node, but no node has {count}× {model}."
+                    " Ask your administrator to fix the profile.",
+                    count=count,
+                    model=model,
+                )
             raise AllocationError(
-                f"This profile needs {count}× {model} on one node, but {where}."
-                " Ask your administrator to fix the profile."
+                "This profile needs {count}× {model} on one node, but the cluster has no {model}."
+                " Ask your administrator to fix the profile.",
+                count=count,
+                model=model,
             )
         return await self._take_turn(
             key,
@@ -374,8 +383,12 @@ class ClusterAllocator(FairQueue, Allocator):
             claim=Claim(resource, products, count),
             timeout=timeout,
             on_position=on_position,
-            timeout_message=f"No {model} became free in the cluster within {wait_limit_text(timeout)};"
-            " nothing was started. Try again later or choose another profile.",
+            timeout_message=Phrase(
+                "No {model} became free in the cluster within {limit}; nothing was started. Try again later or"
+                " choose another profile.",
+                model=model,
+                limit=wait_limit_text(timeout),
+            ),
         )
 
     def attach(self, key: str, session_id: str) -> None:

@@ -19,6 +19,7 @@ from jupyterhub_gpu.gpus.inventory import make_inventory
 from jupyterhub_gpu.gpus.names import model_matches
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator, AssignmentConflict
 from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
+from jupyterhub_gpu.spawners.messages import Phrase
 
 log = logging.getLogger("jupyterhub_gpu.allocator")
 
@@ -100,8 +101,11 @@ class GPUAllocator(FairQueue, Allocator):
         total = len(self.matching(model))
         if count > total:
             raise AllocationError(
-                f"This profile needs {count}× {model} but this host has {total}."
-                " Ask your administrator to fix the profile."
+                "This profile needs {count}× {model} but this host has {total}. Ask your administrator to fix the"
+                " profile.",
+                count=count,
+                model=model,
+                total=total,
             )
         return await self._take_turn(
             key,
@@ -110,8 +114,12 @@ class GPUAllocator(FairQueue, Allocator):
             count,
             timeout=timeout,
             on_position=on_position,
-            timeout_message=f"No {model} became free within {wait_limit_text(timeout)}; nothing was started."
-            " Try again later or choose another profile.",
+            timeout_message=Phrase(
+                "No {model} became free within {limit}; nothing was started. Try again later or choose another"
+                " profile.",
+                model=model,
+                limit=wait_limit_text(timeout),
+            ),
         )
 
     def release(self, key: str) -> list[str]:

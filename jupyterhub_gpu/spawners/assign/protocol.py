@@ -15,14 +15,15 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from jupyterhub_gpu.gpus.device import GPUDevice
+from jupyterhub_gpu.spawners.messages import UserError
 
 
-class AllocationError(RuntimeError):
-    """A request that can never be met (more GPUs than the host has of that model)."""
+class AllocationError(UserError, RuntimeError):
+    """A request that can never be met (more GPUs than the host has of that model); the student reads it."""
 
 
-class QueueTimeout(TimeoutError):
-    """A request waited longer than its timeout."""
+class QueueTimeout(UserError, TimeoutError):
+    """A request waited longer than its timeout; the student reads it."""
 
 
 class QueueCancelled(AllocationError):

@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
 
 from jupyterhub_gpu.gpus.device import GPUDevice
+from jupyterhub_gpu.spawners import metrics
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, QueueCancelled, QueueTimeout
+from jupyterhub_gpu.spawners.messages import Phrase
 
 log = logging.getLogger("jupyterhub_gpu.allocator")
 
@@ -38,6 +41,8 @@ class Waiter:
     claim: object = None  # what a subclass needs to grant it (the cluster's Claim)
     last_reported: tuple[int, int] | None = None
     cancelled: bool = False  # taken out by cancel(), not by a cancellation of the waiting task
+    timeout: float | None = None
+    since: float = field(default_factory=time.monotonic)  # when it began to wait (for /hub/metrics)
 
 
 class FairQueue:
@@ -54,6 +59,17 @@ class FairQueue:
     def __init__(self):
         self._queues: dict[Hashable, list[Waiter]] = {}
         self._seq = itertools.count()
+        self._models: set[str] = set()
+        metrics.watch(self)
+
+    def models(self) -> set[str]:
+        """The GPU models requested of this queue so far (each shows in /hub/metrics, 0 while none waits)."""
+        return set(self._models)
+
+    def waiters(self) -> Iterator[Waiter]:
+        """Every request waiting now, in every queue."""
+        for queue in list(self._queues.values()):
+            yield from list(queue)
 
     def _fits(self, waiter: Waiter) -> bool:
         raise NotImplementedError
@@ -85,7 +101,7 @@ class FairQueue:
         claim: object = None,
         timeout: float | None,
         on_position: Callable[[int, int], None] | None,
-        timeout_message: str,
+        timeout_message: Phrase,
     ) -> list[GPUDevice]:
         """Grant at once if ``queue`` is empty and the request fits, else wait in it for a turn.
 
@@ -93,10 +109,13 @@ class FairQueue:
         when :meth:`cancel` takes the key out of the queue.
         """
         if self.position(key) is not None:
-            raise AllocationError(f"{key} is already waiting for a GPU")
+            raise AllocationError("{key} is already waiting for a GPU", key=key)
         waiters = self._queues.setdefault(queue, [])
         future = asyncio.get_running_loop().create_future()
-        waiter = Waiter(key, queue, model, count, next(self._seq), future, on_position, claim)
+        waiter = Waiter(key, queue, model, count, next(self._seq), future, on_position, claim, timeout=timeout)
+        if model not in self._models:
+            self._models.add(model)
+            metrics.requested(model)
         if not waiters and self._fits(waiter):
             return self._grant(waiter)
         waiters.append(waiter)
@@ -104,8 +123,12 @@ class FairQueue:
         self._report_positions()
         self._on_wait()
         try:
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
+            devices = await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
+            metrics.observe_wait(model, "granted", time.monotonic() - waiter.since)
+            return devices
         except (asyncio.TimeoutError, asyncio.CancelledError) as e:
+            outcome = "timeout" if isinstance(e, asyncio.TimeoutError) else "cancelled"
+            metrics.observe_wait(model, outcome, time.monotonic() - waiter.since)
             if waiter.future.done() and not waiter.future.cancelled():
                 # granted in the same instant the wait ended: give the GPUs back
                 self.release(key)
@@ -116,7 +139,9 @@ class FairQueue:
                 raise QueueTimeout(timeout_message) from None
             task = asyncio.current_task()
             if waiter.cancelled and not (task is not None and task.cancelling()):
-                raise QueueCancelled(f"{key} was stopped while it waited for a GPU; nothing was started.") from None
+                raise QueueCancelled(
+                    "{key} was stopped while it waited for a GPU; nothing was started.", key=key
+                ) from None
             raise
 
     def cancel(self, key: str) -> bool:
@@ -161,10 +186,10 @@ class FairQueue:
                         self.log.exception("position callback for %s failed", w.key)
 
 
-def wait_limit_text(timeout: float | None) -> str:
+def wait_limit_text(timeout: float | None) -> Phrase:
     """A queue timeout as the spawn page says it: ``5 seconds``, ``10 minutes``."""
     if timeout is None:
-        return "the time limit"
+        return Phrase("the time limit")
     if timeout >= 120:
-        return f"{timeout / 60:g} minutes"
-    return f"{timeout:g} seconds"
+        return Phrase("{n} minutes", n=f"{timeout / 60:g}")
+    return Phrase("{n} seconds", n=f"{timeout:g}")

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from datetime import datetime
 from urllib.parse import urlparse
 
 from dockerspawner import DockerSpawner
-from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import random_port
-from traitlets import Bool, Int, Unicode, default, validate
+from traitlets import Bool, Float, Int, Unicode, default, validate
 
+from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.docker.objects import (
     LABEL_PREFIX,
     make_container_spec,
@@ -38,7 +39,16 @@ from jupyterhub_gpu.spawners.docker.objects import (
     parse_subnet,
     screen_extras,
 )
+from jupyterhub_gpu.spawners.docker.pull import (
+    prepull_order,
+    pull_phrase,
+    running_pull,
+    shared_pull,
+    start_prepull,
+)
+from jupyterhub_gpu.spawners.messages import Phrase, shown
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
+from jupyterhub_gpu.spawners.profiles import parse_profiles
 from jupyterhub_gpu.spawners.startup import check_config, config_probe
 
 HOST_NETWORK_WARNING = (
@@ -57,6 +67,27 @@ def network_problem(info: dict, subnet: str = "") -> str | None:
     if subnet and str(parse_subnet(subnet)) not in subnets:
         return f"Docker network {info.get('Name')!r} has subnet {', '.join(map(str, subnets)) or 'none'}, not {subnet}"
     return None
+
+
+def loopback_problems(config, probe, gateway: str = "") -> list[str]:
+    """The hub or the service on a loopback address, which servers on a Docker network cannot reach.
+
+    A server's 127.0.0.1 is its own: the hub and the service must be on an address it reaches (the
+    network's ``gateway``). Pure: the startup check and the doctor ask it.
+    """
+    gateway = gateway or "the network's gateway"
+    hub = config.JupyterHub
+    hub_host = urlparse(hub.get("hub_connect_url", "")).hostname or hub.get("hub_connect_ip") or hub.get("hub_ip")
+    wanted = {
+        "c.JupyterHub.hub_ip": hub_host or "127.0.0.1",
+        "c.GPUDockerSpawner.gpu_service_url": urlparse(probe.gpu_service_url).hostname,
+    }
+    return [
+        f"{type(probe).__name__}: servers on the Docker network {probe.network_name!r} cannot reach {host}"
+        f" (their own loopback): put {setting} on {gateway} (docs/admin.md, Networking)"
+        for setting, host in wanted.items()
+        if host in ("127.0.0.1", "localhost", "::1")
+    ]
 
 
 def ensure_isolated_network(client, name: str, subnet: str = "", *, internal: bool = True) -> dict:
@@ -80,6 +111,63 @@ def ensure_isolated_network(client, name: str, subnet: str = "", *, internal: bo
     if problem:
         raise ValueError(f"{problem}: remove it (docker network rm {name}) or set another network_name")
     return info
+
+
+#: What a student is told when their profile's image is not on the host (the admin's log says which and the fix).
+MISSING_IMAGE_MESSAGE = "This profile's image is not available on the server yet; the admin has been told."
+
+#: The images whose absence this hub process has logged, each once (a spawn of each retries the check).
+_reported_missing: set[str] = set()
+
+
+def missing_images(client, images) -> list[str]:
+    """Those of ``images`` the Docker engine does not have, in order, each once (blocking; docker-py's APIClient).
+
+    Errors other than "no such image" (the engine unreachable) propagate. The doctor checks every
+    profile's image with this; the spawner with each spawn's.
+    """
+    import docker as docker_py  # optional heavy dependency: docker-py (DockerSpawner's client)
+
+    missing = []
+    for image in dict.fromkeys(images):
+        try:
+            client.inspect_image(image)
+        except docker_py.errors.NotFound:  # ImageNotFound included
+            missing.append(image)
+    return missing
+
+
+def missing_image_problem(image: str, profiles) -> str:
+    """The admin's line for an image missing from the host: which profiles need it, and the fix."""
+    slugs = ", ".join(repr(p.slug) for p in profiles if p.image == image) or "none"
+    return (
+        f"the image {image!r} of profile(s) {slugs} is not on this Docker host, so their spawns fail: pull it"
+        f" (docker pull {image}) or build it (docs/images.md)"
+    )
+
+
+def report_missing_image(log, image: str, profiles) -> None:
+    """Log a missing image at error level, once per image for this hub process."""
+    if image not in _reported_missing:
+        _reported_missing.add(image)
+        log.error("jupyterhub-gpu: %s", missing_image_problem(image, profiles))
+
+
+#: Seconds between two progress events of a spawn waiting on its image's pull.
+PULL_EVENT_INTERVAL = 1.0
+
+
+def prepulls(probe) -> bool:
+    """Whether the hub pre-pulls the profiles' images at its start (``prepull_images``, ``pull_policy``)."""
+    return (
+        bool(probe.prepull_images)
+        and not callable(probe.profiles)
+        and probe.pull_policy.lower()
+        not in (
+            "never",
+            "skip",
+        )
+    )
 
 
 def docker_time(value) -> datetime | None:
@@ -203,6 +291,39 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         """,
     ).tag(config=True)
 
+    prepull_images = Bool(
+        True,
+        help="""
+        At the hub's start, check every profile's image on the Docker host and pull
+        those that are missing, in the background (the hub does not wait): the hub's
+        log says of each "present", "pulled in N s" or "pull failed" with the
+        registry's error. A spawn of an image still being pulled waits for that same
+        pull, showing its layers and bytes. Not done with ``pull_policy`` "never" or
+        "skip", nor for profiles given as a callable (their images are known only at
+        spawn). False: no pull at start; a spawn still pulls a missing image.
+
+            c.GPUDockerSpawner.prepull_images = False
+        """,
+    ).tag(config=True)
+
+    image_pull_timeout = Float(
+        1800,
+        help="""
+        Seconds a spawn waits for its image's pull before it fails with a message
+        (the pull goes on, for the next spawn). The wait comes before the queue and
+        before the hub's ``start_timeout`` starts counting: no GPU is held and nothing
+        is billed while an image is pulled.
+
+            c.GPUDockerSpawner.image_pull_timeout = 3600
+        """,
+    ).tag(config=True)
+
+    @validate("image_pull_timeout")
+    def _valid_image_pull_timeout(self, proposal):
+        if not 0 < proposal.value <= 24 * 3600:
+            raise ValueError(f"image_pull_timeout must be between 0 and one day in seconds, got {proposal.value}")
+        return proposal.value
+
     @validate("container_user")
     def _valid_container_user(self, proposal):
         uid, gid = parse_container_user(proposal.value)  # ValueError: a clear message at hub start
@@ -253,6 +374,95 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         else:
             await self.gpu_check_network()
 
+    async def gpu_before_queue(self, profile):
+        await self.gpu_ensure_image(profile.image)
+
+    async def gpu_ensure_image(self, image: str) -> None:
+        """Have the image on the host before the spawn queues for GPUs, as ``pull_policy`` says.
+
+        "ifnotpresent" (the default) pulls a missing image, "always" pulls it anyway (a failed pull of an
+        image that is there starts that one, with a warning), "never" refuses a missing one, "skip" checks
+        nothing. A pull of the image under way (the start-up pre-pull, another spawn) is joined, never
+        started twice; its progress is shown in the spawn's language.
+        """
+        policy = self.pull_policy.lower()
+        if policy == "skip":
+            return
+        if policy != "always" and not await self._gpu_image_missing(image):
+            return
+        if policy == "never":
+            raise await self._gpu_missing_image_refusal(image)
+        pull = running_pull(self.client, image)
+        if pull is None:
+            pull = shared_pull(self.client, image, self.log)
+        else:
+            self.log.info("%s waits for the pull of %s under way", self._log_name, image)
+        error = await self._gpu_wait_for_pull(pull)
+        if error is None:
+            self._gpu_say(50, Phrase("Pulled image {image}", image=image))
+            return
+        if policy == "always" and not await self._gpu_image_missing(image):
+            self.log.warning(
+                "Could not pull %s for %s (%s); starting the image on this host", image, self._log_name, error
+            )
+            return
+        report_missing_image(self.log, image, await self.gpu_profiles())
+        raise self.gpu_refusal(
+            Phrase("Could not pull the image {image}: {error}", image=image, error=shown(error, 300)),
+            reason="image_pull",
+            log_message=f"{self._log_name}: could not pull the image {image!r}: {error}",
+            status_code=503,
+        )
+
+    async def _gpu_wait_for_pull(self, pull) -> str | None:
+        """Wait for ``pull`` to end, showing its progress at most once a second; its error, or None."""
+        deadline = time.monotonic() + self.image_pull_timeout
+        shown_text, shown_at = None, 0.0
+        while not pull.finished.done():
+            if self._gpu_abort:
+                raise self._gpu_stopped_while_starting()
+            now = time.monotonic()
+            if now >= deadline:
+                raise self.gpu_refusal(
+                    Phrase(
+                        "The image {image} is still being pulled after {minutes} minutes; try again later.",
+                        image=pull.image,
+                        minutes=round(self.image_pull_timeout / 60),
+                    ),
+                    reason="image_pull_timeout",
+                    status_code=503,
+                )
+            phrase = pull_phrase(pull.image, pull.progress)
+            if str(phrase) != shown_text and now - shown_at >= PULL_EVENT_INTERVAL:
+                # no log line each time: the hub's log has the pull's start and end
+                self._gpu_emit({"progress": 50, "message": phrase(self._gpu_lang)})
+                shown_text, shown_at = str(phrase), now
+            await pull.changed(timeout=min(PULL_EVENT_INTERVAL, deadline - now))
+        if self._gpu_abort:
+            raise self._gpu_stopped_while_starting()
+        return pull.error
+
+    async def _gpu_image_missing(self, image: str) -> bool:
+        return bool(await asyncio.wrap_future(self.executor.submit(missing_images, self.client, [image])))
+
+    async def _gpu_missing_image_refusal(self, image: str):
+        report_missing_image(self.log, image, await self.gpu_profiles())
+        return self.gpu_refusal(
+            Phrase(MISSING_IMAGE_MESSAGE),
+            reason="image_missing",
+            log_message=f"{self._log_name}: image {image!r} is not on this Docker host (docker pull {image})",
+            status_code=503,
+        )
+
+    async def pull_image(self, image):
+        """DockerSpawner's pull step, inside ``start()``: the image was pulled before the queue, so only check it.
+
+        Pulling here would hold the GPUs (and bill them) and count against ``start_timeout`` for the whole
+        pull; :meth:`gpu_ensure_image` did it in the pre-spawn hook. An image removed since fails clearly.
+        """
+        if self.pull_policy.lower() != "skip" and await self._gpu_image_missing(image):
+            raise await self._gpu_missing_image_refusal(image)
+
     async def gpu_check_network(self) -> None:
         """Refuse to start on a network where servers could reach each other; create the default one."""
         try:
@@ -269,8 +479,8 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
             if self.allow_shared_network:
                 self.log.warning("INSECURE (allow_shared_network): %s: %s", self._log_name, e)
                 return
-            raise SpawnException(
-                "The lab's container network is not set up safely; please tell your administrator.",
+            raise self.gpu_refusal(
+                Phrase("The lab's container network is not set up safely; please tell your administrator."),
                 reason="network",
                 log_message=f"refusing to start {self._log_name}: {e} (docs/admin.md, Networking)",
                 status_code=500,
@@ -287,6 +497,8 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         if problems:
             return problems
         probe = config_probe(config, cls)
+        if not prepulls(probe):  # else the pre-pull says of each image whether it is there
+            cls.gpu_report_missing_images(probe)
         if probe.network_name == "host":
             return []
         try:
@@ -300,21 +512,46 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         except Exception as e:
             problems.append(f"{cls.__name__}: cannot check the Docker network {probe.network_name!r}: {e}")
             return problems
-        # a server's 127.0.0.1 is its own: the hub and the service must be on an address it reaches
-        gateway = network_gateway(info) or "the network's gateway"
-        hub = config.JupyterHub
-        hub_host = urlparse(hub.get("hub_connect_url", "")).hostname or hub.get("hub_connect_ip") or hub.get("hub_ip")
-        wanted = {
-            "c.JupyterHub.hub_ip": hub_host or "127.0.0.1",
-            "c.GPUDockerSpawner.gpu_service_url": urlparse(probe.gpu_service_url).hostname,
-        }
-        for setting, host in wanted.items():
-            if host in ("127.0.0.1", "localhost", "::1"):
-                problems.append(
-                    f"{cls.__name__}: servers on the Docker network {probe.network_name!r} cannot reach {host}"
-                    f" (their own loopback): put {setting} on {gateway} (docs/admin.md, Networking)"
+        return problems + loopback_problems(config, probe, network_gateway(info))
+
+    @classmethod
+    def gpu_host_resources(cls, probe) -> tuple[float, int, str]:
+        """The CPUs, memory (bytes) and name of the Docker engine's host, for the start-up limits check."""
+        info = probe.client.info()
+        return float(info["NCPU"]), int(info["MemTotal"]), f"the Docker host {info.get('Name') or ''}".rstrip()
+
+    @classmethod
+    def gpu_report_missing_images(cls, probe) -> None:
+        """Log, at the hub's start, each profile's image that is not on the host (it fails only its spawns)."""
+        if callable(probe.profiles):
+            return  # known at spawn time only
+        profiles = parse_profiles(probe.profiles, currency=Currency.from_config(probe.currency, probe.currency_symbol))
+        try:
+            missing = missing_images(probe.client, [p.image for p in profiles])
+        except Exception as e:  # the engine unreachable: the network check says so, and stops the hub
+            probe.log.warning("jupyterhub-gpu: cannot check the profiles' images: %s", e)
+            return
+        for image in missing:
+            report_missing_image(probe.log, image, profiles)
+
+    @classmethod
+    def gpu_prepull(cls, probe):
+        """At the hub's start: check every profile's image and pull the missing ones, in the background."""
+        if not prepulls(probe):
+            if probe.prepull_images:
+                probe.log.info(
+                    "jupyterhub-gpu: no image pre-pull (pull_policy %s, or profiles a callable)", probe.pull_policy
                 )
-        return problems
+            return None
+        profiles = parse_profiles(probe.profiles, currency=Currency.from_config(probe.currency, probe.currency_symbol))
+        client = probe.client
+        return start_prepull(
+            client,
+            prepull_order(profiles),
+            probe.log,
+            lambda image: bool(missing_images(client, [image])),
+            lambda image, error: report_missing_image(probe.log, image, profiles),
+        )
 
     async def create_object(self):
         """Create the container from the pure builder's arguments."""
@@ -398,7 +635,8 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
                 continue  # gone since the listing
             if f"JUPYTERHUB_API_URL={api_url}" in env:
                 session = (c.get("Labels") or {}).get(f"{LABEL_PREFIX}.session-id", "")
-                found.append((session, f"container {c['Id'][:12]} {c.get('Names')}", c["Id"]))
+                facts = dict(item.split("=", 1) for item in env if "=" in item)
+                found.append((session, f"container {c['Id'][:12]} {c.get('Names')}", c["Id"], facts))
         return found
 
     @classmethod

@@ -20,7 +20,6 @@ import copy
 import re
 from datetime import datetime
 
-from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
@@ -45,6 +44,7 @@ from jupyterhub_gpu.spawners.kube.objects import (
     make_storage,
     validate_object,
 )
+from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
 from jupyterhub_gpu.spawners.profiles import Profile, ProfileError, parse_profiles
 from jupyterhub_gpu.spawners.startup import probe_and_check
@@ -87,14 +87,14 @@ def pod_finished_at(pod: dict | None, container: str = "notebook") -> datetime |
     return None
 
 
-def describe_kube_profile(profile: Profile, counts: dict | None, currency: Currency) -> str:
+def describe_kube_profile(profile: Profile, counts: dict | None, currency: Currency, lang: str = "en") -> str:
     """The form's one-line summary on Kubernetes, e.g. ``1× A100 40 GB — ¥0.25/min — 3 of 8 free``.
 
     ``counts`` are the cluster allocator's (None for a CPU-only profile); the memory is what GPU
     Feature Discovery reports for the nodes.
     """
     memory = f" {round(counts['memory_mib'] / 1024)} GB" if counts and counts.get("memory_mib") else ""
-    return profile_line(profile, currency, counts, profile.gpu_model, memory, "in the cluster")
+    return profile_line(profile, currency, counts, profile.gpu_model, memory, "cluster", lang)
 
 
 class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
@@ -259,9 +259,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         await self.allocator.inventory.get()  # cached for inventory_ttl
         return await super()._render_gpu_options_form(spawner)
 
-    def gpu_profile_summary(self, profile: Profile, currency: Currency) -> str:
+    def gpu_profile_summary(self, profile: Profile, currency: Currency, lang: str = "en") -> str:
         return describe_kube_profile(
-            profile, self.allocator.counts(profile.gpu_model) if profile.gpu_count else None, currency
+            profile, self.allocator.counts(profile.gpu_model) if profile.gpu_count else None, currency, lang
         )
 
     async def load_user_options(self):
@@ -366,12 +366,21 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
                 for e in term["matchExpressions"]
                 for v in e["values"]
             )
-            where = f" on a node with {products}" if products else ""
-            message = f"Asking Kubernetes for {profile.gpu_count}× {resource}{where}"
+            if products:
+                message = Phrase(
+                    "Asking Kubernetes for {count}× {resource} on a node with {products}",
+                    count=profile.gpu_count,
+                    resource=resource,
+                    products=products,
+                )
+            else:
+                message = Phrase(
+                    "Asking Kubernetes for {count}× {resource}", count=profile.gpu_count, resource=resource
+                )
         else:
-            message = "Asking Kubernetes for a CPU-only pod"
+            message = Phrase("Asking Kubernetes for a CPU-only pod")
         self._gpu_pod_requested = True
-        self._gpu_emit({"progress": 65, "message": message})
+        self._gpu_say(65, message)
 
     def _as_list(self, value) -> list:
         if isinstance(value, dict):
@@ -409,8 +418,8 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         try:
             return validate_object(data, "V1Pod")
         except SchemaError as e:
-            raise SpawnException(
-                "The server's pod could not be built; please tell your administrator.",
+            raise self.gpu_refusal(
+                Phrase("The server's pod could not be built; please tell your administrator."),
                 reason="pod",
                 log_message=f"invalid pod manifest: {e}",
                 status_code=500,

@@ -2,11 +2,12 @@ import {
   budgetText,
   costText,
   deviceLabel,
+  gpuName,
   historyWithNow,
   meanUtilization,
   totalMemory
 } from '../figures';
-import { en, makeStats } from './helpers';
+import { en, makeStats, zh } from './helpers';
 
 describe('budgetText', () => {
   it('shows GPU-hour budgets in GPU-hours', () => {
@@ -30,6 +31,21 @@ describe('deviceLabel', () => {
   });
 });
 
+describe('gpuName', () => {
+  it("writes a simulated GPU's name in the reader's language", () => {
+    expect(gpuName('Simulated A100', true, zh)).toBe('模拟 A100');
+    expect(gpuName('Simulated A100', true, en)).toBe('Simulated A100');
+  });
+
+  it('leaves real GPUs, and names that only look simulated, as the server wrote them', () => {
+    expect(gpuName('NVIDIA A100-SXM4-40GB', false, zh)).toBe(
+      'NVIDIA A100-SXM4-40GB'
+    );
+    expect(gpuName('Simulated A100', false, zh)).toBe('Simulated A100');
+    expect(gpuName('Simulatedness', true, zh)).toBe('Simulatedness');
+  });
+});
+
 describe('meanUtilization and totalMemory', () => {
   const gpu = makeStats().gpus[0];
 
@@ -49,6 +65,10 @@ describe('meanUtilization and totalMemory', () => {
 describe('costText', () => {
   it('shows the cost and the billed minutes', () => {
     expect(costText(makeStats().session!, en)).toBe('¥0.60 (12 min)');
+    // no symbol set by the admin: the reader's language writes it, as the service's pages do
+    const plain = { ...makeStats().session!, currency_symbol: '' };
+    expect(costText(plain, en)).toBe('CN¥0.60 (12 min)');
+    expect(costText(plain, zh).startsWith('¥0.60')).toBe(true);
   });
 });
 

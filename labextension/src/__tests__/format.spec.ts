@@ -1,4 +1,5 @@
 import {
+  currencyParts,
   formatClock,
   formatDecimal,
   formatGB,
@@ -40,10 +41,32 @@ describe('formatMoney', () => {
     expect(formatMoney('150.5', '₩', 'krw')).toBe('₩150.5');
   });
 
+  it('lets the language write the symbol when the admin set none', () => {
+    // the same Unicode CLDR data as the service's pages (Babel): CN¥ in English, ¥ in Chinese
+    expect(formatMoney('0.6', '', 'CNY', 'en')).toBe('CN¥0.60');
+    expect(formatMoney('0.6', '', 'CNY', 'zh-CN')).toBe('¥0.60');
+    expect(formatMoney('-3', '', 'USD', 'zh-CN')).toBe('-US$3.00');
+    expect(formatMoney('0.016667', '', 'USD', 'en')).toBe('$0.016667');
+    expect(formatMoney('150', '', 'JPY', 'en')).toBe('¥150');
+    expect(formatMoney('1.5', '', 'BHD', 'en')).toBe('BHD1.500');
+    // an admin's symbol is used in every language
+    expect(formatMoney('0.6', 'RMB ', 'CNY', 'zh-CN')).toBe('RMB 0.60');
+    // a code the browser does not know is shown by its code
+    expect(formatMoney('1', '', 'zz', 'en')).toBe('ZZ 1.00');
+  });
+
   it('shows text that is not a decimal as it came', () => {
     expect(formatMoney('n/a', '¥')).toBe('¥n/a');
     expect(formatMoney('', '¥')).toBe('¥');
     expect(formatMoney('1e3', '¥')).toBe('¥1e3');
+  });
+});
+
+describe('currencyParts', () => {
+  it('gives the symbol and minor digits of a currency in a language', () => {
+    expect(currencyParts('CNY', 'zh-CN')).toEqual({ symbol: '¥', digits: 2 });
+    expect(currencyParts('cny', 'en')).toEqual({ symbol: 'CN¥', digits: 2 });
+    expect(currencyParts('KRW', 'en')).toEqual({ symbol: '₩', digits: 0 });
   });
 });
 

@@ -28,7 +28,7 @@ describe('GpuStats', () => {
     expect(stats.isDisposed).toBe(true);
   });
 
-  it('takes new settings: language, poll interval, and says so', () => {
+  it("takes new settings (poll interval, parts) and says so; the language stays JupyterLab's", () => {
     const stats = makeGpuStats();
     const localizer = stats.localizer;
     const changed = jest.fn();
@@ -36,16 +36,14 @@ describe('GpuStats', () => {
     stats.configure({
       ...DEFAULT_SETTINGS,
       pollInterval: 2000,
-      language: 'en',
       showCost: false
     });
     expect(changed).toHaveBeenCalledTimes(1);
     expect(stats.settings.showCost).toBe(false);
     expect(stats.model.interval).toBe(2000);
-    // the same function, now answering in the new language
     expect(stats.localizer).toBe(localizer);
-    expect(localizer().language).toBe('en');
-    expect(localizer().__('CPU only')).toBe('CPU only');
+    expect(localizer().language).toBe('zh-CN');
+    expect(localizer().__('CPU only')).toBe('仅 CPU');
     stats.dispose();
   });
 });

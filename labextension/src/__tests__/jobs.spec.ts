@@ -26,7 +26,9 @@ function job(overrides: Partial<IJob> = {}): IJob {
     duration_seconds: 70,
     minutes_billed: 2,
     cost: '0.1',
-    cost_display: '¥0.10',
+    cost_display: 'CN¥0.10',
+    currency: 'CNY',
+    currency_symbol: '',
     output_notebook: 'work/jobs/a1b2c3d4e5f6/train.ipynb',
     log_file: 'work/jobs/a1b2c3d4e5f6/job.log',
     output_url: '/user/stu1/lab/tree/work/jobs/a1b2c3d4e5f6/train.ipynb',
@@ -116,8 +118,13 @@ describe('job list', () => {
     expect(jobRow(job(), en)).toEqual({
       state: 'succeeded',
       duration: expect.any(String),
-      cost: '¥0.10 (2 min)'
+      cost: 'CN¥0.10 (2 min)'
     });
+    // in Chinese the language's own symbol, as on the service's pages; an admin's symbol everywhere
+    expect(jobRow(job(), zh).cost.startsWith('¥0.10')).toBe(true);
+    expect(
+      jobRow(job({ currency_symbol: 'RMB ' }), zh).cost.startsWith('RMB 0.10')
+    ).toBe(true);
     expect(jobRow(job({ state: 'timed_out' }), zh).state).toBe('已达时间上限');
     expect(jobRow(job({ duration_seconds: null }), en).duration).toBe('—');
 

@@ -13,6 +13,7 @@ jest.mock('@jupyterlab/apputils', () => {
       manager.changed.emit({ type: 'added', notification });
       return notification.id;
     }),
+    error: jest.fn(),
     dismiss: (id: string) => {
       const notification = manager.notifications.find((n: any) => n.id === id);
       manager.notifications = manager.notifications.filter(
@@ -178,6 +179,39 @@ describe('NoticeCenter', () => {
     expect(showPanel).toHaveBeenCalled();
     // opening the panel keeps the notification (and the notice) in place
     expect(event.preventDefault).toHaveBeenCalled();
+    center.dispose();
+  });
+
+  it('offers "Restart on the bigger profile" on a bigger:<slug> notice, and reports a refusal', async () => {
+    const restartBigger = jest.fn(async () => {
+      throw new Error('Your budget cannot pay for a100');
+    });
+    const center = new NoticeCenter({
+      localizer: () => en,
+      restartBigger,
+      dismiss: jest.fn()
+    });
+    await center.update([
+      { ...notice(21, 'info'), kind: 'bigger:a100' },
+      notice(22)
+    ]);
+    const [first, second] = emit.mock.calls.map(call => call[2].actions);
+    expect(first.map((a: any) => a.label)).toEqual([
+      'Restart on the bigger profile',
+      'Dismiss'
+    ]);
+    // a notice of another kind has no such button
+    expect(second.map((a: any) => a.label)).toEqual(['Dismiss']);
+    const event = { preventDefault: jest.fn() };
+    first[0].callback(event);
+    expect(restartBigger).toHaveBeenCalledWith('a100');
+    expect(event.preventDefault).toHaveBeenCalled();
+    await Promise.resolve();
+    await Promise.resolve();
+    expect((Notification as any).error).toHaveBeenCalledWith(
+      'Could not restart on the bigger profile: Your budget cannot pay for a100',
+      { autoClose: false }
+    );
     center.dispose();
   });
 });

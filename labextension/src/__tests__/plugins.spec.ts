@@ -68,9 +68,15 @@ class FakeShell extends Widget {
   currentWidget = null;
 }
 
-async function start(composite: Record<string, unknown> = {}) {
+async function start(
+  composite: Record<string, unknown> = {},
+  languageCode = 'en'
+) {
   const shell = new FakeShell();
   const app: any = new Application({ shell });
+  app.restored = Promise.resolve();
+  const opened = jest.fn();
+  app.commands.addCommand('docmanager:open', { execute: opened });
   app.contextMenuHitTest = () => undefined;
   jest.spyOn(app.contextMenu, 'addItem');
   const statusBar = { registerStatusItem: jest.fn() };
@@ -84,7 +90,7 @@ async function start(composite: Record<string, unknown> = {}) {
   const settings = { composite, changed };
   const registry = { load: jest.fn().mockResolvedValue(settings) };
   const translator = {
-    languageCode: 'en',
+    languageCode,
     load: () => ({ __: (msgid: string) => msgid })
   };
   const services: Array<[any, unknown]> = [
@@ -110,6 +116,7 @@ async function start(composite: Record<string, unknown> = {}) {
   await new Promise(resolve => setTimeout(resolve, 0));
   return {
     app,
+    opened,
     shell,
     statusBar,
     palette,
@@ -203,12 +210,11 @@ describe('the plugins', () => {
     expect(shell.activateById).toHaveBeenCalledWith('jupyterhub-gpu-panel');
   });
 
-  it("load the settings of 'jupyterhub-gpu:plugin' into the shared stats", async () => {
-    const { app, statusBar, registry, settings, stats } = await start({
-      language: 'zh-CN',
-      pollInterval: 2000,
-      showStatusBar: false
-    });
+  it("load the settings of 'jupyterhub-gpu:plugin' into the shared stats, in JupyterLab's language", async () => {
+    const { app, statusBar, registry, settings, stats } = await start(
+      { pollInterval: 2000, showStatusBar: false },
+      'zh-CN'
+    );
     expect(registry.load).toHaveBeenCalledWith('jupyterhub-gpu:plugin');
     expect(stats.model.interval).toBe(2000);
     expect(stats.localizer().language).toBe('zh-CN');
@@ -225,7 +231,27 @@ describe('the plugins', () => {
     settings.changed.emit();
     expect(status.isActive()).toBe(true);
     expect(active).toHaveBeenCalled();
-    expect(stats.localizer().language).toBe('en');
+    // the settings do not choose the language: JupyterLab's stays
+    expect(stats.localizer().language).toBe('zh-CN');
     stats.model.dispose();
+  });
+
+  it('reopen the notebooks a restart on a bigger profile kept, once', async () => {
+    window.localStorage.setItem(
+      'jupyterhub-gpu:reopen',
+      JSON.stringify(['work/train.ipynb', 'b.ipynb'])
+    );
+    const { opened, stats } = await start();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(opened.mock.calls.map(call => call[0])).toEqual([
+      { path: 'work/train.ipynb' },
+      { path: 'b.ipynb' }
+    ]);
+    expect(window.localStorage.getItem('jupyterhub-gpu:reopen')).toBeNull();
+    stats.model.dispose();
+    const again = await start();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(again.opened).not.toHaveBeenCalled();
+    again.stats.model.dispose();
   });
 });

@@ -18,8 +18,7 @@ describe('settings', () => {
       showUtilization: true,
       showMemory: true,
       showCost: true,
-      showBudget: true,
-      language: 'auto'
+      showBudget: true
     });
   });
 
@@ -46,15 +45,14 @@ describe('settings', () => {
         pollInterval: 2500,
         showStatusBar: false,
         showMemory: 'no',
+        // the setting this extension once had: the language is JupyterLab's now
         language: 'zh-CN'
       })
     ).toEqual({
       ...DEFAULT_SETTINGS,
       pollInterval: 2500,
-      showStatusBar: false,
-      language: 'zh-CN'
+      showStatusBar: false
     });
-    expect(readSettings({ language: 'fr' }).language).toBe('auto');
     expect(readSettings({ pollInterval: 'fast' }).pollInterval).toBe(5000);
   });
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jupyterhub_gpu.keras.budget import BudgetView, budget_view, read_stats, stop_reason
-from jupyterhub_gpu.keras.plateau import PlateauTracker
+from jupyterhub_gpu.keras.plateau import PlateauTracker, request_server_stop, stop_server_url
 
 tf = pytest.importorskip("tensorflow")
 # TensorFlow's absl makes a log handler bound to the stderr of the moment (pytest's capture file). Any later
@@ -195,6 +195,93 @@ def test_plateau_stop_ends_a_real_fit_after_exactly_n_flat_evaluations(tmp_path)
     assert len(list((tmp_path / "run").glob("ckpt-*.index"))) == 3  # one per epoch, not two for epoch 8
 
 
+class StopRecorder(http.server.BaseHTTPRequestHandler):
+    """A server's ``stop-when-done/now``: records each request and whether the checkpoint existed by then."""
+
+    seen: list = []
+    directory = None
+    status = 200
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        progress = self.directory / "progress.json"
+        saved = json.loads(progress.read_text())["reason"] if progress.exists() else None
+        self.seen.append((self.path, self.headers.get("Authorization"), body, saved))
+        self.send_response(self.status)
+        self.end_headers()
+        self.wfile.write(json.dumps({"state": "saving", "reason": body["reason"]}).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def plateau_fit(tmp_path, **kwargs):
+    """A fit that plateaus at epoch 7 (anchor 0.3 at epoch 2, five flat ones) with a PlateauStop(**kwargs)."""
+    losses = [1.0, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3]
+
+    class Crafted(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            logs["val_loss"] = losses[epoch]
+
+    ckpt = CheckpointAndResume(tmp_path / "run", verbose=0)
+    plateau = PlateauStop(**{"patience": 5, "verbose": 0, **kwargs})
+    history = fit(make_model(0), [Crafted(), plateau, ckpt], epochs=len(losses))
+    return plateau, ckpt, len(history.history["loss"])
+
+
+def test_plateau_stop_server_saves_then_asks_its_own_server_to_stop_with_its_token(tmp_path, monkeypatch):
+    StopRecorder.seen, StopRecorder.directory, StopRecorder.status = [], tmp_path / "run", 200
+    server = http.server.HTTPServer(("127.0.0.1", 0), StopRecorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", f"http://127.0.0.1:{server.server_port}/user/alice/")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "server-token")
+    try:
+        plateau, ckpt, epochs = plateau_fit(tmp_path, stop_server=True)
+        assert epochs == 7 and ckpt.progress()["reason"] == "plateau"
+        # one request, to this server's endpoint, with the server's token, after the checkpoint was written
+        assert StopRecorder.seen == [
+            ("/user/alice/gpu/api/v1/stop-when-done/now", "token server-token", {"reason": "plateau"}, "plateau")
+        ]
+        assert plateau.server_stop == "the server saves the open notebooks and stops (its GPU is released)"
+        assert plateau.message.endswith("stopped training; stopping the server: " + plateau.server_stop)
+
+        # the server refuses: training has stopped all the same, and the words say the billing goes on
+        StopRecorder.seen, StopRecorder.status = [], 409
+        plateau, ckpt, epochs = plateau_fit(tmp_path / "again", stop_server=True)
+        assert epochs == 7 and len(StopRecorder.seen) == 1
+        assert "did not take the stop (HTTPError: HTTP Error 409" in plateau.server_stop
+        assert "stop the server from the hub's home page" in plateau.server_stop
+    finally:
+        server.shutdown()
+
+
+def test_plateau_stop_server_outside_a_hub_only_stops_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("JUPYTERHUB_SERVICE_URL", raising=False)
+    monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
+    plateau, ckpt, epochs = plateau_fit(tmp_path, stop_server=True, verbose=1)
+    assert epochs == 7 and ckpt.progress()["reason"] == "plateau"
+    assert (
+        plateau.server_stop.startswith("not in a JupyterHub server") and "only training stopped" in plateau.server_stop
+    )
+    assert "PlateauStop: stopping the server: not in a JupyterHub server" in capsys.readouterr().out
+    # without stop_server nothing is asked of the server; a callable does the stop itself
+    plateau, _ckpt, _ = plateau_fit(tmp_path / "off")
+    assert plateau.server_stop is None and "stopping the server" not in plateau.message
+    asked = []
+    plateau, _ckpt, _ = plateau_fit(tmp_path / "own", stop_server=lambda reason: asked.append(reason) or "done")
+    assert asked == ["plateau"] and plateau.message.endswith("; stopping the server: done")
+
+
+def test_stop_server_url_needs_the_servers_url_and_token():
+    assert stop_server_url({}) is None
+    assert stop_server_url({"JUPYTERHUB_SERVICE_URL": "http://x/user/a/"}) is None
+    env = {"JUPYTERHUB_SERVICE_URL": "http://x/user/a/", "JUPYTERHUB_API_TOKEN": "t"}
+    assert stop_server_url(env) == "http://x/user/a/gpu/api/v1/stop-when-done/now"
+    # nothing listens there: the words say so, nothing raises
+    env = {"JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9/user/a/", "JUPYTERHUB_API_TOKEN": "t"}
+    assert "did not take the stop" in request_server_stop("plateau", env, timeout=2)
+
+
 class FakeClock:
     def __init__(self):
         self.now = 0.0
@@ -291,6 +378,7 @@ def test_budget_rules_and_reading_the_servers_stats_with_its_token():
         (lambda: CheckpointAndResume("/tmp/x", signals=("SIGNOPE",)), "unknown signal"),
         (lambda: PlateauStop(patience=0), "patience must be"),
         (lambda: PlateauStop(min_delta=-0.1), "min_delta must be"),
+        (lambda: PlateauStop(stop_server="yes"), "stop_server must be"),
         (lambda: BudgetGuard(margin_minutes=-1), "margin_minutes must be"),
         (lambda: BudgetGuard(check_every_seconds="often"), "check_every_seconds must be"),
     ],

@@ -303,6 +303,22 @@ def test_pending_stop_reason_wins_over_the_recorded_reason(ledger):
     assert ledger.get_session("b").stop_reason == "stopped"
 
 
+@pytest.mark.parametrize("service_reason", ["budget", "gpu_idle", "busy_gpu_idle", "max_age", "job_time_limit"])
+def test_a_users_stop_reason_never_replaces_the_services(ledger, service_reason):
+    """A server that reports ``plateau`` in a loop must not turn a cull or budget stop under way into a run."""
+    ledger.record_start(make_start("a"))
+    assert ledger.offer_stop_reason("a", "stop_when_done")
+    assert ledger.offer_stop_reason("a", "plateau")  # a user's later reason replaces a user's earlier one
+    assert ledger.get_session("a").pending_stop_reason == "plateau"
+    ledger.set_pending_stop_reason("a", service_reason)  # the service's reason replaces a user's
+    for reason in ("plateau", "stop_when_done", "job_finished", "job_cancelled"):
+        assert not ledger.offer_stop_reason("a", reason)
+    assert ledger.get_session("a").pending_stop_reason == service_reason
+    ledger.record_stop("a", T0 + timedelta(seconds=10), "stopped")
+    assert ledger.get_session("a").stop_reason == service_reason
+    assert not ledger.offer_stop_reason("a", "plateau")  # and a stopped session's reason is final
+
+
 def test_mark_seen_touches_open_sessions_only(ledger):
     ledger.record_start(make_start("open"))
     ledger.record_start(make_start("closed", user="bob"))
@@ -594,3 +610,19 @@ async def test_a_failing_database_fails_every_push_of_its_batch(ledger):
         *(batcher.submit(Push("ann", sample, 1, None)) for _ in range(3)), return_exceptions=True
     )
     assert all(isinstance(r, Exception) and not isinstance(r, SampleError) for r in results)
+
+
+def test_lab_settings_are_replaced_whole_by_each_publish(ledger):
+    assert ledger.lab_settings() == {}
+    ledger.set_lab_settings({"currency": "CNY", "timezone": "Asia/Shanghai"}, datetime(2026, 1, 1, tzinfo=timezone.utc))
+    assert ledger.lab_settings() == {"currency": "CNY", "timezone": "Asia/Shanghai"}
+    ledger.set_lab_settings({"currency": "USD"}, datetime(2026, 1, 2, tzinfo=timezone.utc))
+    assert ledger.lab_settings() == {"currency": "USD"}
+
+
+@pytest.mark.parametrize("bad", [{"": "x"}, {"currency": 3}, {"x" * 65: "y"}])
+def test_a_bad_lab_setting_is_refused_and_changes_nothing(ledger, bad):
+    ledger.set_lab_settings({"currency": "CNY"}, datetime(2026, 1, 1, tzinfo=timezone.utc))
+    with pytest.raises(ValueError, match="lab setting"):
+        ledger.set_lab_settings(bad, datetime(2026, 1, 2, tzinfo=timezone.utc))
+    assert ledger.lab_settings() == {"currency": "CNY"}

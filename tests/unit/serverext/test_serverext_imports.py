@@ -19,6 +19,7 @@ SERVEREXT_MODULES = (
     "jupyterhub_gpu.serverext.jobs",
     "jupyterhub_gpu.serverext.stopwhendone",
     "jupyterhub_gpu.serverext.startup",
+    "jupyterhub_gpu.serverext.language",
     "jupyterhub_gpu.keras",
     "jupyterhub_gpu.keras.budget",
     "jupyterhub_gpu.tensorboard",
@@ -60,6 +61,6 @@ def test_the_server_extension_imports_nothing_of_the_hub_side():
     print(f"jupyterhub.* modules loaded by the server extension: {len(jupyterhub)} {jupyterhub}")
     assert len(jupyterhub) <= MAX_JUPYTERHUB_MODULES, jupyterhub
     # of this package, only the pure core and the user-side modules themselves
-    user_side = ("clock", "money", "billing", "session", "env", "gpus", "serverext", "keras", "tensorboard")
+    user_side = ("clock", "money", "billing", "session", "env", "gpus", "i18n", "serverext", "keras", "tensorboard")
     ours = [m for m in modules if m.startswith("jupyterhub_gpu.")]
     assert [m for m in ours if not _under(m, [f"jupyterhub_gpu.{p}" for p in user_side])] == []

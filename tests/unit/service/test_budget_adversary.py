@@ -158,3 +158,41 @@ def test_a_pool_name_that_is_not_exactly_a_binding_group_of_the_user_starts_noth
     with pytest.raises(SpawnException, match=r"pool|cannot pay"):
         spawn(spawner, {"profile": "t4", "pool": forged}, DEC)
     assert ledger.open_sessions() == []
+
+
+def test_a_second_start_of_a_server_whose_stopped_start_still_runs_is_refused_and_the_first_gives_up(ledger):
+    """Two spawns of one server at once would both launch, on its one GPU, and only the last would be stopped.
+
+    JupyterHub's stop of a server that is still starting only clears its flags (the hub's start-up check
+    "appears to have stopped while the Hub was down" does it to a spawn waiting for the GPU restore), so the
+    student's next start began a second spawn on the same spawner while the first ran on.
+    """
+    ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("100")), LATE)
+    spawner = make_spawner(ledger, "ann", ())
+    spawner.user_options = {"profile": "t4"}
+    allocator = spawner.allocator
+    now = DEC + timedelta(hours=1)
+
+    async def scenario():
+        # both T4s taken: the first start waits in the queue
+        for other in ("x/", "y/"):
+            await allocator.acquire(other, "T4", 1)
+        first = asyncio.ensure_future(at(now, spawner.run_pre_spawn_hook()))
+        for _ in range(500):  # until it stands in the queue
+            if allocator.position(spawner._gpu_key) is not None:
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(SpawnException) as refused:
+            await at(now, spawner.run_pre_spawn_hook())  # the student's second start, in a request of its own
+        assert refused.value.status_code == 409
+        assert "still being cancelled" in str(refused.value)
+        allocator.release("x/")  # a T4 frees: the first start gets it, sees it was given up, and frees it
+        with pytest.raises(SpawnException, match="stopped while it was starting"):
+            await first
+        assert allocator.held_by(spawner._gpu_key) == [] and len(allocator.free("T4")) == 1
+        # once the first has ended, the server starts again as usual
+        await at(now, spawner.run_pre_spawn_hook())
+        assert [d.name for d in allocator.held_by(spawner._gpu_key)] != []
+
+    asyncio.run(scenario())
+    assert ledger.open_sessions() == []

@@ -242,7 +242,7 @@ def test_spawn_check_tick_and_api_compute_the_same_use_across_a_reset(ledger, hu
     assert ("tea", "group:cs231n") not in seen  # tea's session draws from thesis only
     # the spawn check (the real spawner's pre-spawn hook) reads the same numbers
     for pool, expected in (
-        ("cs231n", "¥9.50 of ¥10.00 (your budget) spent in December; resets on 1 January."),
+        ("cs231n", "CN¥9.50 of CN¥10.00 (your budget) spent in December; resets on 1 January."),
         ("thesis", "6.40 GPU-hours of 2.00 GPU-hours (the thesis group's budget) spent in the week of 30 November"),
     ):
         spawner = make_spawner(ledger, "ann", ("cs231n", "thesis"))
@@ -282,6 +282,7 @@ def make_spawner(ledger, name, groups):
     c.GPULocalSpawner.ledger_db_url = ledger.db_url
     c.GPULocalSpawner.budget_timezone = "Asia/Shanghai"
     c.GPULocalSpawner.budget_min_minutes = 20
+    c.GPULocalSpawner.queue_timeout = 10  # no test here waits for a GPU: a held one fails in seconds
     db = orm.new_session_factory("sqlite://")()
     user = orm.User(name=name)
     db.add(user)
@@ -525,6 +526,7 @@ def test_the_spawner_lets_a_user_choose_the_pool_and_refuses_a_forged_one(ledger
             "pool": spawner._gpu_pool,
         }
         assert spawner._gpu_session_start(session).pool == pool  # what the ledger's start event carries
+        spawner.allocator.release(spawner._gpu_key)  # the start is not recorded here: free its GPU
     for options, message in (
         ({"profile": "t4", "pool": "physics"}, "The group 'physics' cannot pay for t4: choose one of cs231n, thesis"),
         ({"profile": "t4", "pool": "students"}, "The group 'students' cannot pay"),

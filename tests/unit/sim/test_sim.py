@@ -109,6 +109,7 @@ def test_simulate_totals_for_each_policy():
         "false_cull_minutes": 0,
         "culls": 2,
         "culls_by_rule": {"inactive": 2},
+        "false_culls_by_rule": {},
         "warnings": 3,
         "cancelled_warnings": 1,
         "memory_notices": 0,

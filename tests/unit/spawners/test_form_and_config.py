@@ -10,10 +10,17 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.gpus.inventory import static_inventory
 from jupyterhub_gpu.gpus.simulated import simulated_inventory
+from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
 from jupyterhub_gpu.spawners.assign.protocol import QueueCancelled
-from jupyterhub_gpu.spawners.form import _templates, describe_profile, queue_message
+from jupyterhub_gpu.spawners.form import (
+    _templates,
+    assignment_message,
+    describe_profile,
+    queue_message,
+    render_options_form,
+)
 from jupyterhub_gpu.spawners.kube.spawner import describe_kube_profile
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from jupyterhub_gpu.spawners.profiles import parse_profiles
@@ -54,32 +61,32 @@ def simulated_allocator() -> GPUAllocator:
 
 def test_describe_free_simulated_gpus():
     alloc = simulated_allocator()
-    assert describe_profile(PROFILES["t4"], alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free"
-    assert describe_profile(PROFILES["t4x2"], alloc, CNY) == "2× Simulated T4 16 GB — ¥0.10/min — 2 of 2 free"
+    assert describe_profile(PROFILES["t4"], alloc, CNY) == "1× Simulated T4 16 GB — CN¥0.05/min — 2 of 2 free"
+    assert describe_profile(PROFILES["t4x2"], alloc, CNY) == "2× Simulated T4 16 GB — CN¥0.10/min — 2 of 2 free"
     assert describe_profile(PROFILES["a100"], alloc, USD) == "1× Simulated A100 40 GB — $0.25/min — 1 of 1 free"
 
 
 def test_describe_does_not_say_simulated_twice():
     assert describe_profile(PROFILES["sim"], simulated_allocator(), CNY) == (
-        "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free"
+        "1× Simulated T4 16 GB — CN¥0.05/min — 2 of 2 free"
     )
 
 
 def test_describe_a_rate_needing_more_digits():
     assert describe_profile(PROFILES["cheap"], simulated_allocator(), CNY) == (
-        "1× Simulated T4 16 GB — ¥0.0025/min — 2 of 2 free"
+        "1× Simulated T4 16 GB — CN¥0.0025/min — 2 of 2 free"
     )
 
 
 def test_describe_cpu_only():
     alloc = simulated_allocator()
     assert describe_profile(PROFILES["cpu"], alloc, CNY) == "CPU only — free"
-    assert describe_profile(PROFILES["cpu-paid"], alloc, CNY) == "CPU only — ¥0.01/min"
+    assert describe_profile(PROFILES["cpu-paid"], alloc, CNY) == "CPU only — CN¥0.01/min"
 
 
 def test_describe_a_model_the_host_lacks():
     assert describe_profile(PROFILES["v100"], simulated_allocator(), CNY) == (
-        "1× V100 — ¥0.05/min — no such GPU on this host"
+        "1× V100 — CN¥0.05/min — no such GPU on this host"
     )
 
 
@@ -101,20 +108,20 @@ async def test_describe_follows_the_allocator():
     alloc = simulated_allocator()
     t4 = PROFILES["t4"]
     await alloc.acquire("alice/", "T4", 1)
-    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — 1 of 2 free"
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — CN¥0.05/min — 1 of 2 free"
     pair = asyncio.create_task(alloc.acquire("pair/", "T4", 2))
     await asyncio.sleep(0)
-    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — 1 of 2 free (1 waiting)"
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — CN¥0.05/min — 1 of 2 free (1 waiting)"
     await alloc.acquire("bob/", "A100", 1)
     alloc.cancel("pair/")
     with pytest.raises(QueueCancelled):
         await pair
     await alloc.acquire("carol/", "T4", 1)
-    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — none free"
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — CN¥0.05/min — none free"
     waiters = [asyncio.create_task(alloc.acquire(k, "T4", 1)) for k in ("w1/", "w2/")]
     await asyncio.sleep(0)
-    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — ¥0.05/min — none free (2 waiting)"
-    assert describe_profile(PROFILES["a100"], alloc, CNY) == "1× Simulated A100 40 GB — ¥0.25/min — none free"
+    assert describe_profile(t4, alloc, CNY) == "1× Simulated T4 16 GB — CN¥0.05/min — none free (2 waiting)"
+    assert describe_profile(PROFILES["a100"], alloc, CNY) == "1× Simulated A100 40 GB — CN¥0.25/min — none free"
     for key in ("w1/", "w2/"):
         alloc.cancel(key)
     await asyncio.gather(*waiters, return_exceptions=True)
@@ -145,12 +152,15 @@ class FormParser(HTMLParser):
     def __init__(self):
         super().__init__()
         self.inputs: list[dict] = []
+        self.hidden: dict[str, str] = {}  # the form's hidden fields (its language)
         self.simulated_banners = 0
         self.alerts: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        if tag == "input":
+        if tag == "input" and attrs.get("type") == "hidden":
+            self.hidden[attrs["name"]] = attrs["value"]
+        elif tag == "input":
             self.inputs.append(attrs)
         if attrs.get("data-simulated") == "true":
             self.simulated_banners += 1
@@ -158,8 +168,10 @@ class FormParser(HTMLParser):
             self.alerts.append(attrs.get("role"))
 
 
-def render(rows, simulated):
-    html = _templates.get_template("options_form.html").render(profiles=rows, simulated=simulated)
+def render(rows, simulated, lang="en"):
+    html = _templates.get_template("options_form.html").render(
+        profiles=rows, simulated=simulated, lang=lang, _=translator(lang)
+    )
     parser = FormParser()
     parser.feed(html)
     return html, parser
@@ -176,7 +188,7 @@ def row(slug, display_name=None, description="", summary="", checked=False):
 
 
 ROWS = [
-    row("t4", "1× T4", "For coursework", "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free", checked=True),
+    row("t4", "1× T4", "For coursework", "1× Simulated T4 16 GB — CN¥0.05/min — 2 of 2 free", checked=True),
     row("cpu", "CPU only", summary="CPU only — free"),
 ]
 
@@ -190,7 +202,7 @@ def test_form_radio_inputs():
     ]
     assert ["checked" in r for r in radios] == [True, False]
     assert all("required" in r for r in radios)
-    assert "1× Simulated T4 16 GB — ¥0.05/min — 2 of 2 free" in html
+    assert "1× Simulated T4 16 GB — CN¥0.05/min — 2 of 2 free" in html
     assert "For coursework" in html
     assert 'for="profile-cpu"' in html
 
@@ -235,6 +247,93 @@ def test_form_escapes_attribute_values():
     (radio,) = form.inputs
     assert radio["value"] == 'a" onfocus="alert(1)'
     assert "onfocus" not in radio
+
+
+# -- the form and its messages in Chinese ------------------------------------------------------------
+
+ZH_PROFILES = profiles_by_slug(
+    [
+        {
+            "slug": "t4",
+            "display_name": {"en": "One T4", "zh-CN": "一块 T4"},
+            "description": {"en": "For coursework", "zh-CN": "<课程用>"},
+            "gpu_model": "T4",
+            "gpu_count": 1,
+            "price_per_gpu_hour": "3.00",
+        },
+        {"slug": "a100", "display_name": "One A100", "gpu_model": "A100", "gpu_count": 1, "price_per_gpu_hour": "15"},
+        {"slug": "cpu", "gpu_count": 0},
+    ]
+)
+
+
+def test_the_form_in_chinese():
+    alloc = simulated_allocator()
+    profiles = list(ZH_PROFILES.values())
+    html = render_options_form(
+        profiles,
+        None,
+        lambda p: describe_profile(p, alloc, CNY, "zh-CN"),
+        simulated=True,
+        pools=["a", "b"],
+        lang="zh-CN",
+    )
+    parser = FormParser()
+    parser.feed(html)
+    assert parser.hidden == {"lang": "zh-CN"}  # its refusals answer in it
+    assert 'lang="zh-CN"' in html
+    for text in ("模拟 GPU。", "按开始的分钟计费", "由哪个组的预算支付", "该配置允许的第一个组", "选择 GPU 配置"):
+        assert text in html, text
+    assert "一块 T4" in html and "&lt;课程用&gt;" in html  # the admin's Chinese, escaped
+    assert "One A100" in html  # no Chinese given: the English
+    assert "1× 模拟 T4 16 GB — ¥0.05/分钟 — 空闲 2 块，共 2 块" in html
+    assert "仅 CPU — 免费" in html
+    for english in ("Billing", "Simulated", "free", "One T4", "For coursework"):
+        assert english not in html, english
+    english = render_options_form(profiles, None, lambda p: describe_profile(p, alloc, CNY), simulated=True, pools=[])
+    assert "One T4" in english and "For coursework" in english and 'name="lang" value="en"' in english
+
+
+async def test_the_counts_in_chinese():
+    alloc = simulated_allocator()
+    t4, a100 = ZH_PROFILES["t4"], ZH_PROFILES["a100"]
+    await alloc.acquire("alice/", "T4", 1)
+    await alloc.acquire("bob/", "A100", 1)
+    waiter = asyncio.create_task(alloc.acquire("w/", "A100", 1))
+    await asyncio.sleep(0)
+    assert describe_profile(a100, alloc, CNY, "zh-CN") == "1× 模拟 A100 40 GB — ¥0.25/分钟 — 无空闲（1 人排队）"
+    assert describe_profile(t4, alloc, CNY, "zh-CN") == "1× 模拟 T4 16 GB — ¥0.05/分钟 — 空闲 1 块，共 2 块"
+    assert describe_profile(PROFILES["v100"], alloc, CNY, "zh-CN") == "1× V100 — ¥0.05/分钟 — 本机没有这种 GPU"
+    unknown = {"free": 0, "total": 0, "waiting": 0, "known": False, "memory_mib": 0}
+    assert describe_kube_profile(t4, unknown, CNY, "zh-CN") == "1× T4 — ¥0.05/分钟 — 暂时无法获知空闲 GPU 数量"
+    none = {"free": 0, "total": 0, "waiting": 0, "known": True, "memory_mib": 0}
+    assert describe_kube_profile(t4, none, CNY, "zh-CN") == "1× T4 — ¥0.05/分钟 — 集群中没有这种 GPU"
+    alloc.cancel("w/")
+    await asyncio.gather(waiter, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("A100", 1, True, 1, 1), "正在等待空闲的 模拟 A100 — 排队中：第 1 位，共 1 位"),
+        (("T4", 2, False, 2, 3), "正在等待 2 块空闲的 T4 GPU — 排队中：第 2 位，共 3 位"),
+        (("Simulated T4", 1, True, 1, 2), "正在等待空闲的 模拟 T4 — 排队中：第 1 位，共 2 位"),
+    ],
+)
+def test_queue_message_in_chinese(args, message):
+    assert queue_message(*args, lang="zh-CN") == message
+
+
+def test_assignment_message():
+    alloc = simulated_allocator()
+    devices = alloc.matching("T4")[:1]
+    t4 = ZH_PROFILES["t4"]
+    english = assignment_message(t4, devices, CNY)
+    assert english == f"Assigned Simulated T4 ({devices[0].uuid}); starting One T4 at CN¥0.05/min"
+    assert assignment_message(t4, devices, CNY, "zh-CN") == (
+        f"已分配 模拟 T4 ({devices[0].uuid})；正在启动 一块 T4，费率 ¥0.05/分钟"
+    )
+    assert assignment_message(ZH_PROFILES["cpu"], [], CNY, "zh-CN") == "未分配 GPU；正在启动 cpu，费率 ¥0.00/分钟"
 
 
 # -- check_config --------------------------------------------------------------------------------
@@ -283,15 +382,36 @@ def test_check_config_no_profiles():
 
 def test_check_config_bad_currency():
     assert check_config(config(profiles=GOOD, currency="RMB!"), GPULocalSpawner) == [
-        "currency must be a three-letter ISO 4217 code such as 'CNY' or 'USD', got 'RMB!'"
+        "c.GPULocalSpawner.currency must be a three-letter ISO 4217 code such as 'CNY' or 'USD', got 'RMB!'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("code", "problem"),
+    [
+        (
+            "RMB",
+            "c.GPULocalSpawner.currency 'RMB' is not an ISO 4217 currency code; did you mean 'CNY' (Chinese Yuan)?",
+        ),
+        ("cny", "c.GPULocalSpawner.currency is an ISO 4217 code, written in capitals: use 'CNY', not 'cny'"),
+    ],
+)
+def test_check_config_refuses_a_code_that_is_no_currency_in_use(code, problem):
+    assert check_config(config(profiles=GOOD, currency=code), GPULocalSpawner) == [problem]
+
+
+def test_check_config_suggests_round_prices_in_the_currencys_minor_unit():
+    inexact = [{**GOOD[0], "price_per_gpu_hour": "1.00001"}]
+    (problem,) = check_config(config(profiles=inexact, currency="JPY"), GPULocalSpawner)
+    assert problem.startswith("profile 't4' price_per_gpu_hour: 1.00001/hour is not a whole number of 0.000001")
+    assert problem.endswith("use 0.99996 or 1.00002, or a round price such as 3")  # yen have no minor unit
 
 
 def test_check_config_reports_every_problem():
     bad = [{**GOOD[0], "gpu_count": -1}]
     problems = check_config(config(profiles=bad, currency="EURO"), GPULocalSpawner)
     assert len(problems) == 2
-    assert problems[0].startswith("currency must be a three-letter ISO 4217 code")
+    assert problems[0].startswith("c.GPULocalSpawner.currency must be a three-letter ISO 4217 code")
     assert problems[1] == "profile 't4': 'gpu_count' must be an integer from 0 to 64, got -1"
 
 
@@ -337,17 +457,17 @@ def test_check_config_flags_a_profile_no_gpu_of_this_host_can_serve():
 def test_the_kubernetes_form_line_says_the_same_as_the_hosts_in_cluster_words():
     a100 = PROFILES["a100"]
     counts = {"free": 3, "total": 8, "waiting": 0, "known": True, "memory_mib": 40960}
-    assert describe_kube_profile(a100, counts, CNY) == "1× A100 40 GB — ¥0.25/min — 3 of 8 free"
+    assert describe_kube_profile(a100, counts, CNY) == "1× A100 40 GB — CN¥0.25/min — 3 of 8 free"
     assert describe_kube_profile(a100, {**counts, "waiting": 2}, CNY) == (
-        "1× A100 40 GB — ¥0.25/min — 3 of 8 free (2 waiting)"
+        "1× A100 40 GB — CN¥0.25/min — 3 of 8 free (2 waiting)"
     )
     assert describe_kube_profile(a100, {**counts, "free": 0, "waiting": 1}, CNY) == (
-        "1× A100 40 GB — ¥0.25/min — none free (1 waiting)"
+        "1× A100 40 GB — CN¥0.25/min — none free (1 waiting)"
     )
     assert describe_kube_profile(a100, {**counts, "total": 0, "memory_mib": 0}, CNY) == (
-        "1× A100 — ¥0.25/min — no such GPU in the cluster"
+        "1× A100 — CN¥0.25/min — no such GPU in the cluster"
     )
     assert describe_kube_profile(a100, {**counts, "known": False}, CNY) == (
-        "1× A100 40 GB — ¥0.25/min — free GPUs unknown right now"
+        "1× A100 40 GB — CN¥0.25/min — free GPUs unknown right now"
     )
-    assert describe_kube_profile(PROFILES["cpu-paid"], None, CNY) == "CPU only — ¥0.01/min"
+    assert describe_kube_profile(PROFILES["cpu-paid"], None, CNY) == "CPU only — CN¥0.01/min"

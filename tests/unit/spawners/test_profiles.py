@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
 
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.spawners.profiles import (
     OptionsError,
     Profile,
     ProfileError,
     choose_profile,
+    form_language,
     options_from_form,
     parse_mem_limit,
     parse_profile,
@@ -206,15 +210,19 @@ def test_bad_price(value, fragment):
 
 def test_inexact_price_names_profile_and_suggests_a_price():
     message = profile_error(with_field(price_per_gpu_hour="2"))
-    assert message.startswith("profile 't4': 2/hour is not a whole number of 0.000001 per minute")
-    assert "e.g. 1.99998 or 2.00004" in message
+    assert message == (
+        "profile 't4' price_per_gpu_hour: 2/hour is not a whole number of 0.000001 per minute"
+        " (2/60 = 0.0333333333...); use 1.99998 or 2.00004, or a round price such as 1.98 or 2.01"
+    )
 
 
 def test_inexact_total_of_gpu_and_flat_price():
     # 2 × 3.00 + 0.01 = 6.01/hour is not exact per minute
     profiles = good_profiles()
     profiles[1]["price_per_hour"] = "0.01"
-    assert profile_error(profiles).startswith("profile 't4x2': 6.01/hour is not a whole number")
+    assert profile_error(profiles).startswith(
+        "profile 't4x2' price_per_gpu_hour: 2 GPUs × 3.00 + price_per_hour 0.01 = 6.01/hour is not a whole number"
+    )
 
 
 def test_missing_price_for_a_gpu_profile():
@@ -260,8 +268,63 @@ def test_bad_image_type_is_refused_even_when_not_required():
 
 
 @pytest.mark.parametrize("field", ["display_name", "description"])
-def test_bad_text_fields(field):
-    assert profile_error(with_field(**{field: 5})) == f"profile 't4': '{field}' must be a non-empty string, got 5"
+@pytest.mark.parametrize("value", [5, {}, ["1× T4"]])
+def test_bad_text_fields(field, value):
+    assert profile_error(with_field(**{field: value})) == (
+        f"profile 't4': '{field}' must be a non-empty string or a mapping of language to text such as"
+        f' {{"en": "1× T4", "zh-CN": "1 块 T4"}}, got {value!r}'
+    )
+
+
+# -- display names and descriptions per language --------------------------------------
+
+
+def test_texts_per_language():
+    t4 = parse_profiles(
+        with_field(
+            display_name={"en": " 1× T4 ", "zh-CN": "1 块 T4"}, description={"en": "For coursework", "zh-CN": "课程用"}
+        )
+    )[0]
+    # English wherever one text is wanted (the ledger's pricing, the usage pages, the logs)
+    assert (t4.display_name, t4.description) == ("1× T4", "For coursework")
+    assert (t4.name_in("zh-CN"), t4.description_in("zh-CN")) == ("1 块 T4", "课程用")
+    assert (t4.name_in("en"), t4.name_in("fr")) == ("1× T4", "1× T4")
+
+
+def test_a_language_without_its_text_falls_back_to_english():
+    t4 = parse_profiles(with_field(display_name={"en": "1× T4"}))[0]
+    assert t4.name_in("zh-CN") == "1× T4" and t4.description_in("zh-CN") == "For coursework"
+    plain = parse_profiles(good_profiles())[1]  # no display name: its slug, in every language
+    assert plain.name_in("zh-CN") == plain.display_name == "t4x2"
+
+
+def test_a_blank_text_is_as_if_not_given():
+    assert parse_profiles(with_field(display_name="  "))[0].display_name == "t4"
+    assert parse_profiles(with_field(description=""))[0].description == ""
+
+
+@pytest.mark.parametrize("field", ["display_name", "description"])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"en": "x", "zh": "y"}, "has unknown language(s) 'zh'; use 'en', 'zh-CN'"),
+        ({"en": "x", "zh_CN": "y", "fr": "z"}, "has unknown language(s) 'zh_CN', 'fr'; use 'en', 'zh-CN'"),
+        ({"zh-CN": "y"}, "needs its English text under 'en' (shown where a language is missing)"),
+        ({"en": "x", "zh-CN": " "}, "in 'zh-CN' must be a non-empty string, got ' '"),
+        ({"en": "", "zh-CN": "y"}, "in 'en' must be a non-empty string, got ''"),
+        ({"en": "x", "zh-CN": 3}, "in 'zh-CN' must be a non-empty string, got 3"),
+    ],
+)
+def test_bad_texts_per_language_are_refused_at_start(field, value, message):
+    assert profile_error(with_field(**{field: value})) == f"profile 't4': '{field}' {message}"
+
+
+def test_texts_per_language_are_published_in_english(tmp_path):
+    """The ledger keeps one display name per profile (the pages and the API show it): the English."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    profiles = parse_profiles(with_field(display_name={"en": "1× T4", "zh-CN": "1 块 T4"}))
+    ledger.set_pricing([asdict(p) for p in profiles], "CNY", datetime.now(timezone.utc))
+    assert [p["display_name"] for p in ledger.pricing()][:2] == ["1× T4", "t4x2"]
 
 
 @pytest.mark.parametrize("groups", ["thesis", ["thesis", ""], ["thesis", 3], {"thesis": 1}, 3, [None]])
@@ -417,6 +480,27 @@ def test_form_profile_of_another_group_without_all_profiles_is_unknown(students)
 )
 def test_form_extra_fields(students, formdata, fields):
     assert options_error(formdata, students) == f"Unexpected form field(s): {fields}. Nothing was started."
+
+
+@pytest.mark.parametrize(
+    ("lang", "expected"),
+    [(["zh-CN"], "zh-CN"), (["en"], "en"), (["klingon"], None), (["zh-CN", "en"], None), ("zh-CN", None), ([], None)],
+)
+def test_the_form_s_language_is_one_of_ours_or_none(students, lang, expected):
+    """The hidden field the form carries back: only a language we have words the refusals; never an option."""
+    assert form_language({"profile": ["t4"], "lang": lang}) == expected
+    assert form_language({"profile": ["t4"]}) is None
+    assert options_from_form({"profile": ["t4"], "lang": lang}, students) == {"profile": "t4"}
+
+
+def test_a_refusal_is_worded_in_either_language(students, everything):
+    with pytest.raises(OptionsError) as info:
+        options_from_form({"profile": ["a100"]}, students, everything)
+    assert str(info.value) == "You may not use the profile 'a100': it is reserved for other groups."
+    assert info.value.worded("zh-CN") == "您不能使用配置 'a100'：它仅供其他组使用。"
+    with pytest.raises(OptionsError) as info:
+        options_from_form({"profile": ["t4"], "x" * 500: ["1"]}, students)
+    assert len(str(info.value)) < 200  # a field name sent is shown shortened, not echoed
 
 
 def test_form_two_values_for_profile(students):

@@ -9,6 +9,7 @@ refuses exactly the edits the spawner could not price.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -16,7 +17,7 @@ from decimal import Decimal
 import pytest
 
 from jupyterhub_gpu.ledger.queries.overrides import Override
-from jupyterhub_gpu.money import MAX_RATE_PER_MINUTE, MoneyError, profile_rate
+from jupyterhub_gpu.money import MAX_RATE_PER_MINUTE, Currency, MoneyError, profile_rate
 from jupyterhub_gpu.service.domain.overrides import (
     AccessError,
     apply_to_pricing,
@@ -85,6 +86,33 @@ def test_an_edit_that_would_make_the_rate_inexact_is_refused_with_the_rate_messa
         parse_override(pricing["tiny"], {"price_per_gpu_hour": "0.000060"})
     with pytest.raises(AccessError, match="too large to be a price"):
         parse_override(pricing["2xa100"], {"price_per_gpu_hour": "999999999999"})
+
+
+@pytest.mark.parametrize(
+    ("slug", "values", "message"),
+    [
+        (
+            "t4plus",
+            {"price_per_gpu_hour": "3.00001"},
+            "price_per_gpu_hour: 3.00001/hour + price_per_hour 0.60 = 3.60001/hour is not a whole number of"
+            " 0.000001 per minute (3.60001/60 = 0.0600001667...); use 3 or 3.00006, or a round price such as 3.03",
+        ),
+        (
+            "cpu",
+            {"price_per_hour": "1"},
+            "price_per_hour: 1/hour is not a whole number of 0.000001 per minute (1/60 = 0.0166666667...);"
+            " use 0.99996 or 1.00002, or a round price such as 0.99 or 1.02",
+        ),
+    ],
+)
+def test_an_admins_inexact_price_names_the_field_and_suggests_prices_that_price(ledger, slug, values, message):
+    _, pricing = published(ledger)
+    with pytest.raises(AccessError) as info:
+        parse_override(pricing[slug], values, Currency.from_config("CNY"))
+    assert str(info.value) == message
+    field = next(iter(values))
+    for suggestion in re.findall(r"\d+(?:\.\d+)?(?= or|$)", message.split("; ", 1)[1]):
+        parse_override(pricing[slug], {field: suggestion})  # every suggestion is accepted
 
 
 def test_a_stored_edit_that_no_longer_prices_is_ignored_on_both_sides_not_a_failed_spawn(ledger):

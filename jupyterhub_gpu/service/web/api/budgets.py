@@ -21,6 +21,7 @@ class BudgetListHandler(BaseHandler):
         self.write_json(
             {
                 "currency": self.ctx.currency.code,
+                "timezone": self.ctx.tz.key,  # the lab's: periods start at its midnight
                 "budgets": [budget_json(budgets[s.rule.key], s) for s in statuses],
             }
         )
@@ -43,7 +44,8 @@ class BudgetHandler(BaseHandler):
         current = next(iter(self.statuses(rules, self.now())), None)
         if current is None:
             raise web.HTTPError(500, f"The budget of the {scope} {name} is damaged; set it again")
-        self.write_json({**budget_json(budget, current), "currency": self.ctx.currency.code, **extra}, status)
+        lab = {"currency": self.ctx.currency.code, "timezone": self.ctx.tz.key}
+        self.write_json({**budget_json(budget, current), **lab, **extra}, status)
 
     @web.authenticated
     def get(self, scope: str, name: str):

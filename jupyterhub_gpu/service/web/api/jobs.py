@@ -1,14 +1,19 @@
-"""``jobs``: create, list, show and cancel notebook jobs; the runner's reports; ``stop-when-done``."""
+"""``jobs``: create, list, show and cancel notebook jobs; the runner's reports; ``stop-when-done``;
+``restart-bigger`` (a server restarted on the bigger profile its GPU-memory notice named)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import time
 
 from tornado import web
 
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.jobs import (
     ACTIVE_STATES,
+    SERVER_PREFIX,
     active_jobs,
     create_job,
     get_job,
@@ -16,16 +21,18 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     list_jobs,
     update_job,
 )
+from jupyterhub_gpu.service.domain.culling import bigger_profile
 from jupyterhub_gpu.service.domain.jobs import (
     RUNNER_END_STATES,
     JobError,
     parse_job_request,
 )
 from jupyterhub_gpu.service.hubapi import HubAPIError
+from jupyterhub_gpu.service.tick import memory_options
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler, is_server_token
 from jupyterhub_gpu.service.web.params import BadRequest, query_flag, query_values
 from jupyterhub_gpu.service.web.views import job_json
-from jupyterhub_gpu.session import StopReason
+from jupyterhub_gpu.session import SELF_STOP_REASONS, StopReason
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 
@@ -147,7 +154,7 @@ class JobCancelHandler(JobBase):
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
         session = job_session(self.ledger, job)
         if session is not None:
-            self.ledger.set_pending_stop_reason(session.id, StopReason.JOB_CANCELLED)
+            self.ledger.offer_stop_reason(session.id, StopReason.JOB_CANCELLED)  # a cull or budget stop keeps its own
         update_job(self.ledger, job.id, state="cancelled", finished=self.now(), error="Cancelled by its owner.")
         try:
             await self.ctx.hub.remove_server(job.user, job.server_name)
@@ -193,7 +200,7 @@ class JobFinishedHandler(JobBase):
             session_id=session.id,
         ):
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
-        self.ledger.set_pending_stop_reason(session.id, StopReason.JOB_FINISHED)
+        self.ledger.offer_stop_reason(session.id, StopReason.JOB_FINISHED)  # a cull or budget stop keeps its own
         self.show(get_job(self.ledger, job.id))
 
 
@@ -204,8 +211,17 @@ class StopWhenDoneHandler(JobBase):
     def post(self):
         name = self.own_name("only a user's server stops when done")
         body = self.json_body()
-        if not isinstance(body, dict) or set(body) != {"session_id"} or not isinstance(body["session_id"], str):
-            raise web.HTTPError(400, 'The body must be {"session_id": "<the server\'s session>"}')
+        if (
+            not isinstance(body, dict)
+            or not {"session_id"} <= set(body) <= {"session_id", "reason"}
+            or not isinstance(body["session_id"], str)
+        ):
+            raise web.HTTPError(
+                400, 'The body must be {"session_id": "<the server\'s session>"} with an optional "reason"'
+            )
+        reason = body.get("reason", StopReason.STOP_WHEN_DONE.value)
+        if reason not in SELF_STOP_REASONS:
+            raise web.HTTPError(400, f"reason must be one of {', '.join(SELF_STOP_REASONS)}, got {json.dumps(reason)}")
         session = self.ledger.get_session(body["session_id"])
         if session is None or session.user != name:
             raise web.HTTPError(403, "A server may only flag its own session.")
@@ -213,5 +229,93 @@ class StopWhenDoneHandler(JobBase):
             raise web.HTTPError(403, "A server may only flag its own session, with its own token.")
         if session.stopped is not None:
             raise web.HTTPError(409, "The session has already stopped.")
-        self.ledger.set_pending_stop_reason(session.id, StopReason.STOP_WHEN_DONE)
-        self.write_json({"session_id": session.id, "stop_reason": StopReason.STOP_WHEN_DONE})
+        if not self.ledger.offer_stop_reason(session.id, StopReason(reason)):
+            current = self.ledger.get_session(session.id)
+            if current is None or current.stopped is not None:
+                raise web.HTTPError(409, "The session has already stopped.")
+            raise web.HTTPError(
+                409, f"The service is already stopping this session ({current.pending_stop_reason}); its reason stays."
+            )
+        self.write_json({"session_id": session.id, "stop_reason": StopReason(reason)})
+
+
+#: How long a restart on a bigger profile waits for the hub to stop the server before it gives up.
+RESTART_STOP_TIMEOUT = 120
+#: The restarts under way (a reference keeps each task alive until it ends).
+_restarts: set[asyncio.Task] = set()
+
+
+class RestartBiggerHandler(JobBase):
+    """``POST restart-bigger``: a server asks to be restarted on the bigger profile its memory notice named.
+
+    Only the session's own server may ask, with its own token. The service works the bigger profile out
+    again (:func:`bigger_profile`, as the notice did) and takes only that slug, so a student gets no
+    profile they may not use and restarts no one else's server. The answer (202) comes before the stop:
+    the server asking is the one stopped. Then the hub stops the server and starts it again with
+    ``{"profile": slug}`` (the spawner's budget check and queue apply; the same home directory).
+    """
+
+    @web.authenticated
+    def post(self):
+        name = self.own_name("only a user's server restarts on a bigger profile")
+        body = self.json_body()
+        if (
+            not isinstance(body, dict)
+            or set(body) != {"session_id", "profile"}
+            or not all(isinstance(body[k], str) for k in body)
+        ):
+            raise web.HTTPError(
+                400, 'The body must be {"session_id": "<the server\'s session>", "profile": "<the bigger profile>"}'
+            )
+        session = self.ledger.get_session(body["session_id"])
+        if session is None or session.user != name:
+            raise web.HTTPError(403, "A server may only restart its own session.")
+        if not is_server_token(self.current_user, session.user, session.server_name):
+            raise web.HTTPError(403, "A server may only restart its own session, with its own token.")
+        if session.stopped is not None:
+            raise web.HTTPError(409, "The session has already stopped.")
+        if session.server_name.startswith(SERVER_PREFIX):
+            # its restart would start job-<id> without its job: the job would fail and nothing would run
+            raise web.HTTPError(409, "A notebook job's server is not restarted on another profile.")
+        if any(r.get_name() == f"restart:{name}/{session.server_name}" for r in _restarts):
+            raise web.HTTPError(409, "The server is already restarting.")
+        bigger = bigger_profile(
+            memory_options(self.ledger, self.ctx.advice_settings), session.profile, session.group_list
+        )
+        if bigger is None:
+            raise web.HTTPError(409, f"No profile bigger than {session.profile!r} is open to you.")
+        if body["profile"] != bigger.slug:
+            raise web.HTTPError(
+                400, f"profile must be {bigger.slug!r}, the next bigger profile open to you, got {body['profile']!r}"
+            )
+        # the same group pays (the spawner checks the pool again), and the new spawn speaks the user's language
+        options = {"profile": bigger.slug, **({"pool": session.pool} if session.pool else {})}
+        task = asyncio.ensure_future(restart(self.ctx.hub, name, session.server_name, options, session.language))
+        task.set_name(f"restart:{name}/{session.server_name}")
+        _restarts.add(task)
+        task.add_done_callback(_restarts.discard)
+        log.info("restarting %s/%s on %s (was %s)", name, session.server_name, bigger.slug, session.profile)
+        self.write_json({"session_id": session.id, "from_profile": session.profile, "profile": bigger.slug}, status=202)
+
+
+async def restart(hub, user: str, server_name: str, options: dict, language: str | None = None) -> bool:
+    """Stop ``user``'s server, wait until the hub has stopped it, and start it with ``options`` (the bigger
+    profile and the session's pool) in the user's ``language``; True when started."""
+    slug = options["profile"]
+    try:
+        await hub.stop_server(user, server_name)
+        deadline = time.monotonic() + RESTART_STOP_TIMEOUT
+        while True:
+            model = await hub.user(user)
+            server = ((model or {}).get("servers") or {}).get(server_name)
+            if server is None or (not server.get("pending") and not server.get("ready")):
+                break
+            if time.monotonic() > deadline:
+                log.error("restart of %s/%s: the hub did not stop it in %ss", user, server_name, RESTART_STOP_TIMEOUT)
+                return False
+            await asyncio.sleep(0.5)  # polling the hub's model of the server: the hub has no stop event to wait on
+        await hub.start_server(user, server_name, options, language=language)
+    except HubAPIError as e:
+        log.error("restart of %s/%s on %s refused: %s", user, server_name, slug, e)
+        return False
+    return True

@@ -30,7 +30,7 @@ class MeHandler(BaseHandler):
                 "user": name,
                 "groups": list(groups),
                 "currency": currency.code,
-                "currency_symbol": currency.symbol,
+                "currency_symbol": currency.symbol_in(),  # English, as every *_display of the API
                 "budgets": [status_json(s) for s in statuses],
                 "active_sessions": active,
                 "notices": [notice_json(n) for n in self.ledger.notices(name)],

@@ -52,6 +52,7 @@ class UsageHandler(BaseHandler):
                 "since": isoformat(query.since) if query.since else None,
                 "until": isoformat(query.until) if query.until else None,
                 "currency": currency.code,
+                "timezone": self.ctx.tz.key,  # the lab's, in which clients show the times (the CLI does)
                 "sessions": sessions,
                 "totals": usage_totals(sessions, currency.code),
             }

@@ -84,8 +84,8 @@ def test_peak_3_gb_on_a_40_gb_a100_is_advised_the_t4_profile():
     assert advice.counterfactual_micros == to_micros(Decimal("6.00"))
     assert advice.saving_micros == to_micros(Decimal("24.00"))
     assert advice.message == (
-        "Peak 3.1 GB of 40 GB GPU memory, busy 12% of the time: the 1× T4 profile (¥0.05/min instead of"
-        " ¥0.25/min) would very likely have served; this session would have cost ¥6.00 instead of ¥30.00."
+        "Peak 3.1 GB of 40 GB GPU memory, busy 12% of the time. The 1× T4 profile (CN¥0.05/min instead of"
+        " CN¥0.25/min) would very likely have served. This session would have cost CN¥6.00 instead of CN¥30.00."
     )
 
 
@@ -106,7 +106,7 @@ def test_two_gpus_with_one_idle_are_advised_one_gpu():
     # the same model, one GPU: its compute is known to suffice (the working GPU stays as busy)
     assert advice.confidence == "high"
     assert "1 GPU would have done" in advice.message
-    assert advice.message.startswith("1 of 2 GPUs did work (peak 5 GB of 16 GB on one), busy 40% of the time")
+    assert advice.message.startswith("1 of 2 GPUs did work (peak 5 GB), busy 40% of the time.")
     assert advice.counterfactual_micros == 100 * rate("0.05")
 
 
@@ -178,7 +178,7 @@ def test_partial_coverage_lowers_the_confidence():
 
 def test_live_advice_speaks_of_the_cost_so_far():
     advice = advise(session(A100, 40, final=False), light(3, 40, 40), CATALOGUE, currency=CNY)
-    assert "so far this session would have cost ¥2.00 instead of ¥10.00" in advice.message
+    assert "So far this session would have cost CN¥2.00 instead of CN¥10.00" in advice.message
 
 
 def test_bad_settings_are_refused_with_the_setting_named():

@@ -174,6 +174,7 @@ def test_the_worked_example_of_the_docs():
         "gpu_idle": (1, 90, 90, {"CNY": 90 * T4}),  # 1.5 GPU-hours, ¥4.50
         "inactive": (1, 720, 1440, {"CNY": 720 * A100X2}),  # 24 GPU-hours, ¥360
         "max_age": (1, 240, 240, {"CNY": 240 * T4}),  # 4 GPU-hours, ¥12
+        "busy_gpu_idle": (0, 0, 0, {}),
     }
     assert (report.total.sessions, report.total.gpu_minutes, dict(report.total.money_micros)) == (
         3,

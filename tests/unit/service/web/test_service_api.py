@@ -218,14 +218,16 @@ def test_usage_totals_sum_exactly_per_currency():
 
 
 def _route_to_openapi(pattern: str) -> str:
-    names = iter(["{id}"] if ("notices" in pattern or "jobs" in pattern) else ["{scope}", "{name}"])
+    names = iter(["{id}"] if any(r in pattern for r in ("notices", "jobs", "channels")) else ["{scope}", "{name}"])
     return re.sub(r"\(\[\^/\]\+\)", lambda _m: next(names), pattern)
 
 
 def test_the_openapi_document_matches_the_handlers(tmp_path):
     document = yaml.safe_load(openapi.OPENAPI.read_text())
     assert document["openapi"].startswith("3.0")
-    service = SimpleNamespace(ledger=Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}"), tz=SHANGHAI)
+    service = SimpleNamespace(
+        ledger=Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}"), tz=SHANGHAI, notifier=None, tick_health=None
+    )
     described = {}
     for route in routes.make_handlers("/services/gpu/", service):
         pattern, handler = route[0], route[1]
@@ -236,7 +238,9 @@ def test_the_openapi_document_matches_the_handlers(tmp_path):
         path = "/metrics" if pattern.endswith("/metrics") else pattern.replace("/services/gpu/api/v1", "")
         path = _route_to_openapi(path)
         methods = {
-            m for m in ("get", "put", "post", "delete") if getattr(handler, m) is not getattr(web.RequestHandler, m)
+            m
+            for m in ("get", "put", "post", "patch", "delete")
+            if getattr(handler, m) is not getattr(web.RequestHandler, m)
         }
         described[path] = methods
     assert described == {path: set(item) - {"parameters", "servers"} for path, item in document["paths"].items()}

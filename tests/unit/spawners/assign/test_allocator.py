@@ -250,7 +250,9 @@ async def test_a_timeout_is_not_charged_when_gpus_are_free():
      (600, "10 minutes"), (90 * 60, "90 minutes")],
 )  # fmt: skip
 def test_timeout_wording(timeout, shown):
-    assert _seconds(timeout) == shown
+    assert str(_seconds(timeout)) == shown
+    chinese = _seconds(timeout)("zh-CN")
+    assert chinese == "时限" if timeout is None else chinese.endswith(("秒", "分钟")) and chinese.split()[0] in shown
 
 
 async def test_cancel_a_waiting_key():

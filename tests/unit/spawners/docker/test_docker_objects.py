@@ -81,6 +81,7 @@ def test_gpu_env_for_two_gpus():
         "JUPYTERHUB_GPU_MODEL": "T4",
         "JUPYTERHUB_GPU_PROFILE_NAME": "2× T4",
         "JUPYTERHUB_GPU_CURRENCY_SYMBOL": "¥",
+        "JUPYTERHUB_GPU_LANGUAGE": "en",
         "JUPYTERHUB_GPU_SERVICE_URL": "http://127.0.0.1:10101/services/gpu/",
     }
 
@@ -109,6 +110,7 @@ def test_gpu_env_for_cpu_only():
         "JUPYTERHUB_GPU_MODEL": "",
         "JUPYTERHUB_GPU_PROFILE_NAME": "cpu",
         "JUPYTERHUB_GPU_CURRENCY_SYMBOL": "",
+        "JUPYTERHUB_GPU_LANGUAGE": "en",
     }
 
 

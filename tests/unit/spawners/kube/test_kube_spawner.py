@@ -293,7 +293,8 @@ def expected_gpu_env(spawner, *, profile, name, model, rate, count, resource, cp
         "JUPYTERHUB_GPU_MODEL": model,
         "JUPYTERHUB_GPU_RATE_PER_MINUTE": rate,
         "JUPYTERHUB_GPU_CURRENCY": "CNY",
-        "JUPYTERHUB_GPU_CURRENCY_SYMBOL": "¥",
+        "JUPYTERHUB_GPU_CURRENCY_SYMBOL": "",  # none set: the Lab writes its language's symbol
+        "JUPYTERHUB_GPU_LANGUAGE": "en",  # no request: English
         "JUPYTERHUB_GPU_SESSION_ID": session["session_id"],
         "JUPYTERHUB_GPU_STARTED": session["started"],
         "JUPYTERHUB_GPU_SIMULATED": "0",
@@ -492,10 +493,10 @@ async def test_form_counts_come_from_the_cached_cluster_inventory():
     assert cluster.calls == 1  # cached: never an API call per request
     form = forms[-1]
     for line in (
-        "1× T4 15 GB — ¥0.05/min — 2 of 2 free",
-        "1× A100 MIG 1g.10gb — ¥0.04/min — 7 of 7 free",
-        "2× A100 40 GB — ¥0.50/min — 12 of 12 free",
-        "CPU only — ¥0.01/min",
+        "1× T4 15 GB — CN¥0.05/min — 2 of 2 free",
+        "1× A100 MIG 1g.10gb — CN¥0.04/min — 7 of 7 free",
+        "2× A100 40 GB — CN¥0.50/min — 12 of 12 free",
+        "CPU only — CN¥0.01/min",
     ):
         assert line in form
     assert "Simulated" not in form

@@ -1,0 +1,15 @@
+"""``jupyterhub-gpu doctor``: the checks an admin runs before opening the hub to students.
+
+It reads ``jupyterhub_config.py`` as ``jupyterhub -f`` does and the gpu service's settings as the
+service does (its command line in ``c.JupyterHub.services``, then its config file), and checks each
+thing a first hour goes wrong on, one line each with pass / warn / fail and the fix:
+
+- :mod:`.options`: the subcommand's arguments (light: ``jupyterhub-gpu`` imports it for every command);
+- :mod:`.loading`: the two configurations, loaded the way the hub and the service load them;
+- :mod:`.checks`: one function per check over the loaded setup, returning :class:`.results.Result` lines;
+- :mod:`.docker`: what the Docker checks ask the engine (read-only but one throwaway probe container);
+- :mod:`.databases`: the ledger's file or server and its migration, read only;
+- :mod:`.channels`: where each configured alert channel connects, and the ``--send-test`` message;
+- :mod:`.report`: the text and JSON output and the exit status;
+- :mod:`.runner`: the subcommand itself (the heavy part, imported only when ``doctor`` runs).
+"""
