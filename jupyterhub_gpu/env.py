@@ -44,6 +44,10 @@ SIMULATED = "JUPYTERHUB_GPU_SIMULATED"
 #: The assigned GPUs: their UUIDs (comma-separated) and their index, uuid, name and memory (JSON).
 DEVICES = "JUPYTERHUB_GPU_DEVICES"
 DEVICE_INFO = "JUPYTERHUB_GPU_DEVICE_INFO"
+#: A shared unit (issue 17): the share's memory cap in MiB (a MIG slice's memory; absent for a whole GPU),
+#: and "1/4" for a time-sliced share or "mig:1g.10gb" for a MIG slice (absent for a whole GPU).
+MEMORY_LIMIT_MIB = "JUPYTERHUB_GPU_MEMORY_LIMIT_MIB"
+SHARE = "JUPYTERHUB_GPU_SHARE"
 #: Kubernetes: "nvml" when the server lists its GPUs itself, how many it has, and the extended resource.
 DEVICE_DISCOVERY = "JUPYTERHUB_GPU_DEVICE_DISCOVERY"
 COUNT = "JUPYTERHUB_GPU_COUNT"
@@ -78,6 +82,8 @@ NAMES = (
     SIMULATED,
     DEVICES,
     DEVICE_INFO,
+    MEMORY_LIMIT_MIB,
+    SHARE,
     DEVICE_DISCOVERY,
     COUNT,
     RESOURCE,
@@ -108,14 +114,19 @@ def make_gpu_env(
     currency_symbol: str = "",
     service_url: str = "",
     language: str = "en",
+    memory_limit_mib: int | None = None,
+    share: str = "",
 ) -> dict[str, str]:
     """Environment variables that tell a server its GPUs, profile, rate and session.
 
     ``devices`` (index, uuid, name, memory_mib of each assigned GPU) lets the
     server extension label and size the GPUs it reads; ``language`` is the spawn's
-    (``"en"``, ``"zh-CN"``), for the Lab's language.
+    (``"en"``, ``"zh-CN"``), for the Lab's language. ``device_uuids`` are the
+    units' :attr:`~GPUDevice.visible_uuid` (a share's physical GPU); for a
+    share or MIG slice ``memory_limit_mib`` is its cap and ``share`` its
+    :func:`share_label` ("1/4", "mig:1g.10gb").
     """
-    visible = ",".join(device_uuids)
+    visible = ",".join(dict.fromkeys(device_uuids))
     env = {
         # "void" hides every GPU from the NVIDIA runtime for a CPU-only profile;
         # base images set NVIDIA_VISIBLE_DEVICES=all otherwise.
@@ -136,7 +147,29 @@ def make_gpu_env(
     }
     if service_url:
         env[SERVICE_URL] = service_url
+    if memory_limit_mib is not None:
+        env[MEMORY_LIMIT_MIB] = str(int(memory_limit_mib))
+    if share:
+        env[SHARE] = share
     return env
+
+
+def share_label(devices: list[GPUDevice]) -> str:
+    """What :data:`SHARE` says of these units: "1/4" for a share, "mig:1g.10gb" for a MIG slice, else ""."""
+    for d in devices:
+        if d.is_share:
+            return d.share_text
+        if d.is_mig and d.mig_profile:
+            return f"mig:{d.mig_profile}"
+    return ""
+
+
+def memory_limit_of(devices: list[GPUDevice]) -> int | None:
+    """What :data:`MEMORY_LIMIT_MIB` says of these units: the cap of a share or slice, None for whole GPUs."""
+    shared = [d for d in devices if d.is_share or d.is_mig]
+    if not shared:
+        return None
+    return sum(d.memory_mib for d in shared)
 
 
 def nvml_discovery_env(gpu_count: int, gpu_resource: str) -> dict[str, str]:
@@ -177,7 +210,7 @@ def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
             return []
     info = env.get(DEVICE_INFO)
     if info:
-        return [GPUDevice(str(d["index"]), d["uuid"], d["name"], int(d["memory_mib"])) for d in json.loads(info)]
+        return [GPUDevice.from_dict(d) for d in json.loads(info)]
     uuids = [u for u in env.get(DEVICES, "").split(",") if u]
     return [GPUDevice(str(i), u, u, 0) for i, u in enumerate(uuids)]
 
@@ -185,6 +218,21 @@ def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
 def gpu_count_from_env(env: Mapping[str, str] = os.environ) -> int:
     """How many GPUs this server has: the count the spawner wrote, else the number of listed devices."""
     return int(env.get(COUNT) or 0) or len(json.loads(env.get(DEVICE_INFO, "[]")))
+
+
+def memory_limit_from_env(env: Mapping[str, str] = os.environ) -> int | None:
+    """The memory cap of this server's share or MIG slice in MiB, or None (a whole GPU, or not set)."""
+    text = env.get(MEMORY_LIMIT_MIB, "").strip()
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def share_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """ "1/4" for a time-sliced share, "mig:1g.10gb" for a MIG slice, "" for a whole GPU."""
+    return env.get(SHARE, "").strip()
 
 
 def service_url_from_env(env: Mapping[str, str] = os.environ) -> str:

@@ -36,7 +36,13 @@ PROFILE_FIELDS = {
     "cpu_limit",
     "mem_limit",
     "default",
+    "gpu_share",
+    "mig",
 }
+#: A MIG profile's name, as ``nvidia-smi mig -lgip`` lists it ("1g.10gb", "3g.20gb", "1g.10gb+me").
+MIG_PROFILE_RE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
+#: The most servers that may share one physical GPU.
+MAX_GPU_SHARE = 16
 
 #: Form fields a browser may send besides the profile: JupyterHub's own CSRF token, and the language
 #: the form was shown in (its refusals answer in it).
@@ -75,7 +81,15 @@ class Profile:
     cpu_limit: float | None = None
     mem_limit: int | None = None
     default: bool = False
+    #: how many servers share one physical GPU (2..16; a whole GPU is None), or the MIG slice ("1g.10gb")
+    gpu_share: int | None = None
+    mig: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def unit(self) -> str:
+        """What one of this profile's GPUs is: "gpu", "share" (time-sliced) or "mig"."""
+        return "share" if self.gpu_share else "mig" if self.mig else "gpu"
 
     def name_in(self, lang: str) -> str:
         """The display name in ``lang``, else the English one."""
@@ -192,6 +206,7 @@ def parse_profile(raw: object, position: int, require_image: bool = True, curren
     default = raw.get("default", False)
     if not isinstance(default, bool):
         raise ProfileError(f"{where}: 'default' must be true or false, got {default!r}")
+    gpu_share, mig = parse_share(raw, gpu_count, where)
     names = parse_texts(raw.get("display_name"), "display_name", where) or {"en": slug}
     descriptions = parse_texts(raw.get("description"), "description", where) or {"en": ""}
 
@@ -211,7 +226,37 @@ def parse_profile(raw: object, position: int, require_image: bool = True, curren
         cpu_limit=cpu_limit,
         mem_limit=parse_mem_limit(raw.get("mem_limit"), where),
         default=default,
+        gpu_share=gpu_share,
+        mig=mig,
     )
+
+
+def parse_share(raw: dict, gpu_count: int, where: str) -> tuple[int | None, str | None]:
+    """``(gpu_share, mig)`` of a profile: a share count from 2 to 16 (1 is a whole GPU: None), a MIG slice name."""
+    share = raw.get("gpu_share")
+    mig = raw.get("mig")
+    if share is not None:
+        if isinstance(share, bool) or not isinstance(share, int) or not 1 <= share <= MAX_GPU_SHARE:
+            raise ProfileError(
+                f"{where}: 'gpu_share' must be an integer from 1 to {MAX_GPU_SHARE}"
+                f" (how many servers share one GPU), got {share!r}"
+            )
+        if gpu_count != 1:
+            raise ProfileError(f"{where}: 'gpu_share' needs 'gpu_count' 1, got {gpu_count!r}")
+        if share == 1:
+            share = None
+    if mig is not None:
+        if not isinstance(mig, str) or not MIG_PROFILE_RE.fullmatch(mig.strip()):
+            raise ProfileError(
+                f"{where}: 'mig' must be a MIG profile name such as '1g.10gb' or '3g.20gb'"
+                f" (nvidia-smi mig -lgip lists them), got {mig!r}"
+            )
+        mig = mig.strip()
+        if gpu_count != 1:
+            raise ProfileError(f"{where}: 'mig' needs 'gpu_count' 1, got {gpu_count!r}")
+        if raw.get("gpu_share") is not None:
+            raise ProfileError(f"{where}: 'gpu_share' and 'mig' cannot be used together; choose one")
+    return share, mig
 
 
 def parse_profiles(raw_list: object, require_image: bool = True, currency: Currency | None = None) -> list[Profile]:

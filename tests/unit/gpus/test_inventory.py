@@ -408,6 +408,8 @@ def test_gpu_device_to_dict_and_memory_gb():
         "memory_mib": 4864,
         "simulated": False,
         "parent_uuid": A100_PARENT,
+        "share_index": None,
+        "share_count": None,
     }
     assert device.memory_gb == 5
     assert GPUDevice(index="0", uuid="GPU-1", name="T4", memory_mib=15360).memory_gb == 15

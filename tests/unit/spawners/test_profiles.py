@@ -607,3 +607,52 @@ def test_a_huge_value_is_named_not_echoed(students):
     flood = choice_error({"profile": "t4", **{f"option-{i}": 1 for i in range(200)}}, students)
     assert flood.startswith("Unexpected option(s): option-0, option-1") and len(flood) < 200
     assert flood.endswith("…. Only 'profile' and 'pool' may be given.")
+
+
+# -- issue 17: gpu_share and mig ---------------------------------------------------
+
+
+def test_gpu_share_and_mig_are_parsed():
+    (t4,) = parse_profiles(with_field(gpu_share=4))[:1]
+    assert (t4.gpu_share, t4.mig, t4.unit) == (4, None, "share")
+    mig = parse_profiles(with_field(mig=" 1g.10gb"))[0]
+    assert (mig.gpu_share, mig.mig, mig.unit) == (None, "1g.10gb", "mig")
+    assert parse_profiles(with_field(mig="1g.10gb+me"))[0].mig == "1g.10gb+me"
+    plain = parse_profiles(good_profiles())[0]
+    assert (plain.gpu_share, plain.mig, plain.unit) == (None, None, "gpu")
+
+
+def test_a_share_of_one_is_a_whole_gpu():
+    t4 = parse_profiles(with_field(gpu_share=1))[0]
+    assert (t4.gpu_share, t4.unit) == (None, "gpu")
+    assert parse_profiles(with_field(gpu_share=16))[0].gpu_share == 16
+
+
+def test_the_price_of_a_share_is_per_unit():
+    t4 = parse_profiles(with_field(gpu_share=4, price_per_gpu_hour="0.75"))[0]
+    assert t4.rate_per_minute == Decimal("0.0125")
+
+
+@pytest.mark.parametrize("share", [0, 17, -1, True, False, 2.0, "4", [4]])
+def test_bad_gpu_share(share):
+    message = profile_error(with_field(gpu_share=share))
+    assert message.startswith("profile 't4': 'gpu_share' must be an integer from 1 to 16")
+    assert message.endswith(f"got {share!r}")
+
+
+@pytest.mark.parametrize("field, value", [("gpu_share", 4), ("mig", "1g.10gb")])
+@pytest.mark.parametrize("count", [0, 2])
+def test_shares_and_slices_need_one_gpu(field, value, count):
+    message = profile_error(with_field(**{field: value, "gpu_count": count}))
+    assert message == f"profile 't4': {field!r} needs 'gpu_count' 1, got {count}"
+
+
+@pytest.mark.parametrize("name", ["1g", "8g.10gb", "1g.10GB", "1g.10gb+xx", "", " ", 1, None.__class__, "mig-1g.10gb"])
+def test_bad_mig_name(name):
+    message = profile_error(with_field(mig=name))
+    assert message.startswith("profile 't4': 'mig' must be a MIG profile name such as '1g.10gb'")
+
+
+def test_share_and_mig_together_are_refused():
+    message = profile_error(with_field(gpu_share=2, mig="1g.10gb"))
+    assert message == "profile 't4': 'gpu_share' and 'mig' cannot be used together; choose one"
