@@ -68,6 +68,8 @@ TENSORBOARD_LOGDIR = "JUPYTERHUB_GPU_TENSORBOARD_LOGDIR"
 STARTUP_TIMEOUT = "JUPYTERHUB_GPU_STARTUP_TIMEOUT"
 #: The gpu service's URL for the ``jupyterhub-gpu`` command line.
 CLI_URL = "JUPYTERHUB_GPU_URL"
+#: Simulated shared GPUs: the directory the servers of one machine share (:mod:`jupyterhub_gpu.gpus.shared_sim`).
+SIM_STATE_DIR = "JUPYTERHUB_GPU_SIM_STATE_DIR"
 
 #: Every variable of this list.
 NAMES = (
@@ -94,6 +96,7 @@ NAMES = (
     TENSORBOARD_LOGDIR,
     STARTUP_TIMEOUT,
     CLI_URL,
+    SIM_STATE_DIR,
 )
 
 # -- written by the spawners ----------------------------------------------------------------
@@ -233,6 +236,11 @@ def memory_limit_from_env(env: Mapping[str, str] = os.environ) -> int | None:
 def share_from_env(env: Mapping[str, str] = os.environ) -> str:
     """ "1/4" for a time-sliced share, "mig:1g.10gb" for a MIG slice, "" for a whole GPU."""
     return env.get(SHARE, "").strip()
+
+
+def sim_state_dir_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """Where simulated shared GPUs keep their servers' state, or "" for the default (<tempdir>/jupyterhub-gpu-sim)."""
+    return env.get(SIM_STATE_DIR, "").strip()
 
 
 def service_url_from_env(env: Mapping[str, str] = os.environ) -> str:
