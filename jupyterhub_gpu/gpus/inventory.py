@@ -17,12 +17,16 @@ BACKENDS = ("nvml", "static", "simulated")
 
 
 def static_inventory(spec: list[dict]) -> list[GPUDevice]:
-    """Devices declared in config: ``[{"index": 0, "uuid": "GPU-...", "name": "Tesla T4", "memory_gb": 16}]``."""
+    """Devices declared in config: ``[{"index": 0, "uuid": "GPU-...", "name": "Tesla T4", "memory_gb": 16}]``.
+
+    A MIG instance (``"uuid": "MIG-..."``, name like "NVIDIA A100-SXM4-40GB MIG 1g.10gb") may name its
+    physical GPU in ``parent_uuid``.
+    """
     if not isinstance(spec, list) or not spec:
         raise InventoryError("static_gpus must be a non-empty list of {'index','uuid','name','memory_gb'} dicts")
     devices = []
     for n, entry in enumerate(spec):
-        allowed = {"index", "uuid", "name", "memory_gb", "memory_mib"}
+        allowed = {"index", "uuid", "name", "memory_gb", "memory_mib", "parent_uuid"}
         if not isinstance(entry, dict) or set(entry) - allowed:
             raise InventoryError(f"static_gpus #{n + 1} must be a dict with keys {sorted(allowed)}; got {entry!r}")
         uuid, name = entry.get("uuid"), entry.get("name")
@@ -40,7 +44,14 @@ def static_inventory(spec: list[dict]) -> list[GPUDevice]:
             mem = gb * 1024 if isinstance(gb, int) and not isinstance(gb, bool) else None
         if isinstance(mem, bool) or not isinstance(mem, int) or mem < 0:
             raise InventoryError(f"static_gpus #{n + 1}: memory must be a non-negative integer")
-        devices.append(GPUDevice(index=str(index), uuid=uuid, name=name.strip(), memory_mib=mem))
+        parent = entry.get("parent_uuid")
+        if parent is not None:
+            # a MIG instance names the physical GPU it is a slice of (the form and the advice group by it)
+            if not uuid.startswith("MIG-"):
+                raise InventoryError(f"static_gpus #{n + 1}: 'parent_uuid' is only for MIG instances ('MIG-…' uuids)")
+            if not isinstance(parent, str) or not re.fullmatch(r"GPU-[A-Za-z0-9-]+", parent):
+                raise InventoryError(f"static_gpus #{n + 1}: 'parent_uuid' must look like 'GPU-…', got {parent!r}")
+        devices.append(GPUDevice(index=str(index), uuid=uuid, name=name.strip(), memory_mib=mem, parent_uuid=parent))
     check_unique(devices)
     return devices
 

@@ -113,7 +113,10 @@ def test_simulated_devices_match_their_model():
     [
         ({"model": "T4"}, "simulated_gpus must be a list of {'model', 'count', 'memory_gb'} dicts"),
         ("T4", "simulated_gpus must be a list"),
-        (["T4"], "simulated_gpus #1 must be a dict with keys model, count, memory_gb; got 'T4'"),
+        (
+            ["T4"],
+            "simulated_gpus #1 must be a dict with keys model, count, memory_gb (and mig for MIG instances); got 'T4'",
+        ),
         ([{"model": "T4", "uuid": "GPU-1"}], "simulated_gpus #1 must be a dict with keys model, count, memory_gb"),
         ([{"count": 1}], "simulated_gpus #1: 'model' must be a non-empty string"),
         ([{"model": " "}], "simulated_gpus #1: 'model' must be a non-empty string"),
@@ -164,7 +167,11 @@ def test_static_inventory():
         ([], "static_gpus must be a non-empty list"),
         (None, "static_gpus must be a non-empty list"),
         ({"uuid": T4_UUID, "name": "T4"}, "static_gpus must be a non-empty list"),
-        (["GPU-1"], "static_gpus #1 must be a dict with keys ['index', 'memory_gb', 'memory_mib', 'name', 'uuid']"),
+        (
+            ["GPU-1"],
+            "static_gpus #1 must be a dict with keys"
+            " ['index', 'memory_gb', 'memory_mib', 'name', 'parent_uuid', 'uuid']",
+        ),
         ([{"uuid": T4_UUID, "name": "T4", "model": "T4"}], "static_gpus #1 must be a dict with keys"),
         (
             [{"uuid": "5d4f6c2a", "name": "T4"}],

@@ -112,3 +112,81 @@ def test_a_shared_reading_carries_own_and_whole_gpu_figures():
     data = r.to_dict()
     assert (data["scope"], data["gpu_utilization_percent"], data["shared_by"], data["processes"]) == ("own", 90, 2, 1)
     assert data["gpu_memory_total_mib"] == 15360
+
+
+# -- simulated MIG instances ---------------------------------------------------------
+
+
+def test_a_simulated_mig_gpu_is_listed_as_its_instances():
+    from jupyterhub_gpu.gpus.simulated import simulated_inventory
+
+    plain = simulated_inventory([{"model": "T4", "count": 1}, {"model": "A100", "count": 1, "memory_gb": 40}])
+    devices = simulated_inventory(
+        [
+            {"model": "T4", "count": 1},
+            {"model": "A100", "count": 1, "memory_gb": 40, "mig": ["3g.20gb", "1g.10gb", "1g.10gb"]},
+            {"model": "L4", "count": 1, "memory_gb": 24},
+        ]
+    )
+    t4, big, small1, small2, l4 = devices
+    assert t4 == plain[0]  # the GPUs around a MIG-enabled one keep their uuids
+    assert [d.name for d in devices[1:4]] == [
+        "Simulated A100 MIG 3g.20gb",
+        "Simulated A100 MIG 1g.10gb",
+        "Simulated A100 MIG 1g.10gb",
+    ]
+    assert [d.mig_profile for d in devices[1:4]] == ["3g.20gb", "1g.10gb", "1g.10gb"]
+    assert {d.parent_uuid for d in devices[1:4]} == {plain[1].uuid}
+    assert all(d.uuid.startswith("MIG-") and d.is_mig and d.simulated for d in devices[1:4])
+    assert len({d.uuid for d in devices}) == 5
+    assert [d.memory_mib for d in devices[1:4]] == [20480, 10240, 10240]
+    assert [d.index for d in devices] == ["0", "1:0", "1:1", "1:2", "2"]
+    assert small1.visible_uuid == small1.uuid != small2.uuid
+    assert l4.parent_uuid is None and not l4.is_mig
+    again = simulated_inventory(
+        [
+            {"model": "T4", "count": 1},
+            {"model": "A100", "count": 1, "memory_gb": 40, "mig": ["3g.20gb", "1g.10gb", "1g.10gb"]},
+            {"model": "L4", "count": 1, "memory_gb": 24},
+        ]
+    )
+    assert again == devices  # stable across restarts
+    assert big.memory_gb == 20
+
+
+@pytest.mark.parametrize(
+    "mig, message",
+    [
+        ([], "simulated_gpus #1: 'mig' must be a non-empty list of MIG profiles such as ['1g.10gb'], got []"),
+        ("1g.10gb", "simulated_gpus #1: 'mig' must be a non-empty list of MIG profiles"),
+        (["1g.10gb", "2g"], "simulated_gpus #1: 'mig' has '2g', which is not a MIG profile such as '1g.10gb'"),
+        (["8g.80gb"], "simulated_gpus #1: 'mig' has '8g.80gb', which is not a MIG profile"),
+        ([1], "simulated_gpus #1: 'mig' has 1, which is not a MIG profile"),
+        (
+            ["4g.20gb", "4g.20gb"],
+            "simulated_gpus #1: 'mig' uses 8 compute slices (4g.20gb, 4g.20gb) but one A100 has 7",
+        ),
+        (["7g.80gb"], "simulated_gpus #1: 'mig' uses 80 GB (7g.80gb) but the GPU has 40 GB ('memory_gb')"),
+    ],
+)
+def test_bad_simulated_mig_is_refused(mig, message):
+    from jupyterhub_gpu.gpus.device import InventoryError
+    from jupyterhub_gpu.gpus.simulated import simulated_inventory
+
+    with pytest.raises(InventoryError) as info:
+        simulated_inventory([{"model": "A100", "memory_gb": 40, "mig": mig}])
+    assert str(info.value).startswith(message)
+
+
+def test_a_static_mig_instance_may_name_its_parent():
+    from jupyterhub_gpu.gpus.device import InventoryError
+    from jupyterhub_gpu.gpus.inventory import static_inventory
+
+    (mig,) = static_inventory(
+        [{"uuid": "MIG-1234", "name": "NVIDIA A100-SXM4-40GB MIG 1g.10gb", "memory_gb": 10, "parent_uuid": "GPU-99"}]
+    )
+    assert (mig.parent_uuid, mig.is_mig, mig.mig_profile) == ("GPU-99", True, "1g.10gb")
+    with pytest.raises(InventoryError, match=r"static_gpus #1: 'parent_uuid' is only for MIG instances"):
+        static_inventory([{"uuid": "GPU-1", "name": "T4", "parent_uuid": "GPU-99"}])
+    with pytest.raises(InventoryError, match=r"static_gpus #1: 'parent_uuid' must look like 'GPU-…', got 'x'"):
+        static_inventory([{"uuid": "MIG-1", "name": "A100 MIG 1g.10gb", "parent_uuid": "x"}])
