@@ -2,7 +2,8 @@
 
 One :class:`GPUAllocator` per hub process and inventory (:func:`shared_allocator`).
 Every server (a key such as ``"alice/"`` or ``"alice/big"``) holds zero or more
-whole devices; no device is ever held by two keys. A request that cannot be met
+units: whole devices, MIG instances, or time-sliced shares of a GPU (issue 17);
+no unit is ever held by two keys, and a GPU with a share held is never held whole. A request that cannot be met
 waits in the :class:`.queue.FairQueue` of its GPU model.
 
 All methods run on the hub's event loop and none of them awaits between reading
@@ -12,9 +13,11 @@ and changing the assignment, so concurrent spawns cannot receive the same GPU.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from jupyterhub_gpu.gpus.device import GPUDevice
+from jupyterhub_gpu.gpus.device import GPUDevice, parse_share_uuid, share_uuid
 from jupyterhub_gpu.gpus.inventory import make_inventory
 from jupyterhub_gpu.gpus.names import model_matches
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator, AssignmentConflict
@@ -23,45 +26,126 @@ from jupyterhub_gpu.spawners.messages import Phrase
 
 log = logging.getLogger("jupyterhub_gpu.allocator")
 
+MIG_SUFFIX = re.compile(r"\s+MIG\b.*$")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a host request asks for besides model and count: a time-sliced share of ``share``, or a MIG slice."""
+
+    share: int | None = None
+    mig: str | None = None
+
+
+def parent_name(device: GPUDevice) -> str:
+    """A MIG instance's name without its slice ("NVIDIA A100-SXM4-40GB MIG 1g.10gb" -> "NVIDIA A100-SXM4-40GB")."""
+    return MIG_SUFFIX.sub("", device.name)
+
 
 class GPUAllocator(FairQueue, Allocator):
-    """Assigns whole GPUs exclusively to server keys, with a FIFO queue per model."""
+    """Assigns units (whole GPUs, time-sliced shares, MIG instances) exclusively to server keys, FIFO per model.
+
+    A physical GPU is free, held whole by one key, or split into ``k`` shares (``k``
+    fixed while any share is held: the first share taken splits it, the last one
+    released makes it whole again). Whole and share requests of one model stand in
+    one queue; MIG requests of one slice in theirs.
+    """
 
     def __init__(self, devices: list[GPUDevice]):
         super().__init__()
         self.devices = list(devices)
         self._by_uuid = {d.uuid: d for d in self.devices}
-        self._holder: dict[str, str] = {}  # device uuid -> key
-        self._held: dict[str, list[str]] = {}  # key -> device uuids, in assignment order
+        self._holder: dict[str, str] = {}  # whole device or MIG uuid -> key
+        self._shares: dict[str, dict[int, str]] = {}  # physical uuid -> {share index: key} (only while split)
+        self._split: dict[str, int] = {}  # physical uuid -> k while any share of it is held
+        self._held: dict[str, list[str]] = {}  # key -> unit uuids (share uuids for shares), in assignment order
 
     # -- reading -----------------------------------------------------------
-    def matching(self, model: str) -> list[GPUDevice]:
-        return [d for d in self.devices if model_matches(model, d.name)]
+    def matching(self, model: str, *, share: int | None = None, mig: str | None = None) -> list[GPUDevice]:
+        """The devices a request of ``model`` may get: physical GPUs (whole or share), or MIG instances of ``mig``."""
+        if mig:
+            return [
+                d for d in self.devices if d.is_mig and d.mig_profile == mig and model_matches(model, parent_name(d))
+            ]
+        return [d for d in self.devices if d.parent_uuid is None and model_matches(model, d.name)]
 
-    def free(self, model: str) -> list[GPUDevice]:
-        return [d for d in self.matching(model) if d.uuid not in self._holder]
+    def _whole_free(self, d: GPUDevice) -> bool:
+        return d.uuid not in self._holder and d.uuid not in self._split
 
-    def waiting(self, model: str) -> int:
-        return len(self._queues.get(self._queue_key(model), []))
+    def free(self, model: str, *, share: int | None = None, mig: str | None = None) -> list[GPUDevice]:
+        """Free units: whole GPUs (or MIG instances) no one holds; for ``share``, the shares that could be taken."""
+        if share:
+            return self._free_shares(model, share)
+        return [d for d in self.matching(model, mig=mig) if self._whole_free(d)]
 
-    def _queue_key(self, model: str) -> tuple[str, ...]:
+    def _free_shares(self, model: str, k: int) -> list[GPUDevice]:
+        """Shares of ``k`` a request may take, best first: GPUs already split in k (fullest first), then free GPUs."""
+        split, whole = [], []
+        for d in self.matching(model):
+            if self._split.get(d.uuid) == k:
+                taken = self._shares.get(d.uuid, {})
+                free = [i for i in range(k) if i not in taken]
+                if free:
+                    split.append((-len(taken), d, free))
+            elif self._whole_free(d):
+                whole.append(d)
+        split.sort(key=lambda t: t[0])  # stable: device order among equally full GPUs
+        units = [make_share(d, i, k) for _, d, free in split for i in free]
+        units += [make_share(d, i, k) for d in whole for i in range(k)]
+        return units
+
+    def waiting(self, model: str, *, share: int | None = None, mig: str | None = None) -> int:
+        return len(self._queues.get(self._queue_key(model, mig), []))
+
+    def _queue_key(self, model: str, mig: str | None = None) -> tuple[str, ...]:
         # One queue per set of matching devices, so that two spellings of one
-        # model ("T4", "Tesla T4") share a queue and strict FIFO holds across them.
-        return tuple(sorted(d.uuid for d in self.matching(model)))
+        # model ("T4", "Tesla T4") share a queue and strict FIFO holds across them;
+        # whole and share requests of a model match the same physical GPUs: one queue.
+        return tuple(sorted(d.uuid for d in self.matching(model, mig=mig)))
 
-    def counts(self, model: str) -> dict:
-        """Free, total and waiting counts for the spawn form."""
+    def counts(self, model: str, *, share: int | None = None, mig: str | None = None) -> dict:
+        """Free, total and waiting units for the spawn form; ``unit`` says which ("gpu", "share", "mig")."""
+        matching = self.matching(model, mig=mig)
+        if share:
+            free = sum(1 for d in matching if self._whole_free(d)) * share + sum(
+                share - len(self._shares.get(d.uuid, {})) for d in matching if self._split.get(d.uuid) == share
+            )
+            total = len(matching) * share
+        else:
+            free = sum(1 for d in matching if self._whole_free(d))
+            total = len(matching)
         return {
-            "free": len(self.free(model)),
-            "total": len(self.matching(model)),
-            "waiting": self.waiting(model),
+            "free": free,
+            "total": total,
+            "waiting": self.waiting(model, mig=mig),
+            "unit": "share" if share else "mig" if mig else "gpu",
         }
 
+    def _device(self, uuid: str) -> GPUDevice | None:
+        if uuid in self._by_uuid:
+            return self._by_uuid[uuid]
+        parsed = parse_share_uuid(uuid)
+        if parsed and parsed[0] in self._by_uuid:
+            return make_share(self._by_uuid[parsed[0]], parsed[1], parsed[2])
+        return None
+
     def held_by(self, key: str) -> list[GPUDevice]:
-        return [self._by_uuid[u] for u in self._held.get(key, []) if u in self._by_uuid]
+        return [d for u in self._held.get(key, []) if (d := self._device(u)) is not None]
 
     def holder(self, uuid: str) -> str | None:
-        return self._holder.get(uuid)
+        """The key that holds a unit (a device uuid or a share uuid), else None."""
+        if uuid in self._holder:
+            return self._holder[uuid]
+        parsed = parse_share_uuid(uuid)
+        if parsed and self._split.get(parsed[0]) == parsed[2]:
+            return self._shares.get(parsed[0], {}).get(parsed[1])
+        return None
+
+    def holders(self, uuid: str) -> list[str]:
+        """Every key on a physical GPU: its whole holder, or the holders of its shares."""
+        if uuid in self._holder:
+            return [self._holder[uuid]]
+        return list(dict.fromkeys(self._shares.get(uuid, {}).values()))
 
     def assignments(self) -> dict[str, list[str]]:
         return {k: list(v) for k, v in self._held.items()}
@@ -71,9 +155,43 @@ class GPUAllocator(FairQueue, Allocator):
         if not devices:  # holding nothing is not an assignment
             return
         for d in devices:
-            assert d.uuid not in self._holder, f"{d.uuid} already held"
-            self._holder[d.uuid] = key
+            if d.is_share:
+                parent = d.parent_uuid
+                assert parent not in self._holder, f"{parent} already held whole"
+                assert self._split.get(parent, d.share_count) == d.share_count, f"{parent} split in another count"
+                taken = self._shares.setdefault(parent, {})
+                assert d.share_index not in taken, f"{d.uuid} already held"
+                self._split[parent] = d.share_count
+                taken[d.share_index] = key
+            else:
+                assert d.uuid not in self._holder and d.uuid not in self._split, f"{d.uuid} already held"
+                self._holder[d.uuid] = key
         self._held.setdefault(key, []).extend(d.uuid for d in devices)
+
+    def _unassign(self, key: str, uuids: list[str]) -> None:
+        for u in uuids:
+            if self._holder.get(u) == key:
+                del self._holder[u]
+                continue
+            parsed = parse_share_uuid(u)
+            if parsed is None:
+                continue
+            parent, i, k = parsed
+            taken = self._shares.get(parent, {})
+            if self._split.get(parent) == k and taken.get(i) == key:
+                del taken[i]
+                if not taken:  # the last share went: the GPU is whole again
+                    del self._shares[parent]
+                    del self._split[parent]
+
+    def _held_matches(self, held: list[GPUDevice], model: str, count: int, request: Request) -> bool:
+        if len(held) != count:
+            return False
+        if request.share:
+            return all(d.share_count == request.share and model_matches(model, d.name) for d in held)
+        if request.mig:
+            return all(d.is_mig and d.mig_profile == request.mig and model_matches(model, parent_name(d)) for d in held)
+        return all(not d.is_share and not d.is_mig and model_matches(model, d.name) for d in held)
 
     async def acquire(
         self,
@@ -82,23 +200,38 @@ class GPUAllocator(FairQueue, Allocator):
         count: int,
         timeout: float | None = None,
         on_position: Callable[[int, int], None] | None = None,
+        *,
+        share: int | None = None,
+        mig: str | None = None,
     ) -> list[GPUDevice]:
-        """Assign ``count`` GPUs of ``model`` to ``key``, waiting in the queue if none are free.
+        """Assign ``count`` units of ``model`` to ``key``, waiting in the queue if none are free.
 
-        ``on_position(position, length)`` is called whenever the key's place in the
-        queue changes. Raises QueueTimeout after ``timeout`` seconds, and
-        AllocationError at once if the host does not have that many such GPUs.
+        A unit is a whole GPU, one of ``share`` time-sliced shares of a GPU, or a
+        MIG instance of the slice ``mig``. ``on_position(position, length)`` is
+        called whenever the key's place in the queue changes. Raises QueueTimeout
+        after ``timeout`` seconds, and AllocationError at once if the host does
+        not have that many such units.
         """
         if count <= 0:
             return []
+        share = share if share and share > 1 else None
+        request = Request(share=share, mig=mig or None)
         if key in self._held:
             held = self.held_by(key)
-            if len(held) == count and all(model_matches(model, d.name) for d in held):
+            if self._held_matches(held, model, count, request):
                 return held
             # a key still holding other GPUs (an earlier start of this server with another profile) must not
             # run the new profile, priced by its own model and count, on them: give them back and take a turn
             self.release(key)
-        total = len(self.matching(model))
+        total = len(self.matching(model, mig=request.mig))
+        if request.mig and count > total:
+            raise AllocationError(
+                "This profile needs a MIG {slice} slice of {model} but this host has {total}. Ask your administrator"
+                " to fix the profile.",
+                slice=request.mig,
+                model=model,
+                total=total,
+            )
         if count > total:
             raise AllocationError(
                 "This profile needs {count}× {model} but this host has {total}. Ask your administrator to fix the"
@@ -109,65 +242,121 @@ class GPUAllocator(FairQueue, Allocator):
             )
         return await self._take_turn(
             key,
-            self._queue_key(model),
+            self._queue_key(model, request.mig),
             model,
             count,
+            claim=request,
             timeout=timeout,
             on_position=on_position,
             timeout_message=Phrase(
                 "No {model} became free within {limit}; nothing was started. Try again later or choose another"
                 " profile.",
-                model=model,
+                model=f"{model} MIG {request.mig}" if request.mig else model,
                 limit=wait_limit_text(timeout),
             ),
         )
 
     def release(self, key: str) -> list[str]:
-        """Free every GPU the key holds and start waiters that now fit; returns the UUIDs freed."""
+        """Free every unit the key holds and start waiters that now fit; returns the UUIDs freed."""
         uuids = self._held.pop(key, [])
-        for u in uuids:
-            if self._holder.get(u) == key:
-                del self._holder[u]
+        self._unassign(key, uuids)
         if uuids:
             log.info("%s released %s", key, ", ".join(uuids))
             self._drain()
         return uuids
 
+    def _conflict(self, key: str, uuid: str, pending: dict[str, int]) -> str | None:
+        """Why ``key`` cannot hold ``uuid`` (another key holds it, or its GPU is held otherwise), else None.
+
+        ``pending``: the split of GPUs by the shares of this same restore so far.
+        """
+        parsed = parse_share_uuid(uuid)
+        if parsed is None or uuid in self._by_uuid:
+            other = self._holder.get(uuid)
+            if other is not None and other != key:
+                return f"{key} claims {uuid}, which {other} already holds"
+            others = [k for k in self._shares.get(uuid, {}).values() if k != key]
+            if others or uuid in pending:
+                return f"{key} claims {uuid} whole, but it is split into shares held by {', '.join(others) or key}"
+            return None
+        parent, i, k = parsed
+        other = self._holder.get(parent)
+        if other is not None and other != key:
+            return f"{key} claims {uuid}, but {other} holds {parent} whole"
+        others = {j: h for j, h in self._shares.get(parent, {}).items() if h != key}
+        if others and self._split.get(parent) != k:
+            by = ", ".join(others.values())
+            return f"{key} claims {uuid}, but {parent} is split in {self._split.get(parent)} by {by}"
+        if i in others:
+            return f"{key} claims {uuid}, which {others[i]} already holds"
+        if pending.get(parent, k) != k:
+            return f"{key} claims {uuid}, but also a share of {parent} in {pending[parent]}"
+        return None
+
     def restore(self, key: str, uuids: list[str]) -> list[str]:
         """Record an assignment saved in a spawner's state (after a hub restart).
 
-        Unknown UUIDs (a GPU removed from the host) are skipped with a warning; a
-        UUID already held by another key raises AssignmentConflict and nothing
-        is recorded.
+        ``uuids`` are units: device uuids, MIG uuids, or share uuids
+        (:func:`share_uuid`) whose GPU is split again as it was. Unknown UUIDs (a
+        GPU removed from the host) are skipped with a warning; a UUID already held
+        by another key, or a share of a GPU held whole or split in another count,
+        raises AssignmentConflict and nothing is recorded.
         """
         if self._held.get(key) == list(uuids):
             return list(uuids)
-        for u in uuids:
-            other = self._holder.get(u)
-            if other is not None and other != key:
-                raise AssignmentConflict(f"{key} claims {u}, which {other} already holds")
-        known = [u for u in dict.fromkeys(uuids) if u in self._by_uuid]
+        pending: dict[str, int] = {}
+        whole: set[str] = set()
+        for u in dict.fromkeys(uuids):
+            reason = self._conflict(key, u, pending)
+            parsed = parse_share_uuid(u)
+            if reason is None and parsed and u not in self._by_uuid and parsed[0] in whole:
+                reason = f"{key} claims {u}, but also {parsed[0]} whole"
+            if reason:
+                raise AssignmentConflict(reason)
+            if parsed and u not in self._by_uuid:
+                pending[parsed[0]] = parsed[2]
+            else:
+                whole.add(u)
+        known = [u for u in dict.fromkeys(uuids) if self._device(u) is not None]
         for u in set(uuids) - set(known):
             log.warning("%s held %s, which is not in the inventory any more", key, u)
         # Replace the key's assignment in one step: draining the queue in between
         # could hand a GPU of ``known`` to a waiter before it is recorded here.
         previous = self._held.pop(key, [])
-        for u in previous:
-            if self._holder.get(u) == key:
-                del self._holder[u]
-        self._assign(key, [self._by_uuid[u] for u in known])
+        self._unassign(key, previous)
+        self._assign(key, [self._device(u) for u in known])
         if set(previous) - set(known):
             self._drain()
         return known
 
     # -- queue -------------------------------------------------------------
+    @staticmethod
+    def _request(waiter: Waiter) -> Request:
+        return waiter.claim if isinstance(waiter.claim, Request) else Request()
+
     def _fits(self, waiter: Waiter) -> bool:
-        return len(self.free(waiter.model)) >= waiter.count
+        request = self._request(waiter)
+        return len(self.free(waiter.model, share=request.share, mig=request.mig)) >= waiter.count
 
     def _grant(self, waiter: Waiter) -> list[GPUDevice]:
-        devices = self.free(waiter.model)[: waiter.count]
+        request = self._request(waiter)
+        devices = self.free(waiter.model, share=request.share, mig=request.mig)[: waiter.count]
         self._assign(waiter.key, devices)
         return devices
+
+
+def make_share(device: GPUDevice, index: int, count: int) -> GPUDevice:
+    """Share ``index`` (from 0) of ``count`` of the physical GPU ``device``: its memory // count is the cap."""
+    return GPUDevice(
+        index=device.index,
+        uuid=share_uuid(device.uuid, index, count),
+        name=device.name,
+        memory_mib=device.memory_mib // count,
+        simulated=device.simulated,
+        parent_uuid=device.uuid,
+        share_index=index,
+        share_count=count,
+    )
 
 
 # One allocator per inventory per hub process: every spawner of the hub shares it.

@@ -48,16 +48,22 @@ class Allocator(Protocol):
     #: The devices the form and the startup check name (empty on a cluster: none is picked by the hub).
     devices: list[GPUDevice]
 
-    def matching(self, model: str) -> list[GPUDevice]:
-        """The devices of ``model`` this allocator knows by name (empty on a cluster)."""
+    def matching(self, model: str, *, share: int | None = None, mig: str | None = None) -> list[GPUDevice]:
+        """The devices of ``model`` this allocator knows by name (empty on a cluster).
+
+        Whole and share requests match physical GPUs only; a ``mig`` request the MIG instances of that slice.
+        """
         ...
 
-    def counts(self, model: str) -> dict:
-        """``{"free", "total", "waiting", ...}`` GPUs of ``model`` for the spawn form."""
+    def counts(self, model: str, *, share: int | None = None, mig: str | None = None) -> dict:
+        """``{"free", "total", "waiting", "unit", ...}`` units of ``model`` for the spawn form.
+
+        ``unit`` is "gpu", "share" or "mig"; for ``share`` k, total is physical GPUs × k.
+        """
         ...
 
-    def waiting(self, model: str) -> int:
-        """How many requests wait in the queue of ``model``."""
+    def waiting(self, model: str, *, share: int | None = None, mig: str | None = None) -> int:
+        """How many requests wait in the queue of ``model`` (whole and share requests of a model wait in one)."""
         ...
 
     def position(self, key: str) -> tuple[int, int] | None:
@@ -71,8 +77,14 @@ class Allocator(Protocol):
         count: int,
         timeout: float | None = None,
         on_position: Callable[[int, int], None] | None = None,
+        *,
+        share: int | None = None,
+        mig: str | None = None,
     ) -> list[GPUDevice]:
-        """``count`` GPUs of ``model`` for ``key``, waiting in the queue for them.
+        """``count`` units of ``model`` for ``key``, waiting in the queue for them.
+
+        A unit is a whole GPU, one of ``share`` time-sliced shares of one GPU (count 1), or a MIG
+        instance of the slice ``mig`` (count 1).
 
         ``on_position(position, length)`` is called whenever the key's place in the queue changes.
         Raises :class:`AllocationError` at once for a request that can never be met,

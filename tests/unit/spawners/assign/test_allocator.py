@@ -76,8 +76,8 @@ def test_reading_an_idle_allocator():
     alloc = make_allocator(t4=2, a100=1)
     assert [d.name for d in alloc.matching("T4")] == ["Simulated T4", "Simulated T4"]
     assert alloc.matching("V100") == []
-    assert alloc.counts("T4") == {"free": 2, "total": 2, "waiting": 0}
-    assert alloc.counts("a100") == {"free": 1, "total": 1, "waiting": 0}
+    assert alloc.counts("T4") == {"free": 2, "total": 2, "waiting": 0, "unit": "gpu"}
+    assert alloc.counts("a100") == {"free": 1, "total": 1, "waiting": 0, "unit": "gpu"}
     assert alloc.held_by("alice/") == []
     assert alloc.assignments() == {}
     assert alloc.position("alice/") is None
@@ -89,7 +89,7 @@ async def test_immediate_acquire_and_release():
     devices = await alloc.acquire("alice/", "T4", 1)
     assert [d.uuid for d in devices] == uuids_of(alloc, "T4")[:1]
     assert alloc.holder(devices[0].uuid) == "alice/"
-    assert alloc.counts("T4") == {"free": 1, "total": 2, "waiting": 0}
+    assert alloc.counts("T4") == {"free": 1, "total": 2, "waiting": 0, "unit": "gpu"}
     assert check_invariants(alloc) == {"alice/": [devices[0].uuid]}
     assert alloc.release("alice/") == [devices[0].uuid]
     assert alloc.assignments() == {}
@@ -150,7 +150,7 @@ async def test_ten_acquires_over_four_gpus_queue_in_arrival_order_and_drain_fifo
     # the first waiter heard the queue grow behind it; the last heard only its own place
     assert positions.reports["user4/"] == [(1, n) for n in range(1, 7)]
     assert positions.reports["user9/"] == [(6, 6)]
-    assert alloc.counts("T4") == {"free": 0, "total": 4, "waiting": 6}
+    assert alloc.counts("T4") == {"free": 0, "total": 4, "waiting": 6, "unit": "gpu"}
 
     # each release hands the freed GPU to exactly the next waiter
     holders = list(first)
@@ -170,13 +170,13 @@ async def test_ten_acquires_over_four_gpus_queue_in_arrival_order_and_drain_fifo
         assert not any(tasks[k].done() for k in still)
         assert [alloc.position(k) for k in still] == [(i, len(still)) for i in range(1, len(still) + 1)]
         assert [positions.last(k) for k in still] == [(i, len(still)) for i in range(1, len(still) + 1)]
-        assert alloc.counts("T4") == {"free": 0, "total": 4, "waiting": len(still)}
+        assert alloc.counts("T4") == {"free": 0, "total": 4, "waiting": len(still), "unit": "gpu"}
 
     # the queue is empty: releases now just free GPUs
     for key in holders:
         alloc.release(key)
         check_invariants(alloc)
-    assert alloc.counts("T4") == {"free": 4, "total": 4, "waiting": 0}
+    assert alloc.counts("T4") == {"free": 4, "total": 4, "waiting": 0, "unit": "gpu"}
     assert alloc.assignments() == {}
 
 
@@ -351,7 +351,7 @@ async def test_two_gpu_request_at_the_head_blocks_a_later_one_gpu_request():
     await asyncio.sleep(0)
     # one GPU is free and would fit the small request, but the big one came first
     assert not big.done() and not small.done()
-    assert alloc.counts("T4") == {"free": 1, "total": 4, "waiting": 2}
+    assert alloc.counts("T4") == {"free": 1, "total": 4, "waiting": 2, "unit": "gpu"}
     assert alloc.position("big/") == (1, 2)
     assert alloc.position("small/") == (2, 2)
 
@@ -363,7 +363,7 @@ async def test_two_gpu_request_at_the_head_blocks_a_later_one_gpu_request():
     await settle()
     assert big.done() and len(big.result()) == 2
     assert not small.done()
-    assert alloc.counts("T4") == {"free": 0, "total": 4, "waiting": 1}
+    assert alloc.counts("T4") == {"free": 0, "total": 4, "waiting": 1, "unit": "gpu"}
     check_invariants(alloc)
 
     alloc.release("h2/")
@@ -613,7 +613,7 @@ async def test_many_concurrent_spawns_never_share_a_gpu():
     done = await asyncio.gather(*(session(i, k) for i, k in enumerate(keys)))
     assert done == keys
     assert alloc.assignments() == {}
-    assert alloc.counts("T4") == {"free": 3, "total": 3, "waiting": 0}
+    assert alloc.counts("T4") == {"free": 3, "total": 3, "waiting": 0, "unit": "gpu"}
 
 
 async def test_two_spellings_of_one_model_share_one_strict_fifo_queue():
