@@ -152,7 +152,9 @@ class UsageMinute(Base):
     kernels_max: Mapped[int] = mapped_column(Integer, default=0)
     busy_kernels_max: Mapped[int] = mapped_column(Integer, default=0)
     last_kernel_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    gpus: Mapped[str] = mapped_column(Text, default="{}")  # uuid -> {"utilization_max", "memory_used_max_mib"}
+    # uuid -> {"utilization_max", "memory_used_max_mib"}, and on a shared GPU or MIG slice (issue 17) "scope"
+    # ("own" | "gpu"), "processes_min" (the server's own processes on it) and "shared_by_max", as the server said
+    gpus: Mapped[str] = mapped_column(Text, default="{}")
 
     @property
     def utilization_avg(self) -> float:
@@ -177,6 +179,9 @@ class PriceRecord(Base):
     price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
     price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)
     gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # a profile of part of a GPU (migration 0013): how many servers share one GPU, or its MIG slice ("1g.10gb")
+    gpu_share: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    mig: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 # -- right-sizing advice (rules: service/domain/advice.py; rows: queries/advice.py) ----------------
@@ -207,6 +212,9 @@ class SessionAdvice(Base):
     suggested_display_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     suggested_gpu_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
     suggested_rate_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # a suggested share of a GPU (migration 0013): its share count and model, for "a quarter of a T4 would have served"
+    suggested_gpu_share: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    suggested_gpu_model: Mapped[str | None] = mapped_column(String(64), nullable=True)
     confidence: Mapped[str | None] = mapped_column(String(8), nullable=True)
     currency: Mapped[str] = mapped_column(String(3))
     rate_micros: Mapped[int] = mapped_column(BigInteger, default=0)

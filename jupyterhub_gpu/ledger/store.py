@@ -594,6 +594,8 @@ class Ledger:
                     price_per_gpu_hour=part(profile, "price_per_gpu_hour"),
                     price_per_hour=part(profile, "price_per_hour"),
                     gpu_memory_mib=int(memory) if memory else None,
+                    gpu_share=int(profile["gpu_share"]) if profile.get("gpu_share") else None,  # issue 17
+                    mig=profile.get("mig") or None,
                 )
             )
         with self.Session() as db:
@@ -642,6 +644,8 @@ class Ledger:
                 "price_per_gpu_hour": r.price_per_gpu_hour,
                 "price_per_hour": r.price_per_hour,
                 "gpu_memory_mib": r.gpu_memory_mib,
+                "gpu_share": r.gpu_share,  # part of a GPU (issue 17): None for a whole GPU
+                "mig": r.mig,
             }
             for r in records
         ]

@@ -19,7 +19,8 @@ from sqlalchemy import case, func, select
 from sqlalchemy.exc import IntegrityError
 
 from jupyterhub_gpu.clock import naive_utc
-from jupyterhub_gpu.ledger.models import UsageMinute
+from jupyterhub_gpu.gpus.device import parse_share_uuid
+from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
 from jupyterhub_gpu.ledger.store import Ledger, activity_forward
 
 #: Caps on one session's minute row: a server samples every few seconds and pushes every 30 s.
@@ -43,7 +44,9 @@ class Sample:
     busy_kernels: int
     last_kernel_activity: datetime | None
     last_activity: datetime | None
-    gpus: tuple[tuple[str, float, int], ...]
+    #: per GPU ``(uuid, utilization, memory used max)``, and on a shared GPU or MIG slice (issue 17)
+    #: ``(..., scope, processes, shared_by)`` (each None where the server did not say)
+    gpus: tuple[tuple, ...]
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,13 @@ def _merge(row: UsageMinute, sample: Sample, max_gpus: int, minute: datetime) ->
             f" a minute takes at most {MAX_PUSHES_PER_MINUTE} pushes and {MAX_SAMPLES_PER_MINUTE} samples."
         )
     gpus = json.loads(row.gpus or "{}")
-    for uuid, util, mem in sample.gpus:
+    for uuid, util, mem, *shared in sample.gpus:
         if uuid not in gpus and len(gpus) >= max(max_gpus, 1):
             raise SampleError(f"The session holds {max_gpus} GPU(s); {uuid!r} would be one more.")
         g = gpus.setdefault(uuid, {"utilization_max": 0, "memory_used_max_mib": 0})
         g["utilization_max"] = max(g["utilization_max"], util)
         g["memory_used_max_mib"] = max(g["memory_used_max_mib"], mem)
+        _merge_shared(g, *shared)
     row.pushes += 1
     row.samples += sample.samples
     row.utilization_tenths_sum += round(sample.utilization_avg * 10 * sample.samples)
@@ -83,6 +87,18 @@ def _merge(row: UsageMinute, sample: Sample, max_gpus: int, minute: datetime) ->
         last = naive_utc(sample.last_kernel_activity)
         row.last_kernel_activity = max(row.last_kernel_activity or last, last)
     row.gpus = json.dumps(gpus, sort_keys=True)
+
+
+def _merge_shared(g: dict, scope: str | None = None, processes: int | None = None, shared_by: int | None = None):
+    """A shared GPU's figures of one push into its GPU's entry of the minute (issue 17): the whole GPU's scope
+    wins over "own" (the minute is only as precise as its least precise push), the fewest own processes and
+    the most servers sharing. A whole GPU's push (all None) adds nothing, so its rows stay as they were."""
+    if scope is not None:
+        g["scope"] = "gpu" if "gpu" in (scope, g.get("scope")) else scope
+    if processes is not None:
+        g["processes_min"] = min(g.get("processes_min", processes), processes)
+    if shared_by is not None:
+        g["shared_by_max"] = max(g.get("shared_by_max", shared_by), shared_by)
 
 
 def record_samples(ledger: Ledger, pushes: Sequence[Push]) -> list[UsageMinute | SampleError]:
@@ -197,4 +213,26 @@ def gpu_busy_marks(
     with ledger.Session() as db:
         for sid, last_sampled, last_busy in db.execute(query):
             found[sid] = (last_sampled, last_busy)
+    return found
+
+
+def share_holders(ledger: Ledger, parents: Sequence[str]) -> dict[str, int]:
+    """physical GPU uuid -> how many open sessions of the ledger hold a share of it (issue 17).
+
+    A share's uuid names its GPU (``<parent>/share-<i>-of-<k>``, :func:`~jupyterhub_gpu.gpus.device.share_uuid`),
+    and the ledger keeps each session's unit uuids as the spawner assigned them: this is the hub's
+    assignment, never what a server reports. One query per GPU asked about (a ``LIKE`` on the open
+    sessions' GPU lists), counted in Python from the parsed uuids.
+    """
+    found = dict.fromkeys(parents, 0)
+    with ledger.Session() as db:
+        for parent in found:
+            pattern = "%" + parent.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "/share-%"
+            query = select(SessionRecord.gpus).where(
+                SessionRecord.stopped.is_(None), SessionRecord.gpus.like(pattern, escape="\\")
+            )
+            for gpus in db.scalars(query):
+                uuids = json.loads(gpus or "[]")
+                if any((parse_share_uuid(u) or ("",))[0] == parent for u in uuids if isinstance(u, str)):
+                    found[parent] += 1
     return found

@@ -16,7 +16,11 @@ warning lead (``warn_minutes``):
   hub's activity records show nothing in them either; with no sample at all in
   the last ``T`` minutes the rule does not apply (a server that stops pushing
   samples is judged on hub activity alone, by ``inactive`` and ``max_age``).
-  Does not apply to CPU-only sessions.
+  Does not apply to CPU-only sessions. On a shared GPU or a MIG slice a
+  server is judged on its own figures (:func:`own_gpu_utilization`): its own
+  utilization where the driver gives it, else 0 while it has no process on
+  the GPU, so a busy neighbour never keeps an idle server, and stopping one
+  server never touches another on the same GPU.
 - ``inactive``: nothing at all for ``T`` minutes: no user action, no busy
   kernel, and no GPU utilization at or above ``util_threshold``.
 - ``max_age``: the server has been running for ``T`` minutes, whatever it does.
@@ -321,6 +325,22 @@ def rules_for(profile_slug: str | None, groups: Iterable[str], config) -> tuple[
 
 
 # -- signals and decisions -------------------------------------------------------------------
+
+
+def own_gpu_utilization(utilization: float, scope: str | None, processes: int | None) -> float:
+    """The utilization of a GPU that counts as this server's own, from what its server reported of it.
+
+    On a shared GPU or a MIG slice (issue 17) the rules judge a server on its own figures. A server whose
+    driver gives per-process utilization reports its own (``scope`` "own"): taken as it is. Without it the
+    server reports the whole GPU's (``scope`` "gpu"), which its neighbours' work moves: a server with no
+    process of its own on the GPU (``processes`` 0) did none of that work, so its utilization is 0 and
+    ``gpu_idle`` judges it idle whatever its neighbours do. With processes of its own the whole GPU's
+    figure is all there is (docs/culling.md says what that means). A whole GPU (no ``scope``) or an unknown
+    process count is taken as reported.
+    """
+    if scope == "gpu" and processes == 0:
+        return 0.0
+    return utilization
 
 
 @dataclass(frozen=True)

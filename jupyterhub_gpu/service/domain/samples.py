@@ -16,6 +16,16 @@ So a session has at most one row per minute it really ran (plus the skew), and
 no sample can move its last activity past now. Memory sizes a server reports
 are kept for its own charts only: right-sizing takes a GPU's memory from the
 profile or the inventory (:mod:`.advice`).
+
+On a shared GPU or a MIG slice (issue 17) a server's figures are its own: its
+memory is that of its own processes and its cap the share's; each of its
+``gpus`` may say whose utilization it is (``scope``: ``own`` or the whole
+``gpu``'s, where the driver gives no per-process figure), how many of its own
+processes are on the GPU (``processes``, the fewest over the period) and how
+many servers share the GPU (``shared_by``). A GPU reported with scope ``gpu``
+and no own process did no work of this server's: its utilization is kept as 0
+(:func:`.culling.own_gpu_utilization`), so a neighbour's work neither keeps this
+server from ``gpu_idle`` nor moves anything of the neighbour's (invariant 7).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from datetime import datetime, timedelta, timezone
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.ledger.queries.samples import Sample, SampleError
+from jupyterhub_gpu.service.domain.culling import own_gpu_utilization
 
 #: How far a server's clock may run ahead of the service's (its sample times are refused beyond this).
 MAX_CLOCK_SKEW = timedelta(seconds=60)
@@ -43,6 +54,13 @@ SAMPLE_FIELDS = {
     "last_activity",
     "gpus",
 }
+#: The fields of one of ``gpus``; the last three come from a server on a shared GPU or a MIG slice (issue 17).
+GPU_FIELDS = {"uuid", "utilization_avg", "memory_used_max_mib", "scope", "processes", "shared_by"}
+#: ``scope`` of a GPU's utilization: "own" (this server's own processes'), "gpu" (the whole GPU's).
+SCOPES = ("own", "gpu")
+#: Bounds of ``processes`` (this server's own processes on the GPU) and ``shared_by`` (servers holding a share).
+MAX_PROCESSES = 4096
+MAX_SHARED_BY = 16
 
 
 def _moment(value, what: str) -> datetime:
@@ -59,10 +77,11 @@ def _moment(value, what: str) -> datetime:
     return moment
 
 
-def _count(data: dict, name: str, maximum: int = 10**7) -> int:
+def _count(data: dict, name: str, maximum: int = 10**7, where: str = "") -> int:
     value = data.get(name, 0)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
-        raise SampleError(f"{name} must be an integer from 0 to {maximum}, got {value!r:.80}")
+        field = f"{where}.{name}" if where else name
+        raise SampleError(f"{field} must be an integer from 0 to {maximum}, got {value!r:.80}")
     return value
 
 
@@ -81,6 +100,29 @@ def _seconds(value, name: str) -> float | None:
     return float(value)
 
 
+def _gpu(g: dict, where: str) -> tuple:
+    """One GPU of a sample: ``(uuid, utilization, memory, scope, processes, shared_by)``, the utilization the
+    server's own (:func:`.culling.own_gpu_utilization`); the last three None where the server does not say."""
+    scope = g.get("scope")
+    if scope is not None and scope not in SCOPES:
+        raise SampleError(f"{where}.scope must be one of {', '.join(SCOPES)}, got {scope!r:.80}")
+    processes = _count(g, "processes", MAX_PROCESSES, where) if g.get("processes") is not None else None
+    shared_by = g.get("shared_by")
+    if shared_by is not None and (
+        isinstance(shared_by, bool) or not isinstance(shared_by, int) or not 1 <= shared_by <= MAX_SHARED_BY
+    ):
+        raise SampleError(f"{where}.shared_by must be an integer from 1 to {MAX_SHARED_BY}, got {shared_by!r:.80}")
+    utilization = _percent(g.get("utilization_avg", 0), "utilization_avg")
+    return (
+        g["uuid"][:100],
+        own_gpu_utilization(utilization, scope, processes),
+        _count(g, "memory_used_max_mib"),
+        scope,
+        processes,
+        shared_by,
+    )
+
+
 def parse_sample(data) -> Sample:
     """A validated sample from a request body."""
     if not isinstance(data, dict):
@@ -95,25 +137,17 @@ def parse_sample(data) -> Sample:
     if not isinstance(gpus, list) or len(gpus) > 64:
         raise SampleError("gpus must be a list of at most 64 GPUs.")
     parsed_gpus = []
-    for g in gpus:
-        if (
-            not isinstance(g, dict)
-            or not isinstance(g.get("uuid"), str)
-            or set(g)
-            - {
-                "uuid",
-                "utilization_avg",
-                "memory_used_max_mib",
-            }
-        ):
-            raise SampleError("each of gpus must be {uuid, utilization_avg, memory_used_max_mib}.")
-        parsed_gpus.append(
-            (
-                g["uuid"][:100],
-                _percent(g.get("utilization_avg", 0), "utilization_avg"),
-                _count(g, "memory_used_max_mib"),
+    for position, g in enumerate(gpus):
+        if not isinstance(g, dict) or not isinstance(g.get("uuid"), str) or set(g) - GPU_FIELDS:
+            raise SampleError(
+                "each of gpus must be {uuid, utilization_avg, memory_used_max_mib}"
+                " (and on a shared GPU or MIG slice: scope, processes, shared_by)."
             )
-        )
+        parsed_gpus.append(_gpu(g, f"gpus[{position}]"))
+    utilization = _percent(data.get("utilization_avg", 0), "utilization_avg")
+    if any(own_gpu_utilization(100.0, g[3], g[4]) == 0 for g in parsed_gpus):
+        # a GPU that this server has no process on did none of its work, whatever the GPU's neighbours did
+        utilization = round(sum(g[1] for g in parsed_gpus) / len(parsed_gpus), 1)
     last = data.get("last_kernel_activity")
     activity = data.get("last_activity")
     _seconds(data.get("interval_seconds"), "interval_seconds")
@@ -122,7 +156,7 @@ def parse_sample(data) -> Sample:
         session_id=session_id,
         sampled_until=_moment(data.get("sampled_until"), "sampled_until"),
         samples=_count(data, "samples", 100_000),
-        utilization_avg=_percent(data.get("utilization_avg", 0), "utilization_avg"),
+        utilization_avg=utilization,
         memory_used_max_mib=_count(data, "memory_used_max_mib"),
         memory_total_mib=_count(data, "memory_total_mib"),
         kernels=_count(data, "kernels", 10_000),
