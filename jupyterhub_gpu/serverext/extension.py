@@ -8,6 +8,7 @@ last exchange with this server.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from datetime import datetime, timezone
@@ -28,9 +29,12 @@ from jupyterhub_gpu.env import (
     gpu_count_from_env,
     service_url_from_env,
     session_from_env,
+    sim_state_dir_from_env,
     tensorboard_url_from_env,
 )
+from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.gpus.nvml import NVMLReader
+from jupyterhub_gpu.gpus.shared_sim import SharedSimReader
 from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader
 from jupyterhub_gpu.serverext import jobs, startup, stopwhendone
 from jupyterhub_gpu.serverext.kernels import count_kernels
@@ -116,9 +120,12 @@ class GPUExtension:
                 else "This server was not started by jupyterhub-gpu: no GPU is assigned to it."
             )
         elif self.simulated:
-            self.sampler = Sampler(
-                SimulatedReader(self.devices, lambda: self.activity), config.interval, config.history_seconds
-            )
+            if any(d.is_share or d.is_mig for d in self.devices):
+                # shares of one simulated GPU meet in a state directory (docs in gpus/shared_sim.py)
+                sim = SharedSimReader(self.devices, lambda: self.activity, state_dir=sim_state_dir_from_env() or None)
+            else:
+                sim = SimulatedReader(self.devices, lambda: self.activity)
+            self.sampler = Sampler(sim, config.interval, config.history_seconds)
         else:
             try:
                 reader = NVMLReader(self.devices)
@@ -248,7 +255,7 @@ class GPUExtension:
             "reason": self.reason or (f"The last GPU reading failed: {error}" if error else None),
             "sampled_at": isoformat(datetime.fromtimestamp(sampled_at, timezone.utc)) if sampled_at else None,
             "interval_seconds": self.config.interval,
-            "gpus": [r.to_dict() for r in readings],
+            "gpus": [self._gpu_json(r) for r in readings],
             "session": session,
             "kernels": {"running": self.activity.kernels, "busy": self.activity.busy},
             "notices": (self.service_me or {}).get("notices", []),
@@ -259,9 +266,35 @@ class GPUExtension:
             data["history"] = json.loads(self._history_json(sampled_at, history))
         return data
 
+    def _gpu_json(self, reading) -> dict:
+        """A reading as the stats show it, with its unit's ``share``: "1/4", "mig:1g.10gb" or "" (a whole GPU).
+
+        On a share or slice ``memory_used_mib`` is the server's own and ``memory_total_mib`` its cap;
+        ``gpu_utilization_percent`` (and ``gpu_memory_*``) are the whole GPU's; ``scope`` says what
+        ``utilization_percent`` measures ("own" processes or the whole "gpu"); ``shared_by`` how many
+        servers share the GPU, where the reader knows it.
+        """
+        return {**reading.to_dict(), "share": unit_share_text(self._devices_by_uuid.get(reading.uuid))}
+
+    @property
+    def _devices_by_uuid(self) -> dict[str, GPUDevice]:
+        return {d.uuid: d for d in self.devices}
+
     def stop(self):
         if self.sampler:
-            self.sampler.stop()
+            sampler, self.sampler = self.sampler, None
+            sampler.stop()  # closes the reader: a simulated share's state file goes (its neighbours stop counting it)
+
+
+def unit_share_text(device: GPUDevice | None) -> str:
+    """ "1/4" for a time-sliced share, "mig:1g.10gb" for a MIG slice, "" for a whole GPU (as JUPYTERHUB_GPU_SHARE)."""
+    if device is None:
+        return ""
+    if device.is_share:
+        return device.share_text
+    if device.is_mig:
+        return f"mig:{device.mig_profile}" if device.mig_profile else "mig"
+    return ""
 
 
 class BaseGPUHandler(APIHandler):
@@ -336,6 +369,7 @@ def load(serverapp) -> GPUExtension:
         ],
     )
     extension.start()
+    atexit.register(extension.stop)  # jupyter_server stops no module extension: close the reader as it exits
     startup.start(serverapp)  # the user's ~/work/.jupyterhub-gpu/startup.sh (docs/images.md)
     stopwhendone.load(serverapp, extension)  # "stop when done" (docs/jobs.md)
     jobs.load_handlers(serverapp)  # the Lab's "Run notebook as a GPU job" and job list

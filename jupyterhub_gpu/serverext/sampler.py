@@ -4,7 +4,8 @@ NVML is read by one thread at a fixed interval (default 2 s), never per
 request; handlers return the latest sample. The readers are
 :class:`jupyterhub_gpu.gpus.nvml.NVMLReader` and, where there is no GPU (the
 demo and the tests), :class:`jupyterhub_gpu.gpus.simulated.SimulatedReader`,
-which follows the server's real kernel activity as documented there.
+which follows the server's real kernel activity as documented there, or for
+shares and MIG slices :class:`jupyterhub_gpu.gpus.shared_sim.SharedSimReader`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ log = logging.getLogger("jupyterhub_gpu.serverext")
 
 @dataclass
 class Aggregate:
-    """Averages since the last push to the service."""
+    """Averages since the last push to the service.
+
+    Per GPU (``summary()["gpus"]``): the mean utilization and peak memory (on a
+    share or MIG slice the server's own: :mod:`jupyterhub_gpu.gpus.shared_sim`,
+    :class:`jupyterhub_gpu.gpus.nvml.NVMLReader`), ``scope`` ("own": the server's
+    own utilization; "gpu": the whole GPU's), and where the reader knows them
+    ``processes`` (the server's processes on the GPU, the fewest over the period)
+    and ``shared_by`` (servers on the GPU, the most over the period).
+    """
 
     samples: int = 0
     utilization_sum: float = 0.0
@@ -42,10 +51,18 @@ class Aggregate:
         self.memory_used_max_mib = max(self.memory_used_max_mib, used)
         self.memory_total_mib = sum(r.memory_total_mib for r in readings)
         for r in readings:
-            g = self.per_gpu.setdefault(r.uuid, {"utilization_sum": 0.0, "memory_used_max_mib": 0, "samples": 0})
+            g = self.per_gpu.setdefault(
+                r.uuid,
+                {"utilization_sum": 0.0, "memory_used_max_mib": 0, "samples": 0, "processes": None, "shared_by": None},
+            )
             g["utilization_sum"] += r.utilization_percent
             g["memory_used_max_mib"] = max(g["memory_used_max_mib"], r.memory_used_mib)
             g["samples"] += 1
+            g["scope"] = r.scope  # the latest: "own" or "gpu" (what utilization_percent measures)
+            if r.processes is not None:  # the fewest over the period: 0 once means no own process then
+                g["processes"] = r.processes if g["processes"] is None else min(g["processes"], r.processes)
+            if r.shared_by is not None:  # the most servers on the GPU over the period
+                g["shared_by"] = r.shared_by if g["shared_by"] is None else max(g["shared_by"], r.shared_by)
 
     def summary(self) -> dict:
         n = max(self.samples, 1)
@@ -55,15 +72,22 @@ class Aggregate:
             "memory_used_avg_mib": int(self.memory_used_sum / n),
             "memory_used_max_mib": self.memory_used_max_mib,
             "memory_total_mib": self.memory_total_mib,
-            "gpus": [
-                {
-                    "uuid": uuid,
-                    "utilization_avg": round(g["utilization_sum"] / max(g["samples"], 1), 1),
-                    "memory_used_max_mib": g["memory_used_max_mib"],
-                }
-                for uuid, g in self.per_gpu.items()
-            ],
+            "gpus": [_gpu_summary(uuid, g) for uuid, g in self.per_gpu.items()],
         }
+
+
+def _gpu_summary(uuid: str, g: dict) -> dict:
+    """One GPU's part of the push: its averages, ``scope``, and ``processes``/``shared_by`` where known."""
+    summary = {
+        "uuid": uuid,
+        "utilization_avg": round(g["utilization_sum"] / max(g["samples"], 1), 1),
+        "memory_used_max_mib": g["memory_used_max_mib"],
+        "scope": g.get("scope", "gpu"),
+    }
+    for key in ("processes", "shared_by"):
+        if g.get(key) is not None:
+            summary[key] = g[key]
+    return summary
 
 
 class Sampler:

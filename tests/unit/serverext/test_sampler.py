@@ -8,7 +8,7 @@ from decimal import Decimal
 from jupyterhub_gpu.gpus.device import GPUDevice as DeviceInfo
 from jupyterhub_gpu.gpus.device import GPUReading
 from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader, simulated_reading
-from jupyterhub_gpu.serverext.extension import budget_summary, session_cost
+from jupyterhub_gpu.serverext.extension import budget_summary, session_cost, unit_share_text
 from jupyterhub_gpu.serverext.sampler import Sampler
 
 T4 = DeviceInfo("0", "GPU-1", "Simulated T4", 16384)
@@ -77,7 +77,43 @@ def test_aggregates_since_the_last_push():
     summary = sampler.take_aggregate()
     assert summary["samples"] == 3 and summary["utilization_avg"] == 20.0
     assert summary["memory_used_max_mib"] == 300 and summary["memory_used_avg_mib"] == 200
-    assert summary["gpus"] == [{"uuid": "GPU-1", "utilization_avg": 20.0, "memory_used_max_mib": 300}]
+    # a whole GPU: what utilization measures (the whole GPU), and nothing of shares
+    assert summary["gpus"] == [{"uuid": "GPU-1", "utilization_avg": 20.0, "memory_used_max_mib": 300, "scope": "gpu"}]
+
+
+class ShareReader:
+    """Readings of one share as a shared reader gives them: own figures, processes and shared_by."""
+
+    def __init__(self, rows):
+        self.rows = list(rows)
+
+    def read(self):
+        util, used, processes, shared_by = self.rows.pop(0)
+        return [
+            GPUReading(
+                "0", "GPU-1/share-0-of-4", "T4", util, used, 4096, 40, 30.0,
+                scope="own", gpu_utilization_percent=90, shared_by=shared_by, processes=processes,
+            )
+        ]  # fmt: skip
+
+    def close(self):
+        pass
+
+
+def test_aggregates_of_a_share_carry_scope_the_fewest_processes_and_the_most_neighbours():
+    sampler = Sampler(ShareReader([(45, 1024, 1, 2), (0, 0, 0, 3), (45, 2048, 2, 2)]), interval=60)
+    for _ in range(3):
+        sampler.sample_once()
+    [gpu] = sampler.take_aggregate()["gpus"]
+    assert gpu == {
+        "uuid": "GPU-1/share-0-of-4",
+        "utilization_avg": 30.0,  # the server's own, not the GPU's 90%
+        "memory_used_max_mib": 2048,  # own memory
+        "scope": "own",
+        "processes": 0,  # it had no process on the GPU at one reading
+        "shared_by": 3,
+    }
+    assert sampler.take_aggregate()["gpus"] == []  # a new period
     assert sampler.take_aggregate()["samples"] == 0  # a new period
 
 
@@ -156,3 +192,10 @@ def test_kernels_are_counted_once_for_the_stats_and_for_stop_when_done():
 
     assert count_kernels(Manager()) == KernelCount(running=3, busy=1, last_activity=aware)
     assert count_kernels(SimpleNamespace(list_kernel_ids=list)) == KernelCount(0, 0, None)
+
+
+def test_the_stats_name_each_units_share():
+    parent = "GPU-1"
+    quarter = DeviceInfo("0", f"{parent}/share-2-of-4", "T4", 4096, parent_uuid=parent, share_index=2, share_count=4)
+    mig = DeviceInfo("0:1", "MIG-1", "NVIDIA A100-SXM4-40GB MIG 1g.10gb", 9856, parent_uuid="GPU-2")
+    assert [unit_share_text(d) for d in (quarter, mig, T4, None)] == ["1/4", "mig:1g.10gb", "", ""]
