@@ -29,6 +29,7 @@ from jupyterhub_gpu.env import (
     gpu_count_from_env,
     service_url_from_env,
     session_from_env,
+    share_label,
     sim_state_dir_from_env,
     tensorboard_url_from_env,
 )
@@ -287,14 +288,8 @@ class GPUExtension:
 
 
 def unit_share_text(device: GPUDevice | None) -> str:
-    """ "1/4" for a time-sliced share, "mig:1g.10gb" for a MIG slice, "" for a whole GPU (as JUPYTERHUB_GPU_SHARE)."""
-    if device is None:
-        return ""
-    if device.is_share:
-        return device.share_text
-    if device.is_mig:
-        return f"mig:{device.mig_profile}" if device.mig_profile else "mig"
-    return ""
+    """ "1/4" for a time-sliced share, "mig:1g.10gb" for a MIG slice, "" for a whole GPU (as the spawner says)."""
+    return share_label([device]) if device is not None else ""
 
 
 class BaseGPUHandler(APIHandler):
