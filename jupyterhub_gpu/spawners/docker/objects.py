@@ -11,6 +11,8 @@ import ipaddress
 import json
 import re
 
+from jupyterhub_gpu.gpus.device import parse_share_uuid
+
 LABEL_PREFIX = "jupyterhub-gpu"
 HARDENED_CAP_DROP = ["ALL"]
 HARDENED_SECURITY_OPT = ["no-new-privileges"]
@@ -226,8 +228,26 @@ def network_isolation_problem(info: dict) -> str | None:
     return None
 
 
+def visible_device_ids(unit_uuids: list[str]) -> list[str]:
+    """The GPUs a container's device request names for its units, each once, in order.
+
+    A whole GPU and a MIG slice by their own UUIDs (the NVIDIA runtime takes ``MIG-...`` ones); a
+    time-sliced share (``<GPU uuid>/share-<i>-of-<k>``, :func:`~jupyterhub_gpu.gpus.device.share_uuid`) by its
+    physical GPU's, the :attr:`~jupyterhub_gpu.gpus.device.GPUDevice.visible_uuid`: the runtime knows no
+    shares, so the containers of one GPU's shares all name that GPU. A share's uuid never reaches Docker.
+    """
+    ids = []
+    for uuid in unit_uuids:
+        share = parse_share_uuid(uuid)
+        ids.append(share[0] if share else uuid)
+    return list(dict.fromkeys(ids))
+
+
 def make_device_requests(device_uuids: list[str]) -> list[dict]:
-    """Docker ``DeviceRequests`` naming exactly the assigned GPUs (none for CPU-only)."""
+    """Docker ``DeviceRequests`` naming exactly the assigned GPUs (none for CPU-only).
+
+    ``device_uuids`` are what the container sees (:func:`visible_device_ids` of its units).
+    """
     if not device_uuids:
         return []
     return [

@@ -1,9 +1,11 @@
 """GPUDockerSpawner: GPU profiles over DockerSpawner, one hardened container per session.
 
 The container holds exactly its assigned GPUs (a Docker device request naming
-their UUIDs), mounts its owner's named volume at ``/home/jovyan/work`` and the
-shared datasets read-only, runs as a non-root user with every capability dropped
-and no-new-privileges, within the profile's memory, CPU and process limits. The
+their UUIDs: a MIG slice's own, a time-sliced share's physical GPU, whose memory
+cap the environment carries for the kernels, see :mod:`jupyterhub_gpu.serverext.memcap`),
+mounts its owner's named volume at ``/home/jovyan/work`` and the shared datasets
+read-only, runs as a non-root user with every capability dropped and
+no-new-privileges, within the profile's memory, CPU and process limits. The
 container arguments come from the pure builder in :mod:`.objects`.
 
 Servers run on a Docker bridge network with inter-container communication
@@ -38,6 +40,7 @@ from jupyterhub_gpu.spawners.docker.objects import (
     parse_container_user,
     parse_subnet,
     screen_extras,
+    visible_device_ids,
 )
 from jupyterhub_gpu.spawners.docker.pull import (
     prepull_order,
@@ -587,7 +590,8 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
                 datasets_volume=self.datasets_volume or None,
                 datasets_dir=self.datasets_dir,
             ),
-            device_uuids=session["devices"],
+            # a share's physical GPU (two shares of one GPU: the same GPU in both containers), a MIG slice's own
+            device_uuids=visible_device_ids(session["devices"]),
             include_device_requests=not self.omit_device_requests,
             mem_limit=profile.mem_limit,
             cpu_limit=profile.cpu_limit,
