@@ -6,11 +6,21 @@
  * Pure functions of the stats answer (and the localizer for texts); the status bar and the
  * side panel both build on them, so they say the same thing.
  */
-import { formatDecimal, formatMinutes, formatMoney, parseTime } from './format';
+import {
+  formatDecimal,
+  formatGB,
+  formatMinutes,
+  formatMoney,
+  formatPercent,
+  parseTime
+} from './format';
 import type { ILocalizer } from './i18n';
 import type { IGpu, IHistoryPoint, ISession, IStats } from './types';
 
-/** The GPU label: "T4", "2× A100", or "CPU only"; tagged "(simulated)" when simulated. */
+/**
+ * The GPU label: "T4", "2× A100", "1/4 T4" (a share), "A100 MIG 1g.10gb" (a MIG slice) or
+ * "CPU only"; tagged "(simulated)" when simulated.
+ */
 export function deviceLabel(stats: IStats, tr: ILocalizer): string {
   const gpus = stats.gpus ?? [];
   let label: string;
@@ -18,9 +28,68 @@ export function deviceLabel(stats: IStats, tr: ILocalizer): string {
     label = tr.__('CPU only');
   } else {
     const model = stats.session?.gpu_model || gpus[0].name;
-    label = gpus.length > 1 ? tr.__('%1× %2', gpus.length, model) : model;
+    const unit = sharedUnit(gpus);
+    if (unit && isMig(unit)) {
+      label = /\bMIG\b/.test(model)
+        ? model
+        : `${model} MIG ${migProfile(unit)}`;
+    } else if (unit) {
+      label = `${unit.share} ${model}`;
+    } else {
+      label = gpus.length > 1 ? tr.__('%1× %2', gpus.length, model) : model;
+    }
   }
   return stats.simulated ? tr.__('%1 (simulated)', label) : label;
+}
+
+/** The GPU that is a share or a MIG slice (a profile of one unit), or null on whole GPUs. */
+export function sharedUnit(gpus: IGpu[]): IGpu | null {
+  return (gpus ?? []).find(gpu => !!gpu.share) ?? null;
+}
+
+/** Whether a unit is a MIG slice (`share` "mig:1g.10gb"). */
+export function isMig(gpu: IGpu): boolean {
+  return (gpu.share ?? '').startsWith('mig');
+}
+
+/** A MIG slice's profile ("1g.10gb"), "" when unknown. */
+export function migProfile(gpu: IGpu): string {
+  return (gpu.share ?? '').replace(/^mig:?/, '');
+}
+
+/** A share's or slice's own memory: "your share: 3.1 of 4.0 GB" ("your MIG slice: …"). */
+export function ownMemoryText(gpu: IGpu, tr: ILocalizer): string {
+  const used = formatGB(gpu.memory_used_mib);
+  const cap = formatGB(gpu.memory_total_mib);
+  return isMig(gpu)
+    ? tr.__('your MIG slice: %1 of %2 GB', used, cap)
+    : tr.__('your share: %1 of %2 GB', used, cap);
+}
+
+/**
+ * How busy a shared GPU is: "GPU busy 40% (shared by 3)"; where the driver gives no
+ * utilization per process (scope "gpu") the figure is the whole GPU's and says so: "GPU busy
+ * 40% (whole GPU, shared by 3)". A MIG slice's compute is its own: "GPU 45%".
+ */
+export function gpuBusyText(gpu: IGpu, tr: ILocalizer): string {
+  if (isMig(gpu)) {
+    return tr.__('GPU %1', formatPercent(gpu.utilization_percent));
+  }
+  const busy = formatPercent(
+    typeof gpu.gpu_utilization_percent === 'number'
+      ? gpu.gpu_utilization_percent
+      : gpu.utilization_percent
+  );
+  const by = gpu.shared_by;
+  const known = typeof by === 'number' && by > 0;
+  if (gpu.scope === 'gpu') {
+    return known
+      ? tr.__('GPU busy %1 (whole GPU, shared by %2)', busy, by)
+      : tr.__('GPU busy %1 (whole GPU)', busy);
+  }
+  return known
+    ? tr.__('GPU busy %1 (shared by %2)', busy, by)
+    : tr.__('GPU busy %1 (shared)', busy);
 }
 
 /**

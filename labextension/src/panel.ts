@@ -16,9 +16,14 @@ import { el } from './dom';
 import {
   budgetText,
   deviceLabel,
+  gpuBusyText,
   gpuName,
   historyWithNow,
+  isMig,
   meanUtilization,
+  migProfile,
+  ownMemoryText,
+  sharedUnit,
   totalMemory
 } from './figures';
 import {
@@ -32,7 +37,7 @@ import {
 } from './format';
 import { type ILocalizer, serverText } from './i18n';
 import type { StatsModel } from './model';
-import type { IStats } from './types';
+import type { IGpu, IStats } from './types';
 
 /** The side panel widget. */
 export class GpuPanel extends Widget {
@@ -222,6 +227,23 @@ export class GpuPanel extends Widget {
     const rows: Array<[string, string]> = [];
     const session = stats.session;
     rows.push([tr.__('Running on'), deviceLabel(stats, tr)]);
+    const unit = sharedUnit(stats.gpus ?? []);
+    if (unit) {
+      rows.push([
+        tr.__('GPU share'),
+        isMig(unit)
+          ? tr.__(
+              'MIG slice %1: %2 GB, its compute your own',
+              migProfile(unit),
+              formatGB(unit.memory_total_mib)
+            )
+          : tr.__(
+              '%1 of the GPU: %2 GB memory cap, compute shared',
+              unit.share ?? '',
+              formatGB(unit.memory_total_mib)
+            )
+      ]);
+    }
     if (session) {
       rows.push([tr.__('Profile'), session.display_name || session.profile]);
       rows.push([
@@ -331,14 +353,16 @@ export class GpuPanel extends Widget {
     const items = stats.gpus.map(gpu => {
       const item = el('li');
       item.title = gpu.uuid;
-      const figures = [
-        tr.__('GPU %1', formatPercent(gpu.utilization_percent)),
-        tr.__(
-          '%1/%2 GB',
-          formatGB(gpu.memory_used_mib),
-          formatGB(gpu.memory_total_mib)
-        )
-      ];
+      const figures = gpu.share
+        ? sharedFigures(gpu, tr)
+        : [
+            tr.__('GPU %1', formatPercent(gpu.utilization_percent)),
+            tr.__(
+              '%1/%2 GB',
+              formatGB(gpu.memory_used_mib),
+              formatGB(gpu.memory_total_mib)
+            )
+          ];
       if (gpu.temperature_c !== null && gpu.temperature_c !== undefined) {
         figures.push(tr.__('%1 °C', Math.round(gpu.temperature_c)));
       }
@@ -377,6 +401,23 @@ export class GpuPanel extends Widget {
   private _stop!: HTMLButtonElement;
   private _usage!: HTMLAnchorElement;
   private _footer!: HTMLElement;
+}
+
+/**
+ * A share's or slice's figures in the GPU list: its own memory under its cap, how busy the
+ * GPU is, and this server's own utilization where the driver gives it per process.
+ */
+export function sharedFigures(gpu: IGpu, tr: ILocalizer): string[] {
+  const figures = [ownMemoryText(gpu, tr)];
+  if (isMig(gpu)) {
+    figures.push(gpuBusyText(gpu, tr));
+    return figures;
+  }
+  if (gpu.scope === 'own') {
+    figures.push(tr.__('your use %1', formatPercent(gpu.utilization_percent)));
+  }
+  figures.push(gpuBusyText(gpu, tr));
+  return figures;
 }
 
 /** GpuPanel statics. */

@@ -1,5 +1,6 @@
 /**
- * The status bar item: one line such as "T4 · GPU 63% · 10.0/15.0 GB · ¥0.60 (12 min) · ¥87.40 left".
+ * The status bar item: one line such as "T4 · GPU 63% · 10.0/15.0 GB · ¥0.60 (12 min) · ¥87.40 left"
+ * (on a share of a GPU: "1/4 T4 · your share: 3.1 of 4.0 GB · GPU busy 40% (shared by 3) · …").
  *
  * `statusText` builds the line from the model's state and the settings (a pure function);
  * `GpuStatusItem` shows it and opens the side panel when clicked.
@@ -10,7 +11,11 @@ import {
   budgetText,
   costText,
   deviceLabel,
+  gpuBusyText,
+  isMig,
   meanUtilization,
+  ownMemoryText,
+  sharedUnit,
   totalMemory
 } from './figures';
 import { formatGB, formatPercent, formatSeconds } from './format';
@@ -35,14 +40,25 @@ export function statusText(
   }
   const gpus = stats.gpus ?? [];
   const parts = [deviceLabel(stats, tr)];
-  if (gpus.length > 0 && settings.showUtilization) {
-    parts.push(tr.__('GPU %1', formatPercent(meanUtilization(gpus))));
-  }
-  const memory = totalMemory(gpus);
-  if (memory && settings.showMemory) {
-    parts.push(
-      tr.__('%1/%2 GB', formatGB(memory.used), formatGB(memory.total))
-    );
+  const unit = sharedUnit(gpus);
+  if (unit) {
+    // a share or MIG slice: "your share: 3.1 of 4.0 GB · GPU busy 40% (shared by 3)"
+    if (settings.showMemory) {
+      parts.push(ownMemoryText(unit, tr));
+    }
+    if (settings.showUtilization) {
+      parts.push(gpuBusyText(unit, tr));
+    }
+  } else {
+    if (gpus.length > 0 && settings.showUtilization) {
+      parts.push(tr.__('GPU %1', formatPercent(meanUtilization(gpus))));
+    }
+    const memory = totalMemory(gpus);
+    if (memory && settings.showMemory) {
+      parts.push(
+        tr.__('%1/%2 GB', formatGB(memory.used), formatGB(memory.total))
+      );
+    }
   }
   const session = stats.session;
   if (session && settings.showCost) {
@@ -69,6 +85,27 @@ export function statusTitle(
   if (state.stats?.simulated) {
     lines.push(
       tr.__('Simulated GPUs: these figures are not from real hardware.')
+    );
+  }
+  const unit = sharedUnit(state.stats?.gpus ?? []);
+  if (unit && !isMig(unit)) {
+    lines.push(
+      tr.__(
+        'A share of a GPU: the memory figures are your own, under your cap; the GPU’s compute is shared, so speed varies with what the others on it run.'
+      )
+    );
+    if (unit.scope === 'gpu') {
+      lines.push(
+        tr.__(
+          'This GPU’s driver gives no utilization per process: the utilization is the whole GPU’s, the others’ included.'
+        )
+      );
+    }
+  } else if (unit) {
+    lines.push(
+      tr.__(
+        'A MIG slice of a GPU: its memory and compute are your own; the figures are the slice’s.'
+      )
     );
   }
   if (state.stats?.reason) {

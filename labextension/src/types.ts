@@ -15,6 +15,22 @@ export interface IGpu {
   memory_total_mib: number | null;
   temperature_c: number | null;
   power_w: number | null;
+  /**
+   * The unit: `"1/4"` for a time-sliced share of a GPU, `"mig:1g.10gb"` for a MIG slice,
+   * `""` (or absent, from an older server) for a whole GPU. On a share or slice
+   * `memory_used_mib` is this server's own memory and `memory_total_mib` its cap.
+   */
+  share?: string;
+  /** What `utilization_percent` measures: `"own"` (this server's processes) or `"gpu"` (the whole GPU). */
+  scope?: 'own' | 'gpu';
+  /** The whole physical GPU's figures (on a share: all its servers together), when known. */
+  gpu_utilization_percent?: number | null;
+  gpu_memory_used_mib?: number | null;
+  gpu_memory_total_mib?: number | null;
+  /** How many servers share the GPU, when known. */
+  shared_by?: number | null;
+  /** This server's processes on the GPU, when known. */
+  processes?: number | null;
 }
 
 /** One point of the session's usage history (all GPUs of the session together). */

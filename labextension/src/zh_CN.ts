@@ -150,5 +150,24 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
   'Restart on the bigger profile': '在更大的配置上重启',
   'Save the open notebooks, restart this server on the bigger profile and reopen them':
     '保存打开的笔记本，在更大的配置上重启此服务器并重新打开它们',
-  'Could not restart on the bigger profile: %1': '无法在更大的配置上重启：%1'
+  'Could not restart on the bigger profile: %1': '无法在更大的配置上重启：%1',
+
+  // shared GPUs: a share or a MIG slice (figures.ts, statusbar.ts, panel.ts; issue 17)
+  'your share: %1 of %2 GB': '你的份额：%1 / %2 GB',
+  'your MIG slice: %1 of %2 GB': '你的 MIG 分区：%1 / %2 GB',
+  'GPU busy %1 (shared by %2)': 'GPU 忙碌 %1（%2 人共用）',
+  'GPU busy %1 (shared)': 'GPU 忙碌 %1（共用）',
+  'GPU busy %1 (whole GPU, shared by %2)': 'GPU 忙碌 %1（整块 GPU，%2 人共用）',
+  'GPU busy %1 (whole GPU)': 'GPU 忙碌 %1（整块 GPU）',
+  'your use %1': '你的使用 %1',
+  'GPU share': 'GPU 份额',
+  '%1 of the GPU: %2 GB memory cap, compute shared':
+    'GPU 的 %1：显存上限 %2 GB，算力共用',
+  'MIG slice %1: %2 GB, its compute your own': 'MIG 分区 %1：%2 GB，算力独享',
+  'A share of a GPU: the memory figures are your own, under your cap; the GPU’s compute is shared, so speed varies with what the others on it run.':
+    '共用 GPU 的一份：显存数字是你自己的，不超过你的上限；GPU 的算力是共用的，速度随同一 GPU 上其他人的运行而变化。',
+  'This GPU’s driver gives no utilization per process: the utilization is the whole GPU’s, the others’ included.':
+    '此 GPU 的驱动不提供按进程的利用率：显示的是整块 GPU 的利用率，包括其他人的使用。',
+  'A MIG slice of a GPU: its memory and compute are your own; the figures are the slice’s.':
+    'GPU 的一个 MIG 分区：其显存和算力归你独享；数字是该分区的。'
 });
