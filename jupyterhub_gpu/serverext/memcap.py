@@ -13,10 +13,12 @@ importing TensorFlow takes seconds and memory, so nothing is imported at kernel 
 (a :data:`sys.meta_path` finder) waits for the notebook's own ``import tensorflow`` (or ``import
 torch``) and configures the framework the moment its import finishes, before it has touched a GPU:
 
-- TensorFlow: memory growth on each visible GPU (so the share's memory is taken as it is used, not
-  all at once), then one logical device of ``memory_limit=cap`` MiB on it
-  (``tf.config.set_logical_device_configuration``). Past the cap TensorFlow raises its own
-  ``ResourceExhaustedError`` (out of memory).
+- TensorFlow: one logical device of ``memory_limit=cap`` MiB on each visible GPU
+  (``tf.config.set_logical_device_configuration``), with memory growth (the share's memory is taken
+  as it is used, not all at once) through ``TF_FORCE_GPU_ALLOW_GROWTH=true``: TensorFlow ignores
+  ``set_memory_growth`` on a GPU with a logical device configuration, while its allocator reads that
+  variable for every device, virtual ones too. A value the user set stays. Past the cap TensorFlow
+  raises its own ``ResourceExhaustedError`` (out of memory).
 - PyTorch: ``torch.cuda.set_per_process_memory_fraction(cap / total, device)`` on each visible GPU,
   queued to run when PyTorch starts CUDA (``torch.cuda._lazy_call``), so that an ``import torch``
   alone does not create a CUDA context. Past the cap PyTorch raises ``torch.cuda.OutOfMemoryError``.
@@ -49,6 +51,8 @@ PREFIX = "jupyterhub-gpu: "
 #: A framework's state before it is configured.
 NOT_INSTALLED = "not installed"
 AT_IMPORT = "to be limited at its import"
+#: TensorFlow's own switch that makes its GPU allocators grow (virtual devices too); read at its runtime's start.
+TF_ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
 
 
 @dataclass
@@ -133,21 +137,16 @@ def _gpus(n: int) -> str:
 def configure_tensorflow(tf, cap_mib: int) -> tuple[int, str]:
     """Limit TensorFlow to ``cap_mib`` on each visible GPU; ``(GPUs limited, what was set)``.
 
-    Memory growth first (TensorFlow refuses it once a logical device is configured, and accepts the
-    two in this order: the allocator then grows up to the limit), then the logical device. Raises what
-    TensorFlow raises (a runtime already initialized: ``RuntimeError``).
+    Before TensorFlow's runtime starts (it reads the configuration and the variable then). Raises what
+    TensorFlow raises (its runtime already running: ``RuntimeError``).
     """
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return 0, "TensorFlow logical device limit set on 0 GPUs (no GPU visible)"
-    growth = True
     for gpu in gpus:
-        try:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except (ValueError, RuntimeError):
-            growth = False
         tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=cap_mib)])
-    how = "memory growth on" if growth else "memory growth not possible"
+    growth = os.environ.setdefault(TF_ALLOW_GROWTH, "true").strip().lower() == "true"
+    how = "memory growth on" if growth else f"memory growth off: {TF_ALLOW_GROWTH} is set"
     return len(gpus), f"TensorFlow logical device limit {cap_mib} MiB set on {_gpus(len(gpus))} ({how})"
 
 

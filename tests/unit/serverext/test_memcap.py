@@ -182,6 +182,53 @@ def test_tensorflow_imported_before_the_cap_is_limited_at_once():
     ]
 
 
+def test_tensorflow_on_a_gpu_gets_a_logical_device_of_the_cap_and_memory_growth():
+    # one GPU as TensorFlow would list it on a GPU machine (here the CPU device stands in for it), and what
+    # TensorFlow's set_logical_device_configuration is asked, recorded
+    r = run_python(
+        """
+        import json, os
+        import tensorflow as tf
+        from jupyterhub_gpu.serverext import memcap
+        (gpu,) = tf.config.list_physical_devices("CPU")
+        asked = []
+        tf.config.list_physical_devices = lambda kind=None: [gpu]
+        tf.config.set_logical_device_configuration = lambda d, c: asked.append([d.name, [v.memory_limit for v in c]])
+        state = memcap.apply()
+        print(json.dumps({"tensorflow": state.tensorflow, "gpus": state.tensorflow_gpus, "asked": asked,
+                          "growth": os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH")}))
+        """,
+        CAP,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {
+        "tensorflow": "TensorFlow logical device limit 4096 MiB set on 1 GPU (memory growth on)",
+        "gpus": 1,
+        "asked": [["/physical_device:CPU:0", [4096]]],
+        "growth": "true",
+    }
+    # a user's own TF_FORCE_GPU_ALLOW_GROWTH stays
+    r = run_python(
+        """
+        import json, os
+        import tensorflow as tf
+        from jupyterhub_gpu.serverext import memcap
+        (gpu,) = tf.config.list_physical_devices("CPU")
+        tf.config.list_physical_devices = lambda kind=None: [gpu]
+        tf.config.set_logical_device_configuration = lambda d, c: None
+        print(json.dumps({"tensorflow": memcap.apply().tensorflow, "growth": os.environ["TF_FORCE_GPU_ALLOW_GROWTH"]}))
+        """,
+        {**CAP, "TF_FORCE_GPU_ALLOW_GROWTH": "false"},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+        "tensorflow": "TensorFlow logical device limit 4096 MiB set on 1 GPU"
+        " (memory growth off: TF_FORCE_GPU_ALLOW_GROWTH is set)",
+        "growth": "false",
+    }
+
+
 def test_a_tensorflow_that_cannot_be_limited_is_logged_and_the_kernel_goes_on():
     # what TensorFlow answers on a GPU machine when its runtime started before the cap (no GPU here: the
     # CPU build lists none, so the GPU list and the refusal stand in for the driver's)
