@@ -242,14 +242,7 @@ class GPUExtension:
                 "cost": format(cost.normalize(), "f") if cost else "0",  # never "2.4E+4"
                 **budget_summary(self.service_me, self.session),
                 # live right-sizing advice, as the service serves it with the session (docs/advice.md)
-                "advice": next(
-                    (
-                        s.get("advice")
-                        for s in (self.service_me or {}).get("active_sessions", [])
-                        if s.get("id") == self.session["id"]
-                    ),
-                    None,
-                ),
+                "advice": (self._service_session() or {}).get("advice"),
             }
         data = {
             "simulated": self.simulated,
@@ -275,7 +268,23 @@ class GPUExtension:
         ``utilization_percent`` measures ("own" processes or the whole "gpu"); ``shared_by`` how many
         servers share the GPU, where the reader knows it.
         """
-        return {**reading.to_dict(), "share": unit_share_text(self._devices_by_uuid.get(reading.uuid))}
+        unit = self._devices_by_uuid.get(reading.uuid)
+        data = {**reading.to_dict(), "share": unit_share_text(unit)}
+        if data["shared_by"] is None and unit is not None and unit.is_share:
+            # NVML does not know the hub's shares; the service does (its open sessions on this GPU, GET me)
+            shared_by = (self._service_session() or {}).get("shared_by")
+            if isinstance(shared_by, int) and not isinstance(shared_by, bool) and shared_by > 0:
+                data["shared_by"] = shared_by
+        return data
+
+    def _service_session(self) -> dict | None:
+        """This session as the service's ``GET me`` last listed it, or None."""
+        if not self.session:
+            return None
+        return next(
+            (s for s in (self.service_me or {}).get("active_sessions", []) if s.get("id") == self.session["id"]),
+            None,
+        )
 
     @property
     def _devices_by_uuid(self) -> dict[str, GPUDevice]:
