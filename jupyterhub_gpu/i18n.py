@@ -707,6 +707,104 @@ ZH_CN.update(
     }
 )
 
+# issue 17: H1
+ZH_CN.update(
+    {
+        "This profile needs a MIG {slice} slice of {model} but this host has {total}. Ask your administrator to fix"
+        " the profile.": "此配置需要 {model} 的 MIG {slice} 切片，但本机只有 {total} 个。请让管理员修正该配置。",
+        "share 1/{count} of a {model}": "{model} 的 1/{count} 份额",
+        "share 1/{count} of an {model}": "{model} 的 1/{count} 份额",
+        "MIG {slice} of a {model}": "{model} 的 MIG {slice} 切片",
+        "MIG {slice} of an {model}": "{model} 的 MIG {slice} 切片",
+        "{free} of {total} shares free": "空闲 {free} 份，共 {total} 份",
+        "{free} of {total} shares free ({waiting} waiting)": "空闲 {free} 份，共 {total} 份（{waiting} 人排队）",
+        "{free} of {total} slices free": "空闲 {free} 个切片，共 {total} 个",
+        "{free} of {total} slices free ({waiting} waiting)": "空闲 {free} 个切片，共 {total} 个（{waiting} 人排队）",
+        "Waiting for a free share 1/{share} of a {model} — position {position} of {length}": (
+            "正在等待空闲的 {model} 1/{share} 份额 — 排队中：第 {position} 位，共 {length} 位"
+        ),
+        "Waiting for a free share 1/{share} of an {model} — position {position} of {length}": (
+            "正在等待空闲的 {model} 1/{share} 份额 — 排队中：第 {position} 位，共 {length} 位"
+        ),
+        "Waiting for a free MIG {slice} slice of a {model} — position {position} of {length}": (
+            "正在等待空闲的 {model} MIG {slice} 切片 — 排队中：第 {position} 位，共 {length} 位"
+        ),
+        "Waiting for a free MIG {slice} slice of an {model} — position {position} of {length}": (
+            "正在等待空闲的 {model} MIG {slice} 切片 — 排队中：第 {position} 位，共 {length} 位"
+        ),
+        "share {index}/{count}": "份额 {index}/{count}",
+    }
+)
+
+# issue 17: H5
+ZH_CN.update(
+    {
+        # the cap notice of a share or MIG slice (service/domain/culling.py cap_text)
+        "Your kernels use {used} of your share's {cap} GB; past it TensorFlow stops with an out-of-memory error.": (
+            "您的内核已使用您这份 GPU 的 {cap} GB 显存中的 {used} GB；超过上限时 TensorFlow 会因显存不足而报错停止。"
+        ),
+        "Your kernels use {used} of your MIG slice's {cap} GB; past it TensorFlow stops with an out-of-memory error.": (
+            "您的内核已使用您的 MIG 切片 {cap} GB 显存中的 {used} GB；超过上限时 TensorFlow 会因显存不足而报错停止。"
+        ),
+        "Your kernels use {percent}% of your share's GPU memory;"
+        " past it TensorFlow stops with an out-of-memory error.": (
+            "您的内核已使用您这份 GPU 显存的 {percent}%；超过上限时 TensorFlow 会因显存不足而报错停止。"
+        ),
+        "Your kernels use {percent}% of your MIG slice's GPU memory;"
+        " past it TensorFlow stops with an out-of-memory error.": (
+            "您的内核已使用您的 MIG 切片显存的 {percent}%；超过上限时 TensorFlow 会因显存不足而报错停止。"
+        ),
+        "No profile with more GPU memory is open to you: try a smaller batch size or model.": (
+            "您没有可用的显存更大的配置：请尝试更小的批大小或模型。"
+        ),
+        "The profile '{profile}' has {gpus} × {memory} GB.": "配置“{profile}”有 {gpus} × {memory} GB 显存。",
+        "The profile '{profile}' has {memory} GB.": "配置“{profile}”有 {memory} GB 显存。",
+        # advice that suggests a share (service/domain/advice.py share_unit, share_sentence)
+        "Half a {model}": "半块 {model}",
+        "Half an {model}": "半块 {model}",
+        "A third of a {model}": "三分之一块 {model}",
+        "A third of an {model}": "三分之一块 {model}",
+        "A quarter of a {model}": "四分之一块 {model}",
+        "A quarter of an {model}": "四分之一块 {model}",
+        "A 1/{count} share of a {model}": "{count} 分之一块 {model}",
+        "A 1/{count} share of an {model}": "{count} 分之一块 {model}",
+        "{unit} would very likely have served: {would} instead of {cost}"
+        " (the {profile} profile, {rate}/min instead of {current}/min).": (
+            "{unit}很可能就够用了：费用为 {would}，而不是 {cost}（{profile} 配置，每分钟 {rate}，而不是 {current}）。"
+        ),
+        "{unit} would likely have served: {would} instead of {cost}"
+        " (the {profile} profile, {rate}/min instead of {current}/min).": (
+            "{unit}可能就够用了：费用为 {would}，而不是 {cost}（{profile} 配置，每分钟 {rate}，而不是 {current}）。"
+        ),
+        "{unit} would very likely have served so far: {would} instead of {cost}"
+        " (the {profile} profile, {rate}/min instead of {current}/min).": (
+            "到目前为止，{unit}很可能就够用了：费用为 {would}，而不是 {cost}"
+            "（{profile} 配置，每分钟 {rate}，而不是 {current}）。"
+        ),
+        "{unit} would likely have served so far: {would} instead of {cost}"
+        " (the {profile} profile, {rate}/min instead of {current}/min).": (
+            "到目前为止，{unit}可能就够用了：费用为 {would}，而不是 {cost}"
+            "（{profile} 配置，每分钟 {rate}，而不是 {current}）。"
+        ),
+    }
+)
+
+# issue 17: H2
+ZH_CN.update(
+    {
+        # shared GPUs on Kubernetes (spawners/assign/cluster.py)
+        "This profile needs a share of a time-sliced {model} GPU, but no node of the cluster offers one ({resource})."
+        " Ask your administrator to fix the profile.": (
+            "此配置需要一块分时共享的 {model} GPU 的一个份额，但集群中没有节点提供（{resource}）。"
+            "请让管理员修正该配置。"
+        ),
+        "No share of a time-sliced {model} GPU became free in the cluster within {limit}; nothing was started."
+        " Try again later or choose another profile.": (
+            "{limit}内集群中没有空闲的分时共享 {model} GPU 份额；未启动任何服务器。请稍后再试，或选择其他配置。"
+        ),
+    }
+)
+
 #: English display texts of codes the pages pass through ``_()`` (stop reasons, units).
 EN: dict[str, str] = {
     "stopped": "stopped by user",

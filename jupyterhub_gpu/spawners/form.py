@@ -49,28 +49,66 @@ def price_text(rate: Decimal, currency: Currency, lang: str = "en") -> str:
     return _("free") if rate == 0 else _("{rate}/min", rate=currency.format_rate(rate, lang))
 
 
+def with_article(model: str) -> bool:
+    """Whether English says "an" before a GPU model as shown: "an A100", "an H100", "an L4", "a T4"."""
+    word = model.strip().split(" ")[0] if model.strip() else ""
+    if not word:
+        return False
+    if word[0].isdigit():
+        return word.startswith(("8", "11", "18"))
+    if any(c.isdigit() for c in word) or word.isupper():  # a model code: read letter by letter
+        return word[0].upper() in "AEFHILMNORSX"
+    return word[0].lower() in "aeiou"
+
+
+def unit_head(profile: Profile, model: str, memory: str, lang: str = "en") -> str:
+    """A profile's GPUs as the form's line begins: "1× T4 16 GB", "share 1/4 of a T4 4 GB", "MIG 1g.10gb of an A100"."""
+    _ = translator(lang)
+    an = with_article(model)
+    if profile.gpu_share:
+        k = profile.gpu_share
+        head = _("share 1/{count} of an {model}", count=k, model=model) if an else None
+        return (head or _("share 1/{count} of a {model}", count=k, model=model)) + memory
+    if profile.mig:
+        head = _("MIG {slice} of an {model}", slice=profile.mig, model=model) if an else None
+        return head or _("MIG {slice} of a {model}", slice=profile.mig, model=model)
+    return f"{profile.gpu_count}× {model}{memory}"
+
+
 def profile_line(
     profile: Profile, currency: Currency, counts: dict | None, model: str, memory: str, where: str, lang: str = "en"
 ) -> str:
     """A profile's line in the form: ``2× T4 16 GB — ¥0.10/min — 1 of 4 free (2 waiting)``, in ``lang``.
 
     ``counts`` are an allocator's (``free``, ``total``, ``waiting``; ``known`` False when they cannot
-    be read now), None for a CPU-only profile; ``model`` is the GPU model as shown, ``memory`` the
-    GPU memory as shown (`` 16 GB`` or empty) and ``where`` says where a missing GPU is missing
-    (``"host"`` or ``"cluster"``: :data:`NO_SUCH_GPU`).
+    be read now; ``unit`` "gpu", "share" or "mig"), None for a CPU-only profile; ``model`` is the GPU
+    model as shown, ``memory`` the GPU memory as shown (`` 16 GB`` or empty; a share's cap) and
+    ``where`` says where a missing GPU is missing (``"host"`` or ``"cluster"``: :data:`NO_SUCH_GPU`).
+    A share's line: ``share 1/4 of a T4 4 GB — ¥0.0125/min — 3 of 8 shares free``.
     """
     _ = translator(lang)
     price = price_text(profile.rate_per_minute, currency, lang)
     if profile.gpu_count == 0 or counts is None:
         return _("CPU only — {price}", price=price)
-    head = f"{profile.gpu_count}× {model}{memory} — {price}"
+    head = f"{unit_head(profile, model, memory, lang)} — {price}"
     if not counts.get("known", True):
         return f"{head} — {_('free GPUs unknown right now')}"
     if counts["total"] == 0:
         return f"{head} — {_(NO_SUCH_GPU[where])}"
     waiting, free, total = counts["waiting"], counts["free"], counts["total"]
+    unit = counts.get("unit") or profile.unit
     if free == 0:
         state = _("none free ({waiting} waiting)", waiting=waiting) if waiting else _("none free")
+    elif unit == "share":
+        if waiting:
+            state = _("{free} of {total} shares free ({waiting} waiting)", free=free, total=total, waiting=waiting)
+        else:
+            state = _("{free} of {total} shares free", free=free, total=total)
+    elif unit == "mig":
+        if waiting:
+            state = _("{free} of {total} slices free ({waiting} waiting)", free=free, total=total, waiting=waiting)
+        else:
+            state = _("{free} of {total} slices free", free=free, total=total)
     elif waiting:
         state = _("{free} of {total} free ({waiting} waiting)", free=free, total=total, waiting=waiting)
     else:
@@ -82,18 +120,60 @@ def describe_profile(profile: Profile, allocator: Allocator, currency: Currency,
     """The one-line summary shown in the form on a host, e.g. ``1× T4 16 GB — ¥0.05/min — 3 of 4 free``."""
     if profile.gpu_count == 0:
         return profile_line(profile, currency, None, "", "", "host", lang)
-    devices = allocator.matching(profile.gpu_model)
+    devices = allocator.matching(profile.gpu_model, share=profile.gpu_share, mig=profile.mig)
     model = profile.gpu_model
     if devices and devices[0].simulated:
         model = simulated_name(model, lang)
-    memory = f" {devices[0].memory_gb} GB" if devices and devices[0].memory_mib else ""
-    return profile_line(profile, currency, allocator.counts(profile.gpu_model), model, memory, "host", lang)
+    memory = ""
+    if devices and devices[0].memory_mib:
+        memory = f" {round(devices[0].memory_mib / (profile.gpu_share or 1) / 1024)} GB"
+    counts = allocator.counts(profile.gpu_model, share=profile.gpu_share, mig=profile.mig)
+    return profile_line(profile, currency, counts, model, memory, "host", lang)
 
 
-def queue_message(model: str, count: int, simulated: bool, position: int, length: int, lang: str = "en") -> str:
-    """``Waiting for a free A100 — position 2 of 3`` (in ``lang``)."""
+def queue_message(
+    model: str,
+    count: int,
+    simulated: bool,
+    position: int,
+    length: int,
+    lang: str = "en",
+    *,
+    share: int | None = None,
+    mig: str | None = None,
+) -> str:
+    """``Waiting for a free A100 — position 2 of 3`` (in ``lang``); ``Waiting for a free share 1/4 of a T4 — ...``."""
     _ = translator(lang)
     name = simulated_name(model, lang) if simulated else model
+    where = {"position": position, "length": length}
+    if share and with_article(name):
+        return _(
+            "Waiting for a free share 1/{share} of an {model} — position {position} of {length}",
+            share=share,
+            model=name,
+            **where,
+        )
+    if share:
+        return _(
+            "Waiting for a free share 1/{share} of a {model} — position {position} of {length}",
+            share=share,
+            model=name,
+            **where,
+        )
+    if mig and with_article(name):
+        return _(
+            "Waiting for a free MIG {slice} slice of an {model} — position {position} of {length}",
+            slice=mig,
+            model=name,
+            **where,
+        )
+    if mig:
+        return _(
+            "Waiting for a free MIG {slice} slice of a {model} — position {position} of {length}",
+            slice=mig,
+            model=name,
+            **where,
+        )
     if count == 1:
         return _(
             "Waiting for a free {model} — position {position} of {length}", model=name, position=position, length=length
@@ -107,6 +187,15 @@ def queue_message(model: str, count: int, simulated: bool, position: int, length
     )
 
 
+def device_text(device: GPUDevice, lang: str = "en") -> str:
+    """A granted unit as the progress message names it: ``Simulated T4 (GPU-…)``, ``Simulated T4 share 2/4 (GPU-…)``."""
+    name = simulated_name(device.name, lang) if device.simulated else device.name
+    if device.is_share:
+        share = translator(lang)("share {index}/{count}", index=(device.share_index or 0) + 1, count=device.share_count)
+        return f"{name} {share} ({device.visible_uuid})"
+    return f"{name} ({device.uuid})"
+
+
 def assignment_message(profile: Profile, devices: list[GPUDevice], currency: Currency, lang: str = "en") -> str:
     """The progress event of a spawn granted its GPUs: ``Assigned T4 (GPU-…); starting One T4 at ¥0.05/min``."""
     _ = translator(lang)
@@ -114,7 +203,7 @@ def assignment_message(profile: Profile, devices: list[GPUDevice], currency: Cur
     name = profile.name_in(lang)
     if not devices:
         return _("Assigned no GPU; starting {profile} at {rate}", profile=name, rate=rate)
-    shown = ", ".join(f"{simulated_name(d.name, lang) if d.simulated else d.name} ({d.uuid})" for d in devices)
+    shown = ", ".join(device_text(d, lang) for d in devices)
     return _("Assigned {devices}; starting {profile} at {rate}", devices=shown, profile=name, rate=rate)
 
 
@@ -143,6 +232,7 @@ def render_options_form(
             "display_name": p.name_in(lang),
             "description": p.description_in(lang),
             "summary": summary(p),
+            "unit": p.unit,  # "gpu", "share" or "mig"
             "checked": chosen is not None and p.slug == chosen.slug,
         }
         for p in allowed

@@ -50,7 +50,7 @@ from traitlets import (
 from traitlets.config import Configurable
 
 from jupyterhub_gpu.clock import utcnow
-from jupyterhub_gpu.env import JOB_ID, make_gpu_env
+from jupyterhub_gpu.env import JOB_ID, make_gpu_env, memory_limit_of, share_label
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
 from jupyterhub_gpu.gpus.inventory import BACKENDS
 from jupyterhub_gpu.i18n import language_of, translator
@@ -628,7 +628,10 @@ class GPUSpawnerMixin(Configurable):
     async def _gpu_take_gpus(self, profile: Profile) -> None:
         """Wait in the queue for the profile's GPUs, then check the budget again before anything runs."""
         key = self._gpu_key
-        simulated = any(d.simulated for d in self.allocator.matching(profile.gpu_model)) if profile.gpu_count else False
+        unit = {"share": profile.gpu_share, "mig": profile.mig}  # a time-sliced share or a MIG slice (issue 17)
+        simulated = (
+            any(d.simulated for d in self.allocator.matching(profile.gpu_model, **unit)) if profile.gpu_count else False
+        )
 
         waited = False
 
@@ -636,7 +639,10 @@ class GPUSpawnerMixin(Configurable):
             nonlocal waited
             waited = True  # called only for a request that stands in the queue
             self._gpu_say(
-                50, lambda lang: queue_message(profile.gpu_model, profile.gpu_count, simulated, position, length, lang)
+                50,
+                lambda lang: queue_message(
+                    profile.gpu_model, profile.gpu_count, simulated, position, length, lang, **unit
+                ),
             )
 
         devices: list[GPUDevice] = []
@@ -652,7 +658,12 @@ class GPUSpawnerMixin(Configurable):
             await wait_restored(on_restore)
             try:
                 devices = await self.allocator.acquire(
-                    key, profile.gpu_model, profile.gpu_count, timeout=self.queue_timeout, on_position=on_position
+                    key,
+                    profile.gpu_model,
+                    profile.gpu_count,
+                    timeout=self.queue_timeout,
+                    on_position=on_position,
+                    **unit,
                 )
             except QueueTimeout as e:
                 raise self.gpu_refusal(e.phrase, reason="gpu_queue_timeout", status_code=503) from None
@@ -701,7 +712,8 @@ class GPUSpawnerMixin(Configurable):
             if self._gpu_abort:
                 raise self._gpu_stopped_while_starting()
             started = self._gpu_granted_at or utcnow()
-            uuids = [d.uuid for d in devices]
+            # what the container sees: a share's physical GPU (its siblings see the same one), a MIG slice's uuid
+            uuids = [d.visible_uuid for d in devices]
             self._gpu_session = new_session_state(
                 profile,
                 devices,
@@ -719,9 +731,9 @@ class GPUSpawnerMixin(Configurable):
                 session_id=self._gpu_session["session_id"],
                 started=started,
                 simulated=self._gpu_session["simulated"],
-                devices=[
-                    {"index": d.index, "uuid": d.uuid, "name": d.name, "memory_mib": d.memory_mib} for d in devices
-                ],
+                devices=[d.to_dict() for d in devices],
+                memory_limit_mib=memory_limit_of(devices),
+                share=share_label(devices),
                 gpu_model=profile.gpu_model,
                 profile_name=profile.name_in(self._gpu_lang),  # the Lab shows it to the student who chose it
                 currency_symbol=self.gpu_currency.symbol or "",  # "": the Lab writes its language's symbol

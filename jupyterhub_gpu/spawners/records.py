@@ -41,7 +41,10 @@ def new_session_state(
     """
     return {
         "profile": profile.slug,
+        # the units: device uuids, MIG uuids or share uuids (".../share-1-of-4"), so that a restarted hub splits
+        # each GPU again as it was (GPUAllocator.restore); the GPUs the server sees: visible_devices
         "devices": [d.uuid for d in devices],
+        "visible_devices": list(dict.fromkeys(d.visible_uuid for d in devices)),
         "device_names": [d.name for d in devices],
         "simulated": any(d.simulated for d in devices),
         "session_id": uuid.uuid4().hex,

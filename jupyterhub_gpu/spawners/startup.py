@@ -87,13 +87,30 @@ def check_config(config, spawner_class) -> list[str]:
     else:
         names = sorted({d.name for d in allocator.devices})
         for p in profiles:
-            total = len(allocator.matching(p.gpu_model)) if p.gpu_count else 0
-            if p.gpu_count and total < p.gpu_count:
-                problems.append(
-                    f"profile {p.slug!r}: needs {p.gpu_count}× {p.gpu_model!r} but this host has {total}"
-                    f" (its GPUs: {', '.join(names) or 'none'})"
-                )
+            problem = unit_problem(p, allocator, names) if p.gpu_count else None
+            if problem:
+                problems.append(problem)
     return problems
+
+
+def unit_problem(profile, allocator, names: list[str]) -> str | None:
+    """Why the host cannot give ``profile`` its GPUs (too few, no GPU to share, no such MIG slice), else None."""
+    p = profile
+    its = f"(its GPUs: {', '.join(names) or 'none'})"
+    if p.mig:
+        if allocator.matching(p.gpu_model, mig=p.mig):
+            return None
+        slices = sorted({d.name for d in allocator.devices if d.is_mig})
+        return (
+            f"profile {p.slug!r}: 'mig' {p.mig!r}: this host has no MIG {p.mig} instance of {p.gpu_model!r}"
+            f" (its MIG instances: {', '.join(slices) or 'none'}; create them with nvidia-smi mig, docs/admin.md)"
+        )
+    total = len(allocator.matching(p.gpu_model, share=p.gpu_share))
+    if p.gpu_share and total < 1:
+        return f"profile {p.slug!r}: 'gpu_share' {p.gpu_share}: this host has no whole {p.gpu_model!r} to share {its}"
+    if total < p.gpu_count:
+        return f"profile {p.slug!r}: needs {p.gpu_count}× {p.gpu_model!r} but this host has {total} {its}"
+    return None
 
 
 def _is_gpu_spawner(spawner_class) -> bool:
@@ -225,8 +242,10 @@ def publish_pricing(app, spawner_class) -> None:
     try:  # one GPU's memory per profile from the host inventory, for right-sizing advice (never a server's report)
         allocator = shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
         for row, p in zip(rows, profiles, strict=True):
-            devices = allocator.matching(p.gpu_model) if p.gpu_count else []
-            row["gpu_memory_mib"] = min((d.memory_mib for d in devices), default=None) or None
+            devices = allocator.matching(p.gpu_model, share=p.gpu_share, mig=p.mig) if p.gpu_count else []
+            memory = min((d.memory_mib for d in devices), default=None) or None
+            # one unit's memory: a share's cap (the GPU's // gpu_share), a MIG slice's own
+            row["gpu_memory_mib"] = memory // p.gpu_share if memory and p.gpu_share else memory
     except Exception as e:  # no host inventory (Kubernetes): the advice takes memory from the profile
         app.log.debug("jupyterhub-gpu: no GPU inventory to publish memory sizes from: %s", e)
     count = shared_ledger(probe.ledger_db_url).set_pricing(rows, currency, utcnow())

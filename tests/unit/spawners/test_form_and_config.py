@@ -471,3 +471,166 @@ def test_the_kubernetes_form_line_says_the_same_as_the_hosts_in_cluster_words():
         "1× A100 40 GB — CN¥0.25/min — free GPUs unknown right now"
     )
     assert describe_kube_profile(PROFILES["cpu-paid"], None, CNY) == "CPU only — CN¥0.01/min"
+
+
+# -- issue 17: shares and MIG slices in the form and at hub start ---------------------------------
+
+SHARED = profiles_by_slug(
+    [
+        {"slug": "t4-quarter", "gpu_model": "T4", "gpu_share": 4, "price_per_gpu_hour": "0.75"},
+        {"slug": "a100-small", "gpu_model": "A100", "mig": "1g.10gb", "price_per_gpu_hour": "3.00"},
+        {"slug": "h100-half", "gpu_model": "H100", "gpu_share": 2, "price_per_gpu_hour": "6.00"},
+    ]
+)
+
+
+def shared_allocator_for_form() -> GPUAllocator:
+    return GPUAllocator(
+        simulated_inventory(
+            [
+                {"model": "T4", "count": 2, "memory_gb": 16},
+                {"model": "A100", "count": 1, "memory_gb": 40, "mig": ["3g.20gb", "1g.10gb", "1g.10gb"]},
+            ]
+        )
+    )
+
+
+async def test_the_form_line_of_a_share_counts_shares():
+    alloc = shared_allocator_for_form()
+    quarter = SHARED["t4-quarter"]
+    assert describe_profile(quarter, alloc, CNY) == (
+        "share 1/4 of a Simulated T4 4 GB — CN¥0.0125/min — 8 of 8 shares free"
+    )
+    await alloc.acquire("a/", "T4", 1, share=4)
+    assert describe_profile(quarter, alloc, CNY).endswith("— 7 of 8 shares free")
+    # a whole T4 profile sees one GPU free: the other is split
+    assert describe_profile(PROFILES["t4"], alloc, CNY).endswith("— 1 of 2 free")
+    assert describe_profile(quarter, alloc, CNY, "zh-CN") == (
+        "模拟 T4 的 1/4 份额 4 GB — ¥0.0125/分钟 — 空闲 7 份，共 8 份"
+    )
+    for k in ("b/", "c/", "d/", "e/", "f/", "g/", "h/"):
+        await alloc.acquire(k, "T4", 1, share=4)
+    waiter = asyncio.ensure_future(alloc.acquire("i/", "T4", 1, share=4))
+    await asyncio.sleep(0)
+    assert describe_profile(quarter, alloc, CNY).endswith("— none free (1 waiting)")
+    alloc.release("a/")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert waiter.done()
+
+
+async def test_the_form_line_of_a_mig_slice_counts_slices():
+    alloc = shared_allocator_for_form()
+    small = SHARED["a100-small"]
+    assert describe_profile(small, alloc, CNY) == "MIG 1g.10gb of a Simulated A100 — CN¥0.05/min — 2 of 2 slices free"
+    await alloc.acquire("a/", "A100", 1, mig="1g.10gb")
+    assert describe_profile(small, alloc, CNY).endswith("— 1 of 2 slices free")
+    assert describe_profile(small, alloc, CNY, "zh-CN") == (
+        "模拟 A100 的 MIG 1g.10gb 切片 — ¥0.05/分钟 — 空闲 1 个切片，共 2 个"
+    )
+    # a whole-A100 profile never counts the slices
+    assert describe_profile(PROFILES["a100"], alloc, CNY).endswith("— no such GPU on this host")
+
+
+def test_english_articles_of_real_models():
+    from jupyterhub_gpu.spawners.form import unit_head
+
+    assert unit_head(SHARED["h100-half"], "H100", " 40 GB") == "share 1/2 of an H100 40 GB"
+    assert unit_head(SHARED["t4-quarter"], "T4", "") == "share 1/4 of a T4"
+    assert unit_head(SHARED["a100-small"], "A100", "") == "MIG 1g.10gb of an A100"
+    assert unit_head(SHARED["t4-quarter"], "L4", "") == "share 1/4 of an L4"
+    assert unit_head(SHARED["t4-quarter"], "V100", "") == "share 1/4 of a V100"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"share": 4}, "Waiting for a free share 1/4 of a Simulated T4 — position 2 of 3"),
+        ({"mig": "1g.10gb"}, "Waiting for a free MIG 1g.10gb slice of a Simulated T4 — position 2 of 3"),
+    ],
+)
+def test_queue_message_of_a_share_or_slice(kwargs, message):
+    assert queue_message("T4", 1, True, 2, 3, **kwargs) == message
+    assert queue_message("A100", 1, False, 1, 1, share=2) == "Waiting for a free share 1/2 of an A100 — position 1 of 1"
+    assert queue_message("T4", 1, False, 1, 2, "zh-CN", share=4) == (
+        "正在等待空闲的 T4 1/4 份额 — 排队中：第 1 位，共 2 位"
+    )
+
+
+async def test_assignment_message_of_a_share_names_the_physical_gpu():
+    alloc = shared_allocator_for_form()
+    (share,) = await alloc.acquire("a/", "T4", 1, share=4)
+    quarter = SHARED["t4-quarter"]
+    assert assignment_message(quarter, [share], CNY) == (
+        f"Assigned Simulated T4 share 1/4 ({share.parent_uuid}); starting t4-quarter at CN¥0.0125/min"
+    )
+    assert "份额 1/4" in assignment_message(quarter, [share], CNY, "zh-CN")
+
+
+def shared_config(profiles, simulated=None) -> Config:
+    c = Config()
+    c.GPULocalSpawner.profiles = profiles
+    c.GPULocalSpawner.simulated_gpus = simulated or [
+        {"model": "T4", "count": 2, "memory_gb": 16},
+        {"model": "A100", "count": 1, "memory_gb": 40, "mig": ["3g.20gb", "1g.10gb"]},
+    ]
+    return c
+
+
+def test_check_config_accepts_shares_and_slices_the_host_has():
+    good = [
+        {"slug": "t4-quarter", "gpu_model": "T4", "gpu_share": 4, "price_per_gpu_hour": "0.75"},
+        {"slug": "a100-small", "gpu_model": "A100", "mig": "1g.10gb", "price_per_gpu_hour": "3.00"},
+        {"slug": "a100-big", "gpu_model": "A100", "mig": "3g.20gb", "price_per_gpu_hour": "6.00"},
+    ]
+    assert check_config(shared_config(good), GPULocalSpawner) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        (
+            {"gpu_share": 0},
+            "profile 'bad': 'gpu_share' must be an integer from 1 to 16 (how many servers share one GPU), got 0",
+        ),
+        (
+            {"gpu_share": 17},
+            "profile 'bad': 'gpu_share' must be an integer from 1 to 16 (how many servers share one GPU), got 17",
+        ),
+        ({"gpu_share": 4, "gpu_count": 2}, "profile 'bad': 'gpu_share' needs 'gpu_count' 1, got 2"),
+        ({"mig": "1g.10gb", "gpu_count": 2}, "profile 'bad': 'mig' needs 'gpu_count' 1, got 2"),
+        (
+            {"gpu_share": 2, "mig": "1g.10gb"},
+            "profile 'bad': 'gpu_share' and 'mig' cannot be used together; choose one",
+        ),
+        (
+            {"mig": "2g.20gb"},
+            "profile 'bad': 'mig' '2g.20gb': this host has no MIG 2g.20gb instance of 'A100' (its MIG instances:"
+            " Simulated A100 MIG 1g.10gb, Simulated A100 MIG 3g.20gb; create them with nvidia-smi mig, docs/admin.md)",
+        ),
+        (
+            {"gpu_model": "T4", "mig": "1g.10gb"},
+            "profile 'bad': 'mig' '1g.10gb': this host has no MIG 1g.10gb instance of 'T4' (its MIG instances:"
+            " Simulated A100 MIG 1g.10gb, Simulated A100 MIG 3g.20gb; create them with nvidia-smi mig, docs/admin.md)",
+        ),
+        (
+            {"gpu_share": 4},  # the only A100 is MIG-enabled: no whole A100 to time-slice
+            "profile 'bad': 'gpu_share' 4: this host has no whole 'A100' to share (its GPUs: Simulated A100 MIG"
+            " 1g.10gb, Simulated A100 MIG 3g.20gb, Simulated T4)",
+        ),
+    ],
+)
+def test_check_config_refuses_a_bad_share_or_slice_naming_profile_and_field(extra, problem):
+    bad = {"slug": "bad", "gpu_model": "A100", "price_per_gpu_hour": "3.00", **extra}
+    good = {"slug": "t4", "gpu_model": "T4", "price_per_gpu_hour": "3.00"}
+    assert check_config(shared_config([good, bad]), GPULocalSpawner) == [problem]
+
+
+def test_the_form_marks_each_profiles_unit():
+    alloc = shared_allocator_for_form()
+    rows = [SHARED["t4-quarter"], SHARED["a100-small"], PROFILES["t4"]]
+    html = render_options_form(rows, None, lambda p: describe_profile(p, alloc, CNY), simulated=True, pools=[])
+    assert 'data-profile="t4-quarter" data-unit="share"' in html
+    assert 'data-profile="a100-small" data-unit="mig"' in html
+    assert 'data-profile="t4" data-unit="gpu"' in html
+    assert "share 1/4 of a Simulated T4 4 GB — CN¥0.0125/min — 8 of 8 shares free" in html
