@@ -35,6 +35,7 @@ each of those is capped by hand. Inside the user's server: imports only the pure
 from __future__ import annotations
 
 import importlib.abc
+import importlib.util
 import logging
 import os
 import sys
@@ -277,10 +278,8 @@ class _AfterLoader(importlib.abc.Loader):
 
 
 def _installed(name: str) -> bool:
-    from importlib.util import find_spec
-
     try:
-        return find_spec(name) is not None
+        return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
 
