@@ -61,6 +61,8 @@ from jupyterhub_gpu.service.domain.alerts import BudgetAlert, budget_message, bu
 from jupyterhub_gpu.service.domain.culling import (
     MAX_MINUTES,
     MinuteSignal,
+    cap_message,
+    cap_reached,
     cull_message,
     evaluate,
     gpu_memory_high,
@@ -512,7 +514,13 @@ async def enforce_culling(
                 log.info("stopped %s/%s: %s", s.user, s.server_name, decision.rule.kind)
                 result.stopped.append((s.user, s.server_name))
                 continue
-            if s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
+            if s.gpu_count and cap_reached(s, signals, memory_threshold):
+                # a share's (or MIG slice's) cap nearly reached (issue 17): at once, naming the cap and a bigger one
+                job_server = s.server_name.startswith(SERVER_PREFIX)
+                options = memory_options(ledger, advice_settings)
+                message, key = cap_message(s, signals, options, None if job_server else currency)
+                await notifier.send(message, ("lab",), once=key, now=now)
+            elif s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
                 # once per session: a notice, never a stop
                 # the notice names the next bigger profile the user may use, at the rate the spawner charges
                 # (not for a job's server: nobody watches its Lab, and a job cannot be restarted on another profile)

@@ -139,9 +139,25 @@ class ProfileOption:
     rate_micros: int  # per minute
     memory_mib: int | None = None
     allowed_groups: tuple[str, ...] = ()
+    #: part of a GPU (issue 17): how many servers share one GPU (``memory_mib`` is then one share's, the GPU's
+    #: memory divided by it), or the MIG slice ("1g.10gb", whose ``memory_mib`` is the slice's)
+    gpu_share: int | None = None
+    mig: str | None = None
 
     def allows(self, groups: Iterable[str]) -> bool:
         return not self.allowed_groups or bool(set(self.allowed_groups) & set(groups))
+
+    @property
+    def unit_model(self) -> str:
+        """The model of one of its GPUs as :func:`compute_ratio` reads it: a MIG slice named with its GPU."""
+        return f"{self.gpu_model} MIG {self.mig}" if self.mig else self.gpu_model
+
+
+def share_ratio(current: ProfileOption | None, candidate: ProfileOption) -> float:
+    """The candidate's share of a GPU's compute over the current profile's: a time-sliced share of ``k`` gets
+    ``1/k`` of its GPU when every share is busy (the worst case, which the advice assumes); a whole GPU 1."""
+    mine = (current.gpu_share if current else None) or 1
+    return mine / (candidate.gpu_share or 1)
 
 
 def compute_ratio(current_model: str, candidate_model: str) -> float | None:
@@ -161,7 +177,10 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
     Memory comes from ``advice_profile_memory_gb`` first, then from the hub's
     GPU inventory (``gpu_memory_mib`` of the published profile: the smallest GPU
     of its model), then from the model or profile name (a MIG slice ``1g.5gb``,
-    ``A100-80GB``, or a known model such as ``T4``). Never from what a user's
+    ``A100-80GB``, or a known model such as ``T4``). A profile of part of a GPU
+    (issue 17) has the memory of its unit: a time-sliced share the GPU's memory
+    divided by its ``gpu_share`` (the cap its kernels get), a MIG slice that of
+    its slice's name (``mig``). Never from what a user's
     server reported: a forged ``memory_total_mib`` would advise other users onto
     a GPU too small for their work (invariant 7). A profile whose memory stays
     unknown is never advised.
@@ -169,12 +188,16 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
     options = []
     for p in pricing:
         slug = p["slug"]
-        if slug in settings.profile_memory_gb:
+        share, mig = p.get("gpu_share") or None, p.get("mig") or None
+        if slug in settings.profile_memory_gb:  # the admin's figure is the unit's, a share's or a slice's
             memory = int(Decimal(str(settings.profile_memory_gb[slug])) * 1024)
+        elif mig and memory_from_name(mig):
+            memory = memory_from_name(mig)
         elif p.get("gpu_memory_mib"):
-            memory = int(p["gpu_memory_mib"])
+            memory = int(p["gpu_memory_mib"]) // (share or 1)
         else:
             memory = memory_from_name(p.get("gpu_model") or "", p.get("display_name") or "")
+            memory = memory // (share or 1) if memory else memory
         options.append(
             ProfileOption(
                 slug=slug,
@@ -184,6 +207,8 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
                 rate_micros=to_micros(Decimal(p["rate_per_minute"])),
                 memory_mib=memory,
                 allowed_groups=tuple(p.get("allowed_groups") or ()),
+                gpu_share=int(share) if share else None,
+                mig=mig,
             )
         )
     return options
@@ -372,6 +397,12 @@ def advice_text(row, currency: Currency, lang: str = "en") -> str:
         rate=rate(row.suggested_rate_micros or 0),
         current=rate(row.rate_micros),
     )
+    share, model = getattr(row, "suggested_gpu_share", None), getattr(row, "suggested_gpu_model", None)
+    if share and model:
+        parts.append(
+            share_sentence(share, model, row, values, money(row.counterfactual_micros), money(row.cost_micros), _)
+        )
+        return ("" if lang == "zh-CN" else " ").join(parts)
     parts.append(
         _("The {profile} profile ({rate}/min instead of {current}/min) would very likely have served.", **values)
         if row.confidence == "high"
@@ -386,6 +417,51 @@ def advice_text(row, currency: Currency, lang: str = "en") -> str:
     return ("" if lang == "zh-CN" else " ").join(parts)
 
 
+def share_unit(count: int, model: str, _) -> str:
+    """ "A quarter of a T4": one time-sliced share of ``count`` of a ``model`` GPU, at the start of a sentence."""
+    # a model is read out letter by letter: "an A100", "an H100", "an L4", "a T4", "a V100"
+    an = model[:1].upper() in "AEFHILMNORSX"
+    if count == 2:
+        return _("Half an {model}", model=model) if an else _("Half a {model}", model=model)
+    if count == 3:
+        return _("A third of an {model}", model=model) if an else _("A third of a {model}", model=model)
+    if count == 4:
+        return _("A quarter of an {model}", model=model) if an else _("A quarter of a {model}", model=model)
+    if an:
+        return _("A 1/{count} share of an {model}", count=count, model=model)
+    return _("A 1/{count} share of a {model}", count=count, model=model)
+
+
+def share_sentence(count: int, model: str, row, values: dict, would: str, cost: str, _) -> str:
+    """The advice of a share (issue 17): "A quarter of a T4 would very likely have served: ¥1.50 instead of ¥6.00
+    (the ¼ T4 profile, ¥0.0125/min instead of ¥0.05/min)."; "so far" while the session runs."""
+    unit = share_unit(count, model, _)
+    values = dict(values, unit=unit, would=would, cost=cost)
+    if row.final:
+        if row.confidence == "high":
+            return _(
+                "{unit} would very likely have served: {would} instead of {cost}"
+                " (the {profile} profile, {rate}/min instead of {current}/min).",
+                **values,
+            )
+        return _(
+            "{unit} would likely have served: {would} instead of {cost}"
+            " (the {profile} profile, {rate}/min instead of {current}/min).",
+            **values,
+        )
+    if row.confidence == "high":
+        return _(
+            "{unit} would very likely have served so far: {would} instead of {cost}"
+            " (the {profile} profile, {rate}/min instead of {current}/min).",
+            **values,
+        )
+    return _(
+        "{unit} would likely have served so far: {would} instead of {cost}"
+        " (the {profile} profile, {rate}/min instead of {current}/min).",
+        **values,
+    )
+
+
 def _figures(advice: Advice, gpu_count: int, rate_micros: int, final: bool) -> SimpleNamespace:
     """The figures of an advice as its ledger row will hold them (what :func:`advice_text` words)."""
     s = advice.suggested
@@ -397,6 +473,8 @@ def _figures(advice: Advice, gpu_count: int, rate_micros: int, final: bool) -> S
         suggested_display_name=s.display_name if s else None,
         suggested_profile=s.slug if s else None,
         suggested_rate_micros=s.rate_micros if s else None,
+        suggested_gpu_share=s.gpu_share if s else None,
+        suggested_gpu_model=s.gpu_model if s else None,
         rate_micros=rate_micros,
         peak_memory_mib=advice.usage.peak_memory_mib,
         memory_total_mib=advice.usage.memory_total_mib,
@@ -434,6 +512,7 @@ def advise(
     used, need_mib = gpus_used(usage, session.gpu_count)
     base = replace(base, gpus_used=used, memory_per_gpu_mib=need_mib)
     current_model = session.gpu_model or (current.gpu_model if current else "")
+    current_unit = current.unit_model if current and current.gpu_model == current_model else current_model
     headroom = settings.headroom_percent / 100
     util_scale = session.gpu_count / used if used else 1.0
     best: tuple | None = None
@@ -449,7 +528,9 @@ def advise(
         # integers: memory >= need × (100 + headroom) / 100
         if option.memory_mib * 100 < need_mib * (100 + settings.headroom_percent):
             continue
-        ratio = compute_ratio(current_model, option.gpu_model) if current_model else None
+        ratio = compute_ratio(current_unit, option.unit_model) if current_model else None
+        if ratio is not None:
+            ratio *= share_ratio(current, option)
         confidence = compute_fit(usage, ratio, headroom, util_scale)
         if confidence is None:
             continue
@@ -497,6 +578,8 @@ def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) 
         suggested_display_name=s.display_name if s else None,
         suggested_gpu_count=s.gpu_count if s else None,
         suggested_rate_micros=s.rate_micros if s else None,
+        suggested_gpu_share=s.gpu_share if s else None,
+        suggested_gpu_model=(s.gpu_model or None) if s and s.gpu_share else None,
         confidence=advice.confidence,
         currency=session.currency,
         rate_micros=session.rate_micros,
@@ -581,6 +664,7 @@ def advice_json(row: SessionAdvice | None, currency: Currency, lang: str = "en")
         "suggested_display_name": row.suggested_display_name,
         "suggested_gpu_count": row.suggested_gpu_count,
         "suggested_rate_per_minute": money(row.suggested_rate_micros or 0),
+        "suggested_gpu_share": row.suggested_gpu_share,  # a time-sliced share of a GPU (issue 17), else None
         "rate_per_minute": money(row.rate_micros),
         "confidence": row.confidence,
         "gpu_count": row.gpu_count,

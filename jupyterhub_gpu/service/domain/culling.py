@@ -65,6 +65,7 @@ from functools import partial
 from itertools import pairwise
 
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.gpus.device import parse_share_uuid
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import from_micros
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
@@ -779,5 +780,113 @@ def memory_message(
         source="jupyterhub_gpu.service",
         lang=lang,
         words=lambda other: memory_message(session, threshold, minutes, options, currency, other)[0],
+    )
+    return message, Once(session.user, f"session:{session.id}", session.started, 90)
+
+
+# -- the cap of a share (issue 17) -------------------------------------------------------------
+
+
+def capped_unit(session) -> str | None:
+    """ "share" for a session on a time-sliced share of a GPU, "mig" on a MIG slice, None on whole GPUs.
+
+    From the unit uuids the spawner assigned (the ledger's ``gpus``), never from what a server reports.
+    """
+    uuids = session.gpu_list
+    if any(parse_share_uuid(u) for u in uuids):
+        return "share"
+    if any(u.startswith("MIG-") for u in uuids):
+        return "mig"
+    return None
+
+
+def cap_reached(session, signals: Sequence[MinuteSignal], threshold: float = 0.9) -> bool:
+    """Whether a session on a share or a MIG slice used ``threshold`` (a fraction) of its cap in its latest
+    sampled minute: its server's own memory (what the reader attributes to its own processes) over the cap."""
+    if capped_unit(session) is None:
+        return False
+    latest = next((s for s in reversed(signals) if s.gpu_mem_frac is not None), None)
+    return latest is not None and latest.gpu_mem_frac >= threshold
+
+
+def cap_text(unit: str, used_fraction: float, cap_mib: int | None, bigger, lang: str = "en") -> str:
+    """The cap notice's words: how much of the cap the kernels use, what happens past it, and a bigger profile."""
+    _ = translator(lang)
+    if cap_mib:
+        values = dict(used=f"{used_fraction * cap_mib / 1024:.1f}", cap=f"{cap_mib / 1024:.1f}")
+        if unit == "mig":
+            text = _(
+                "Your kernels use {used} of your MIG slice's {cap} GB;"
+                " past it TensorFlow stops with an out-of-memory error.",
+                **values,
+            )
+        else:
+            text = _(
+                "Your kernels use {used} of your share's {cap} GB;"
+                " past it TensorFlow stops with an out-of-memory error.",
+                **values,
+            )
+    else:
+        percent = round(used_fraction * 100)
+        if unit == "mig":
+            text = _(
+                "Your kernels use {percent}% of your MIG slice's GPU memory;"
+                " past it TensorFlow stops with an out-of-memory error.",
+                percent=percent,
+            )
+        else:
+            text = _(
+                "Your kernels use {percent}% of your share's GPU memory;"
+                " past it TensorFlow stops with an out-of-memory error.",
+                percent=percent,
+            )
+    if bigger is None:
+        more = _("No profile with more GPU memory is open to you: try a smaller batch size or model.")
+    elif bigger.gpu_count > 1:
+        memory = f"{bigger.memory_mib / 1024:g}"
+        more = _(
+            "The profile '{profile}' has {gpus} × {memory} GB.",
+            profile=bigger.display_name,
+            gpus=bigger.gpu_count,
+            memory=memory,
+        )
+    else:
+        more = _(
+            "The profile '{profile}' has {memory} GB.",
+            profile=bigger.display_name,
+            memory=f"{bigger.memory_mib / 1024:g}",
+        )
+    return ("" if lang == "zh-CN" else " ").join((text, more))
+
+
+def cap_message(
+    session, signals: Sequence[MinuteSignal], options: Sequence = (), currency=None, lang: str = "en"
+) -> tuple[Message, Once]:
+    """The cap notice of a session on a share or MIG slice, in JupyterLab only, and its once-per-session key.
+
+    The cap is the unit's memory in the catalogue (``options``: a share's is its GPU's divided by the share
+    count, :func:`.advice.catalogue`), the use the latest sampled minute's fraction of it. With the
+    ``currency`` it names the next bigger profile the user may use (:func:`bigger_profile`) and its kind is
+    ``bigger:<slug>`` (the Lab's "Restart on <profile>" button). Its key is the "GPU memory high" notice's:
+    a session gets one of the two, the cap notice first (it needs no ten minutes).
+    """
+    unit = capped_unit(session) or "share"
+    latest = next((s for s in reversed(signals) if s.gpu_mem_frac is not None), None)
+    used = latest.gpu_mem_frac if latest is not None else 1.0
+    mine = next((o for o in options if o.slug == session.profile), None)
+    bigger = bigger_profile(options, session.profile, session.group_list) if currency is not None else None
+    kind = "advice"
+    if bigger is not None and len(f"bigger:{bigger.slug}") <= 32:  # the notice's kind column is 32 characters
+        kind = f"bigger:{bigger.slug}"
+    message = Message(
+        user=session.user,
+        kind=kind,
+        text=cap_text(unit, used, mine.memory_mib if mine else None, bigger, lang),
+        level="warning",
+        session_id=session.id,
+        what=f"memory cap notice for {session.user}",
+        source="jupyterhub_gpu.service",
+        lang=lang,
+        words=lambda other: cap_message(session, signals, options, currency, other)[0],
     )
     return message, Once(session.user, f"session:{session.id}", session.started, 90)
