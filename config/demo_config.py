@@ -77,6 +77,17 @@ c.GPULocalSpawner.profiles = [
         "allowed_groups": ["thesis"],
     },
     {
+        # issue 17: a time-sliced share; four servers share one T4, each capped at a quarter of its memory
+        "slug": "t4-quarter",
+        "display_name": {"en": "¼ T4 (simulated)", "zh-CN": "¼ 块 T4（模拟）"},
+        "description": "A quarter of a T4, shared with up to three other servers: 4 GB of GPU memory, a quarter"
+        " of the price. Plenty for exercises; a busy neighbour slows it down.",
+        "gpu_model": "T4",
+        "gpu_count": 1,
+        "gpu_share": 4,
+        "price_per_gpu_hour": "0.75",
+    },
+    {
         "slug": "cpu",
         "display_name": "CPU only",
         "description": "Editing notebooks and reading results; no GPU.",

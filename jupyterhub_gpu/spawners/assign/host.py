@@ -67,7 +67,12 @@ class GPUAllocator(FairQueue, Allocator):
             return [
                 d for d in self.devices if d.is_mig and d.mig_profile == mig and model_matches(model, parent_name(d))
             ]
-        return [d for d in self.devices if d.parent_uuid is None and model_matches(model, d.name)]
+        if share:  # only a physical GPU is time-sliced
+            return [d for d in self.devices if d.parent_uuid is None and model_matches(model, d.name)]
+        # a whole request: the physical GPUs of the model (model_matches leaves MIG instances out unless the
+        # model itself names MIG, "A100 MIG 1g.10gb", as before the mig field); the same set a share request
+        # matches for a plain model, so that whole and share requests stand in one queue
+        return [d for d in self.devices if model_matches(model, d.name)]
 
     def _whole_free(self, d: GPUDevice) -> bool:
         return d.uuid not in self._holder and d.uuid not in self._split
@@ -81,7 +86,7 @@ class GPUAllocator(FairQueue, Allocator):
     def _free_shares(self, model: str, k: int) -> list[GPUDevice]:
         """Shares of ``k`` a request may take, best first: GPUs already split in k (fullest first), then free GPUs."""
         split, whole = [], []
-        for d in self.matching(model):
+        for d in self.matching(model, share=k):
             if self._split.get(d.uuid) == k:
                 taken = self._shares.get(d.uuid, {})
                 free = [i for i in range(k) if i not in taken]
@@ -105,7 +110,7 @@ class GPUAllocator(FairQueue, Allocator):
 
     def counts(self, model: str, *, share: int | None = None, mig: str | None = None) -> dict:
         """Free, total and waiting units for the spawn form; ``unit`` says which ("gpu", "share", "mig")."""
-        matching = self.matching(model, mig=mig)
+        matching = self.matching(model, share=share, mig=mig)
         if share:
             free = sum(1 for d in matching if self._whole_free(d)) * share + sum(
                 share - len(self._shares.get(d.uuid, {})) for d in matching if self._split.get(d.uuid) == share
@@ -191,7 +196,7 @@ class GPUAllocator(FairQueue, Allocator):
             return all(d.share_count == request.share and model_matches(model, d.name) for d in held)
         if request.mig:
             return all(d.is_mig and d.mig_profile == request.mig and model_matches(model, parent_name(d)) for d in held)
-        return all(not d.is_share and not d.is_mig and model_matches(model, d.name) for d in held)
+        return all(not d.is_share and model_matches(model, d.name) for d in held)
 
     async def acquire(
         self,
@@ -223,7 +228,7 @@ class GPUAllocator(FairQueue, Allocator):
             # a key still holding other GPUs (an earlier start of this server with another profile) must not
             # run the new profile, priced by its own model and count, on them: give them back and take a turn
             self.release(key)
-        total = len(self.matching(model, mig=request.mig))
+        total = len(self.matching(model, share=share, mig=request.mig))
         if request.mig and count > total:
             raise AllocationError(
                 "This profile needs a MIG {slice} slice of {model} but this host has {total}. Ask your administrator"

@@ -51,7 +51,8 @@ class Allocator(Protocol):
     def matching(self, model: str, *, share: int | None = None, mig: str | None = None) -> list[GPUDevice]:
         """The devices of ``model`` this allocator knows by name (empty on a cluster).
 
-        Whole and share requests match physical GPUs only; a ``mig`` request the MIG instances of that slice.
+        A share request matches physical GPUs only; a ``mig`` request the MIG instances of that slice whose GPU
+        is of ``model``; a whole request what the model names (never a MIG instance unless it names MIG).
         """
         ...
 

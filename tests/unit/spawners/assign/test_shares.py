@@ -289,3 +289,17 @@ async def test_mig_restore_and_conflict():
     (d,) = await alloc.acquire("z/", "A100", 1, mig="1g.10gb")
     assert d.uuid == b
     assert await alloc.acquire("x/", "A100", 1, mig="1g.10gb") == alloc.held_by("x/")
+
+
+async def test_a_legacy_mig_model_still_gets_nvml_style_instances():
+    # before the mig field a profile named the slice in gpu_model ("A100 MIG 1g.10gb"); that still works
+    alloc = make_allocator(t4=0, mig=["1g.10gb", "1g.10gb"])
+    assert len(alloc.matching("A100 MIG 1g.10gb")) == 2
+    assert alloc.counts("A100 MIG 1g.10gb") == {"free": 2, "total": 2, "waiting": 0, "unit": "gpu"}
+    first = await alloc.acquire("a/", "A100 MIG 1g.10gb", 1)
+    assert first[0].is_mig
+    assert await alloc.acquire("a/", "A100 MIG 1g.10gb", 1) == first  # kept, not given back
+    # nothing of it can be time-sliced
+    assert alloc.matching("A100 MIG 1g.10gb", share=2) == []
+    with pytest.raises(AllocationError):
+        await alloc.acquire("b/", "A100", 1, share=2)
