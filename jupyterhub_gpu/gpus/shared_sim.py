@@ -5,7 +5,7 @@ physical GPU. A real driver tells each of them its own processes' memory and
 utilization (NVML per process, :class:`jupyterhub_gpu.gpus.nvml.NVMLReader`)
 and the whole GPU's utilization. The simulation does the same for the servers of
 one machine through a **state directory** they share
-(``JUPYTERHUB_GPU_SIM_STATE_DIR``, default ``<tempdir>/jupyterhub-gpu-sim``):
+(``JUPYTERHUB_GPU_SIM_STATE_DIR``, default ``<tempdir>/jupyterhub-gpu-sim/<the hub's API URL>``):
 
 - at each reading a server writes its own kernel activity for its GPU to
   ``<state dir>/<parent uuid>/share-<i>-of-<k>.json`` (a temporary file renamed
@@ -54,9 +54,15 @@ STALE_SECONDS = 10.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def default_state_dir() -> Path:
-    """Where the servers of this machine meet when no state directory is configured."""
-    return Path(tempfile.gettempdir()) / "jupyterhub-gpu-sim"
+def default_state_dir(hub: str = "") -> Path:
+    """Where the servers of this machine meet when no state directory is configured.
+
+    ``hub`` (the hub's API URL, which every server of one hub has) keeps the
+    servers of two hubs on one machine apart: both simulate GPUs of the same
+    stable UUIDs, and must not count each other's servers.
+    """
+    base = Path(tempfile.gettempdir()) / "jupyterhub-gpu-sim"
+    return base / _UNSAFE.sub("_", hub) if hub else base
 
 
 def _own_memory(cap_mib: int, kernels: int) -> int:

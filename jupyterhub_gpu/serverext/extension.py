@@ -35,7 +35,7 @@ from jupyterhub_gpu.env import (
 )
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.gpus.nvml import NVMLReader
-from jupyterhub_gpu.gpus.shared_sim import SharedSimReader
+from jupyterhub_gpu.gpus.shared_sim import SharedSimReader, default_state_dir
 from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader
 from jupyterhub_gpu.serverext import jobs, startup, stopwhendone
 from jupyterhub_gpu.serverext.kernels import count_kernels
@@ -123,7 +123,8 @@ class GPUExtension:
         elif self.simulated:
             if any(d.is_share or d.is_mig for d in self.devices):
                 # shares of one simulated GPU meet in a state directory (docs in gpus/shared_sim.py)
-                sim = SharedSimReader(self.devices, lambda: self.activity, state_dir=sim_state_dir_from_env() or None)
+                state_dir = sim_state_dir_from_env() or default_state_dir(os.environ.get("JUPYTERHUB_API_URL", ""))
+                sim = SharedSimReader(self.devices, lambda: self.activity, state_dir=state_dir)
             else:
                 sim = SimulatedReader(self.devices, lambda: self.activity)
             self.sampler = Sampler(sim, config.interval, config.history_seconds)

@@ -132,5 +132,8 @@ def test_a_whole_simulated_gpu_reads_as_before(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_default_state_dir_is_in_the_temporary_directory():
-    assert default_state_dir().name == "jupyterhub-gpu-sim"
+def test_the_default_state_dir_is_in_the_temporary_directory_one_per_hub():
+    base = default_state_dir()
+    assert base.name == "jupyterhub-gpu-sim"
+    one, two = default_state_dir("http://127.0.0.1:8081/hub/api"), default_state_dir("http://127.0.0.1:9081/hub/api")
+    assert one.parent == two.parent == base and one != two and "/" not in one.name
