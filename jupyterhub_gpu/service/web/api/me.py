@@ -7,6 +7,12 @@ import re
 from tornado import web
 
 from jupyterhub_gpu.billing import applies_to
+from jupyterhub_gpu.gpus.device import parse_share_uuid
+from jupyterhub_gpu.ledger.queries.overrides import load_overrides
+from jupyterhub_gpu.ledger.queries.samples import share_holders
+from jupyterhub_gpu.service.domain.advice import catalogue
+from jupyterhub_gpu.service.domain.culling import capped_unit
+from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
 from jupyterhub_gpu.service.web.auth import BaseHandler
 from jupyterhub_gpu.service.web.views import notice_json, sessions_json, status_json
 
@@ -24,7 +30,10 @@ class MeHandler(BaseHandler):
         currency = self.ctx.currency
         rules = [r for r in self.ledger.budget_rules() if applies_to(r, name, groups)]
         statuses = sorted(self.statuses(rules, now), key=lambda s: s.fraction, reverse=True)
-        active = sessions_json(self.ledger, self.ledger.open_sessions_of(name), now, currency)
+        records = self.ledger.open_sessions_of(name)
+        active = sessions_json(self.ledger, records, now, currency)
+        for entry, unit in zip(active, self.units(records), strict=True):
+            entry.update(unit)
         self.write_json(
             {
                 "user": name,
@@ -36,6 +45,36 @@ class MeHandler(BaseHandler):
                 "notices": [notice_json(n) for n in self.ledger.notices(name)],
             }
         )
+
+    def units(self, records) -> list[dict]:
+        """Per session, its part of a GPU (issue 17): ``share`` ("1/4" for a time-sliced share, "mig:1g.10gb" for
+        a MIG slice, None for whole GPUs), ``memory_limit_mib`` (the cap: a share's GPU memory over the share
+        count, a slice's memory, from the published profile, never from a server's report) and ``shared_by``
+        (how many open sessions of the ledger hold a share of the same GPU, this one included)."""
+        none = {"share": None, "memory_limit_mib": None, "shared_by": None}
+        capped = [capped_unit(r) for r in records]
+        if not any(capped):
+            return [dict(none) for _ in records]
+        options = catalogue(
+            apply_to_pricing(self.ledger.pricing(), load_overrides(self.ledger)), self.ctx.advice_settings
+        )
+        memory = {o.slug: (o.memory_mib, o.mig) for o in options}
+        shares = [
+            next(filter(None, map(parse_share_uuid, r.gpu_list)), None) if c == "share" else None
+            for r, c in zip(records, capped, strict=True)
+        ]
+        holders = share_holders(self.ledger, sorted({s[0] for s in shares if s}))
+        found = []
+        for record, unit, share in zip(records, capped, shares, strict=True):
+            cap, mig = memory.get(record.profile, (None, None))
+            if unit == "share":
+                parent, _index, count = share
+                found.append({"share": f"1/{count}", "memory_limit_mib": cap, "shared_by": holders[parent]})
+            elif unit == "mig":
+                found.append({"share": f"mig:{mig}" if mig else "mig", "memory_limit_mib": cap, "shared_by": None})
+            else:
+                found.append(dict(none))
+        return found
 
 
 class NoticeDismissHandler(BaseHandler):
