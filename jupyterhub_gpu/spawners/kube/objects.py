@@ -7,8 +7,9 @@ only gathers the values, hands the pieces to KubeSpawner's traits, and checks
 the finished pod with :func:`enforce_pod_policy`.
 
 On Kubernetes the NVIDIA device plugin picks the GPUs: a pod asks for a count
-of an extended resource (``nvidia.com/gpu``, or a MIG slice such as
-``nvidia.com/mig-1g.10gb``) and is steered to nodes of the right GPU product by
+of an extended resource (``nvidia.com/gpu``, a MIG slice such as
+``nvidia.com/mig-1g.10gb``, or a time-sliced replica such as
+``nvidia.com/gpu.shared``) and is steered to nodes of the right GPU product by
 the ``nvidia.com/gpu.product`` label of GPU Feature Discovery.
 """
 
@@ -17,13 +18,19 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from jupyterhub_gpu.env import nvml_discovery_env
+from jupyterhub_gpu.env import MEMORY_LIMIT_MIB, SHARE, nvml_discovery_env
 from jupyterhub_gpu.gpus.names import mig_request
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+#: The GPU Operator's time-sliced resource with ``renameByDefault: true`` (the default of ``gpu_shared_resource``).
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
+#: GPU Feature Discovery: how many time-sliced replicas each GPU of the node has (1, or absent: not shared).
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+#: With ``renameByDefault: false`` GPU Feature Discovery appends this to a time-sliced node's product label.
+SHARED_PRODUCT_SUFFIX = "-SHARED"
 LABEL_PREFIX = "jupyterhub-gpu"
 SESSION_LABEL = f"{LABEL_PREFIX}/session-id"
 PROFILE_LABEL = f"{LABEL_PREFIX}/profile"
@@ -47,6 +54,50 @@ def gpu_resource_for(gpu_model: str) -> tuple[str, str]:
     """
     mig_slice, words = mig_request(gpu_model)
     return (GPU_RESOURCE if mig_slice is None else MIG_RESOURCE_PREFIX + mig_slice), words
+
+
+def mig_memory_label(mig_slice: str) -> str:
+    """GPU Feature Discovery's label of a MIG slice's memory in MiB: ``nvidia.com/mig-1g.10gb.memory`` (mixed)."""
+    return f"{MIG_RESOURCE_PREFIX}{mig_slice}.memory"
+
+
+def unit_resource(
+    gpu_model: str, *, share: int | None = None, mig: str | None = None, shared_resource: str = SHARED_RESOURCE
+) -> tuple[str, str]:
+    """``(extended resource, product words)`` one unit of a profile asks for.
+
+    A MIG profile (``mig: "1g.10gb"``) asks for ``nvidia.com/mig-1g.10gb`` on
+    nodes of ``gpu_model``'s product; a time-sliced share (``gpu_share: 4``) for
+    one replica of ``shared_resource``; anything else as :func:`gpu_resource_for`
+    says (whole GPUs, or a MIG slice spelled inside ``gpu_model``).
+    """
+    if mig:
+        return MIG_RESOURCE_PREFIX + mig, mig_request(gpu_model)[1]
+    if share:
+        return shared_resource, mig_request(gpu_model)[1]
+    return gpu_resource_for(gpu_model)
+
+
+#: An extended resource name: ``domain/name`` (a DNS subdomain, then a label-like name).
+_RESOURCE_NAME = re.compile(
+    r"^(?P<domain>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/"
+    r"(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
+)
+
+
+def resource_name_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an extended resource a pod asks for (``nvidia.com/gpu.shared``), or None."""
+    if not isinstance(value, str):
+        return f"must be a string such as {SHARED_RESOURCE!r}, got {value!r}"
+    m = _RESOURCE_NAME.fullmatch(value)
+    if not m or len(m.group("domain")) > 253 or len(m.group("name")) > 63:
+        return f"must be an extended resource name 'domain/name' such as {SHARED_RESOURCE!r}, got {value!r}"
+    domain = m.group("domain")
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return f"must not be in the kubernetes.io domain (extended resources are not), got {value!r}"
+    if value.startswith(MIG_RESOURCE_PREFIX):
+        return f"names a MIG slice ({value!r}); a MIG profile sets 'mig' instead"
+    return None
 
 
 def format_cpu(cpus: float) -> str:
@@ -145,7 +196,14 @@ def make_pod_labels(*, profile_slug: str, session_id: str) -> dict[str, str]:
     return labels
 
 
-def make_kube_env(env: dict[str, str], *, gpu_count: int, gpu_resource: str) -> dict[str, str]:
+def make_kube_env(
+    env: dict[str, str],
+    *,
+    gpu_count: int,
+    gpu_resource: str,
+    memory_limit_mib: int | None = None,
+    share: str = "",
+) -> dict[str, str]:
     """The server's environment on Kubernetes, from :func:`jupyterhub_gpu.env.make_gpu_env`'s.
 
     For a GPU pod the device plugin chooses the GPUs and sets
@@ -154,6 +212,10 @@ def make_kube_env(env: dict[str, str], *, gpu_count: int, gpu_resource: str) -> 
     container (which sees only those GPUs). A CPU-only pod keeps
     ``NVIDIA_VISIBLE_DEVICES=void``: without a GPU limit, an image with
     ``NVIDIA_VISIBLE_DEVICES=all`` would otherwise see every GPU of its node.
+
+    A time-sliced share or a MIG slice carries its memory cap
+    (``JUPYTERHUB_GPU_MEMORY_LIMIT_MIB``) and what it is (``JUPYTERHUB_GPU_SHARE``:
+    ``"1/4"``, ``"mig:1g.10gb"``); a whole GPU carries neither.
     """
     out = dict(env)
     if gpu_count:
@@ -163,6 +225,12 @@ def make_kube_env(env: dict[str, str], *, gpu_count: int, gpu_resource: str) -> 
         out["NVIDIA_VISIBLE_DEVICES"] = "void"
         out["CUDA_VISIBLE_DEVICES"] = ""
     out.update(nvml_discovery_env(gpu_count, gpu_resource))
+    out.pop(MEMORY_LIMIT_MIB, None)
+    out.pop(SHARE, None)
+    if gpu_count and memory_limit_mib:
+        out[MEMORY_LIMIT_MIB] = str(int(memory_limit_mib))
+    if gpu_count and share:
+        out[SHARE] = share
     return out
 
 
@@ -188,11 +256,15 @@ def harden_security_context(existing: dict | None, required: dict) -> dict:
     return merged
 
 
-def strip_gpu_resources(resources: dict | None) -> dict:
-    """A container's ``resources`` without any ``nvidia.com/*`` entry (sidecars get no GPU)."""
+def strip_gpu_resources(resources: dict | None, gpu_resources: tuple[str, ...] = ()) -> dict:
+    """A container's ``resources`` without any ``nvidia.com/*`` entry, nor ``gpu_resources`` (sidecars get no GPU)."""
     resources = resources or {}
     return {
-        part: {k: v for k, v in (resources.get(part) or {}).items() if not k.startswith("nvidia.com/")}
+        part: {
+            k: v
+            for k, v in (resources.get(part) or {}).items()
+            if not k.startswith("nvidia.com/") and k not in gpu_resources
+        }
         for part in ("limits", "requests")
         if resources.get(part) is not None
     }
@@ -203,11 +275,15 @@ def strip_gpu_resources(resources: dict | None) -> dict:
 _FORBIDDEN_POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "ephemeralContainers")
 
 
-def _harden_container(c: dict, container_security: dict, host_paths: set[str], resources: dict | None) -> dict:
+def _harden_container(
+    c: dict, container_security: dict, host_paths: set[str], resources: dict | None, gpu_resources: tuple[str, ...] = ()
+) -> dict:
     c = dict(c)
     c["securityContext"] = harden_security_context(c.get("securityContext"), container_security)
     c["resources"] = (
-        {p: dict(v) for p, v in resources.items()} if resources else strip_gpu_resources(c.get("resources"))
+        {p: dict(v) for p, v in resources.items()}
+        if resources
+        else strip_gpu_resources(c.get("resources"), gpu_resources)
     )
     if c.get("volumeMounts"):
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m.get("name") not in host_paths]
@@ -219,7 +295,9 @@ def _harden_container(c: dict, container_security: dict, host_paths: set[str], r
     return c
 
 
-def enforce_pod_policy(pod: dict, *, pod_security: dict, container_security: dict, resources: dict) -> dict:
+def enforce_pod_policy(
+    pod: dict, *, pod_security: dict, container_security: dict, resources: dict, gpu_resources: tuple[str, ...] = ()
+) -> dict:
     """The serialized pod with our security contexts and GPU resources forced.
 
     Admin hooks (``extra_pod_config``, ``extra_container_config``,
@@ -230,7 +308,8 @@ def enforce_pod_policy(pod: dict, *, pod_security: dict, container_security: dic
     securityContext; the node's namespaces, a shared process namespace, ephemeral
     containers, ``hostPath`` volumes (and their mounts) and host ports are removed;
     the service-account token is not mounted (a user could call the Kubernetes API
-    with it).
+    with it). Sidecars and init containers lose every ``nvidia.com/*`` resource and ``gpu_resources`` (a
+    shared resource renamed outside that domain).
     """
     pod = dict(pod)
     spec = dict(pod.get("spec") or {})
@@ -248,12 +327,12 @@ def enforce_pod_policy(pod: dict, *, pod_security: dict, container_security: dic
     if "volumes" in spec:
         spec["volumes"] = [v for v in spec["volumes"] or [] if v.get("name") not in host_paths]
     spec["containers"] = [
-        _harden_container(c, container_security, host_paths, resources if i == 0 else None)
+        _harden_container(c, container_security, host_paths, resources if i == 0 else None, gpu_resources)
         for i, c in enumerate(spec.get("containers") or [])
     ]  # the first is the notebook container: exactly the profile's resources
     if spec.get("initContainers"):
         spec["initContainers"] = [
-            _harden_container(c, container_security, host_paths, None) for c in spec["initContainers"]
+            _harden_container(c, container_security, host_paths, None, gpu_resources) for c in spec["initContainers"]
         ]
     pod["spec"] = spec
     return pod

@@ -12,10 +12,17 @@ that no admin extra can weaken it.
 The device plugin, not the hub, picks the GPUs. The form's free/total counts
 and the wait queue come from :mod:`..assign.cluster` (the nodes' allocatable
 GPUs and the running pods, read through the Kubernetes API and cached).
+
+Shared GPUs (issue 17): a profile with ``mig: "1g.10gb"`` asks for one
+``nvidia.com/mig-1g.10gb`` on nodes of its ``gpu_model``'s product; one with
+``gpu_share: 4`` for one replica of ``gpu_shared_resource`` (the GPU Operator's
+time-slicing). Their pods are told their memory cap and share
+(``JUPYTERHUB_GPU_MEMORY_LIMIT_MIB``, ``JUPYTERHUB_GPU_SHARE``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
 from datetime import datetime
@@ -25,23 +32,27 @@ from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
 from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.gpus.names import mig_request
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.cluster import (
     ClusterAllocator,
     fetch_with_kubernetes_asyncio,
+    replica_warnings,
     shared_cluster_allocator,
 )
 from jupyterhub_gpu.spawners.form import profile_line
 from jupyterhub_gpu.spawners.kube.objects import (
+    MIG_RESOURCE_PREFIX,
+    SHARED_RESOURCE,
     SchemaError,
     enforce_pod_policy,
-    gpu_resource_for,
     make_kube_env,
     make_pod_labels,
     make_resources,
     make_scheduling,
     make_security_contexts,
     make_storage,
+    resource_name_problem,
     validate_object,
 )
 from jupyterhub_gpu.spawners.messages import Phrase
@@ -87,14 +98,82 @@ def pod_finished_at(pod: dict | None, container: str = "notebook") -> datetime |
     return None
 
 
+def unit_of(profile: Profile) -> dict:
+    """The allocator's keywords for one unit of a profile: ``{"share": 4}``, ``{"mig": "1g.10gb"}`` or none."""
+    return {"share": getattr(profile, "gpu_share", None), "mig": getattr(profile, "mig", None)}
+
+
 def describe_kube_profile(profile: Profile, counts: dict | None, currency: Currency, lang: str = "en") -> str:
     """The form's one-line summary on Kubernetes, e.g. ``1× A100 40 GB — ¥0.25/min — 3 of 8 free``.
 
     ``counts`` are the cluster allocator's (None for a CPU-only profile); the memory is what GPU
-    Feature Discovery reports for the nodes.
+    Feature Discovery reports for the nodes (a share's: its cap, ``share 1/4 of a T4 4 GB — … — 3 of 8
+    shares free``).
     """
-    memory = f" {round(counts['memory_mib'] / 1024)} GB" if counts and counts.get("memory_mib") else ""
+    sized = counts and counts.get("unit", "gpu") != "mig"  # a slice's name says its memory
+    memory = f" {round(counts['memory_mib'] / 1024)} GB" if sized and counts.get("memory_mib") else ""
     return profile_line(profile, currency, counts, profile.gpu_model, memory, "cluster", lang)
+
+
+def kube_unit_problems(profiles) -> list[str]:
+    """What the device plugin cannot give a profile's ``mig`` slice on Kubernetes (the hub refuses to start)."""
+    problems = []
+    for p in profiles:
+        mig = getattr(p, "mig", None)
+        if not mig:
+            continue
+        if "+" in mig:
+            # the device plugin advertises a +me instance under the plain slice's resource (no way to ask for one)
+            base = mig.split("+", 1)[0]
+            problems.append(
+                f"profile {p.slug!r}: 'mig' {mig!r} cannot be asked for on Kubernetes: the device plugin"
+                f" advertises such instances as {MIG_RESOURCE_PREFIX}{base}, together with the plain {base}"
+                f" ones; set 'mig' to {base!r}"
+            )
+        named = mig_request(p.gpu_model)[0]
+        if named and named != mig.lower():
+            problems.append(
+                f"profile {p.slug!r}: 'mig' is {mig!r} but 'gpu_model' {p.gpu_model!r} names the slice {named!r};"
+                f" name the GPU in 'gpu_model' (e.g. 'A100') and the slice in 'mig'"
+            )
+    return problems
+
+
+#: The hub-start replica checks in flight (kept so that the loop does not drop them).
+_START_CHECKS: set[asyncio.Task] = set()
+
+
+def start_replica_check(probe, profiles) -> asyncio.Task | None:
+    """At hub start, read the cluster once and log :func:`.replica_warnings` (in the background).
+
+    The startup check itself runs before the hub serves and must not wait on the
+    API server; a cluster that cannot be read is said so, and the spawns say it too.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None  # no event loop (a check run by hand): nothing to read the cluster with
+    allocator = probe.allocator
+    log = probe.log
+
+    async def check():
+        try:
+            snapshot = await allocator.inventory.get()
+        except Exception as e:  # never let this check break the hub
+            log.warning("jupyterhub-gpu: could not check the share profiles against the cluster: %s", e)
+            return
+        if snapshot is None:
+            log.warning(
+                "jupyterhub-gpu: could not check the share profiles against the cluster (%s)", allocator.inventory.error
+            )
+            return
+        for warning in replica_warnings(profiles, allocator):
+            log.warning("jupyterhub-gpu: %s", warning)
+
+    task = loop.create_task(check())
+    _START_CHECKS.add(task)
+    task.add_done_callback(_START_CHECKS.discard)
+    return task
 
 
 class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
@@ -181,6 +260,21 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         """,
     ).tag(config=True)
 
+    gpu_shared_resource = Unicode(
+        SHARED_RESOURCE,
+        help="""
+        The extended resource a time-sliced share (a profile's ``gpu_share``) asks
+        for: one replica of the GPU Operator's time-slicing. The default is what the
+        operator advertises with ``renameByDefault: true``; with
+        ``renameByDefault: false`` the replicas keep the name ``nvidia.com/gpu``
+        (set that here), and the nodes' ``nvidia.com/gpu.replicas`` label and
+        ``-SHARED`` product tell them from whole GPUs. The node decides how many
+        replicas each GPU has.
+
+            c.GPUKubeSpawner.gpu_shared_resource = "nvidia.com/gpu.shared"
+        """,
+    ).tag(config=True)
+
     inventory_fetch = Any(
         None,
         allow_none=True,
@@ -234,6 +328,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             raise TraitError(f"inventory_fetch must be an async function or None, got {proposal.value!r}")
         return proposal.value
 
+    @validate("gpu_shared_resource")
+    def _valid_shared_resource(self, proposal):
+        problem = resource_name_problem(proposal.value)
+        if problem:
+            raise TraitError(f"gpu_shared_resource {problem}")
+        return proposal.value
+
     @validate("gpu_node_products")
     def _valid_products(self, proposal):
         for model, products in proposal.value.items():
@@ -253,16 +354,15 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     @property
     def allocator(self) -> ClusterAllocator:
         fetch = self.inventory_fetch or fetch_with_kubernetes_asyncio
-        return shared_cluster_allocator(fetch, self.inventory_ttl, self.gpu_node_products)
+        return shared_cluster_allocator(fetch, self.inventory_ttl, self.gpu_node_products, self.gpu_shared_resource)
 
     async def _render_gpu_options_form(self, spawner=None):
         await self.allocator.inventory.get()  # cached for inventory_ttl
         return await super()._render_gpu_options_form(spawner)
 
     def gpu_profile_summary(self, profile: Profile, currency: Currency, lang: str = "en") -> str:
-        return describe_kube_profile(
-            profile, self.allocator.counts(profile.gpu_model) if profile.gpu_count else None, currency, lang
-        )
+        counts = self.allocator.counts(profile.gpu_model, **unit_of(profile)) if profile.gpu_count else None
+        return describe_kube_profile(profile, counts, currency, lang)
 
     async def load_user_options(self):
         """Nothing to do: ``run_pre_spawn_hook`` validated and chose our profile (``profile_list`` is unused)."""
@@ -288,8 +388,10 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
 
     def gpu_pod_pieces(self, profile: Profile, session_id: str) -> dict:
         """Every piece our builders contribute to this session's pod, as plain dicts."""
-        resource, _ = gpu_resource_for(profile.gpu_model) if profile.gpu_count else ("", "")
-        products = self.allocator.kind(profile.gpu_model)[1] if profile.gpu_count else None
+        resource, products, memory_limit, share = "", None, None, ""
+        if profile.gpu_count:
+            resource, products, _ = self.allocator.kind(profile.gpu_model, **unit_of(profile))
+            memory_limit, share = self.allocator.unit_facts(profile.gpu_model, **unit_of(profile))
         pod_sc, container_sc = make_security_contexts(uid=self.server_uid, gid=self.server_gid, fs_gid=self.server_gid)
         volumes, mounts = make_storage(
             pvc_name=self.pvc_name,
@@ -315,6 +417,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             "volumes": volumes,
             "volume_mounts": mounts,
             "labels": make_pod_labels(profile_slug=profile.slug, session_id=session_id),
+            "gpu_resource": resource,
+            "memory_limit_mib": memory_limit,
+            "share": share,
         }
 
     async def gpu_prepare(self, profile, devices):
@@ -359,7 +464,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         self.container_security_context = {**(base_csc or {}), **pieces["container_security_context"]}
         self.extra_labels = {**base["extra_labels"], **pieces["labels"]}
         if profile.gpu_count:
-            resource = next(iter(k for k in pieces["resources"]["limits"] if k.startswith("nvidia.com/")))
+            resource = pieces["gpu_resource"]
             products = scheduling["node_selector"].get("nvidia.com/gpu.product") or ", ".join(
                 v
                 for term in scheduling["node_affinity_required"]
@@ -392,8 +497,19 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         profile = self._gpu_profile
         if profile is None or not self._gpu_session:
             return env
-        resource, _ = gpu_resource_for(profile.gpu_model) if profile.gpu_count else ("", "")
-        env = make_kube_env(env, gpu_count=profile.gpu_count, gpu_resource=resource)
+        pieces = getattr(self, "_gpu_pieces", None) or {}
+        if profile.gpu_count and not pieces:
+            resource = self.allocator.kind(profile.gpu_model, **unit_of(profile))[0]
+            memory_limit, share = self.allocator.unit_facts(profile.gpu_model, **unit_of(profile))
+        else:
+            resource, memory_limit, share = (pieces.get(k) for k in ("gpu_resource", "memory_limit_mib", "share"))
+        env = make_kube_env(
+            env,
+            gpu_count=profile.gpu_count,
+            gpu_resource=resource or "",
+            memory_limit_mib=memory_limit,
+            share=share or "",
+        )
         if profile.mem_limit:
             env["MEM_LIMIT"] = str(profile.mem_limit)
         if profile.cpu_limit:
@@ -414,6 +530,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             pod_security=pieces["pod_security_context"],
             container_security=pieces["container_security_context"],
             resources=pieces["resources"],
+            gpu_resources=(self.gpu_shared_resource,),
         )
         try:
             return validate_object(data, "V1Pod")
@@ -497,4 +614,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
                 models = {p.gpu_model for p in profiles if p.gpu_count}
                 for model in sorted(set(probe.gpu_node_products) - models):
                     problems.append(f"gpu_node_products names {model!r}, which no GPU profile uses")
+                problems.extend(kube_unit_problems(profiles))
+                if not problems and any(getattr(p, "gpu_share", None) for p in profiles):
+                    start_replica_check(probe, profiles)
         return problems

@@ -18,7 +18,9 @@ from jupyterhub_gpu.spawners.assign.cluster import (
     cluster_counts,
     pod_requests,
     products_for,
+    replica_warnings,
     take_snapshot,
+    unit_request,
 )
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, QueueCancelled, QueueTimeout
 
@@ -27,8 +29,8 @@ A100_80 = "NVIDIA-A100-SXM4-80GB"
 T4 = "Tesla-T4"
 
 
-def node(name, product, allocatable, ready="True", unschedulable=False, memory=None):
-    labels = {"kubernetes.io/hostname": name}
+def node(name, product, allocatable, ready="True", unschedulable=False, memory=None, labels=None):
+    labels = {"kubernetes.io/hostname": name, **(labels or {})}
     if product:
         labels["nvidia.com/gpu.product"] = product
     if memory:
@@ -198,6 +200,7 @@ async def test_counts_for_the_form_and_unknown_before_the_first_fetch():
         "waiting": 0,
         "known": True,
         "memory_mib": 40960,
+        "unit": "gpu",
     }
     # an admin can pin a model to some products
     pinned = ClusterAllocator(alloc.inventory, {"A100": [A100_80]})
@@ -288,3 +291,206 @@ async def test_a_two_gpu_request_at_the_head_is_not_overtaken():
     assert not small.done()
     alloc.release("big/")
     assert len(await small) == 1
+
+
+# -- shared GPUs (issue 17): time-sliced replicas and MIG slices ------------------------------------
+
+SHARED = "nvidia.com/gpu.shared"
+
+
+def time_sliced(name, gpus, replicas, product=T4, resource=SHARED, memory=15360):
+    """A node the GPU Operator time-slices: GFD's labels and the replicas it advertises (GPUs × replicas).
+
+    With ``renameByDefault: true`` (``resource`` nvidia.com/gpu.shared) the node's nvidia.com/gpu drops to 0;
+    with ``false`` the replicas keep the name nvidia.com/gpu and the product label gets ``-SHARED``.
+    """
+    allocatable = {resource: str(gpus * replicas)}
+    if resource == SHARED:
+        allocatable["nvidia.com/gpu"] = "0"
+    labels = {"nvidia.com/gpu.replicas": str(replicas), "nvidia.com/gpu.count": str(gpus)}
+    return node(name, product, allocatable, memory=memory, labels=labels)
+
+
+def shared_cluster():
+    """Two T4 nodes time-sliced 4 ways (renamed resource), one whole-T4 node, and a MIG node (mixed strategy)."""
+    nodes = [
+        time_sliced("t4-ts-1", 1, 4),
+        time_sliced("t4-ts-2", 1, 4),
+        node("t4-whole", T4, {"nvidia.com/gpu": "2"}, memory=15360),
+        node(
+            "a100-mig",
+            A100_80,
+            {"nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "1"},
+            labels={"nvidia.com/mig-1g.10gb.memory": "9728", "nvidia.com/mig.strategy": "mixed"},
+        ),
+    ]
+    pods = [
+        pod("share-a", "t4-ts-1", 3, resource=SHARED),  # three students of another hub on the first T4
+        pod("share-b", "t4-ts-2", 2, resource=SHARED),
+        pod("mig-a", "a100-mig", 1, resource="nvidia.com/mig-1g.10gb"),
+    ]
+    return Cluster(nodes, pods)
+
+
+async def test_shares_are_counted_from_the_replicas_the_nodes_advertise():
+    alloc = ClusterAllocator(ClusterInventory(shared_cluster(), ttl=30))
+    await alloc.inventory.get()
+    assert alloc.counts("T4", share=4) == {
+        "free": 3,
+        "total": 8,
+        "largest_free": 2,
+        "waiting": 0,
+        "known": True,
+        "memory_mib": 3840,  # the node's 15360 MiB T4 in 4
+        "unit": "share",
+        "replicas": (4,),
+    }
+    # a whole T4 is counted only where nvidia.com/gpu is not time-sliced
+    assert alloc.counts("T4") == {
+        "free": 2,
+        "total": 2,
+        "largest_free": 2,
+        "waiting": 0,
+        "known": True,
+        "memory_mib": 15360,
+        "unit": "gpu",
+    }
+    assert alloc.kind("T4", share=4) == (SHARED, (T4,), None)
+    assert alloc.unit_facts("T4", share=4) == (3840, "1/4")
+    assert alloc.unit_facts("T4") == (None, "")
+    # shares this hub claimed whose pods are not scheduled yet are taken off
+    await alloc.acquire("alice/", "T4", 1, share=4)
+    assert alloc.counts("T4", share=4)["free"] == 2
+
+
+async def test_without_renaming_shares_are_nvidia_gpu_on_shared_nodes_and_whole_gpus_stay_off_them():
+    nodes = [
+        time_sliced("t4-ts", 2, 4, product=f"{T4}-SHARED", resource="nvidia.com/gpu", memory=None),
+        node("t4-whole", T4, {"nvidia.com/gpu": "2"}, memory=15360),
+    ]
+    cluster = Cluster(nodes, [pod("other", "t4-ts", 5)])
+    alloc = ClusterAllocator(ClusterInventory(cluster, ttl=30), shared_resource="nvidia.com/gpu")
+    await alloc.inventory.get()
+    assert alloc.kind("T4", share=4) == ("nvidia.com/gpu", (f"{T4}-SHARED",), True)
+    assert alloc.kind("T4") == ("nvidia.com/gpu", (T4,), False)
+    shares, whole = alloc.counts("T4", share=4), alloc.counts("T4")
+    assert (shares["free"], shares["total"], shares["replicas"]) == (3, 8, (4,))
+    assert (whole["free"], whole["total"]) == (2, 2)
+    # no GFD memory label: the cap comes from the model's known memory (a T4 has 16 GB)
+    assert alloc.unit_facts("T4", share=4) == (4096, "1/4")
+    # gpu_node_products pins a model for both kinds: each takes its own products from the list
+    pinned = ClusterAllocator(alloc.inventory, {"T4": [T4, f"{T4}-SHARED"]}, shared_resource="nvidia.com/gpu")
+    assert pinned.kind("T4") == ("nvidia.com/gpu", (T4,), False)
+    assert pinned.kind("T4", share=4) == ("nvidia.com/gpu", (f"{T4}-SHARED",), True)
+
+
+async def test_mig_slices_are_their_own_resources_with_the_memory_gfd_reports():
+    alloc = ClusterAllocator(ClusterInventory(shared_cluster(), ttl=30))
+    await alloc.inventory.get()
+    counts = alloc.counts("A100", mig="1g.10gb")
+    assert (counts["free"], counts["total"], counts["unit"], counts["memory_mib"]) == (6, 7, "mig", 9728)
+    assert alloc.kind("A100", mig="1g.10gb") == ("nvidia.com/mig-1g.10gb", (A100_80,), None)
+    assert alloc.unit_facts("A100", mig="1g.10gb") == (9728, "mig:1g.10gb")
+    # no memory label for this slice: the memory its name says
+    assert alloc.unit_facts("A100", mig="3g.40gb") == (40960, "mig:3g.40gb")
+    # the older spelling inside gpu_model asks for the same resource
+    assert unit_request("A100 MIG 1g.10gb") == unit_request("A100", mig="1g.10gb")
+    assert alloc.counts("A100 MIG 1g.10gb") == counts
+    devices = await alloc.acquire("alice/", "A100", 1, mig="1g.10gb")
+    assert [(d.uuid, d.name) for d in devices] == [("nvidia.com/mig-1g.10gb:0", "A100 MIG 1g.10gb")]
+    assert alloc.counts("A100", mig="1g.10gb")["free"] == 5
+    with pytest.raises(AllocationError, match=r"the cluster has no H100 MIG 1g\.10gb"):
+        await alloc.acquire("bob/", "H100", 1, mig="1g.10gb")
+    # a whole A100 is not a slice: the MIG node offers none
+    assert alloc.counts("A100")["total"] == 0
+
+
+async def test_a_share_nobody_offers_is_refused_at_once():
+    alloc = ClusterAllocator(ClusterInventory(small_cluster(), ttl=30))
+    with pytest.raises(
+        AllocationError,
+        match=r"needs a share of a time-sliced A100 GPU, but no node of the cluster offers one \(nvidia\.com/gpu\.sh",
+    ):
+        await alloc.acquire("alice/", "A100", 1, share=4)
+    assert alloc.held_by("alice/") is None
+
+
+async def test_the_queue_when_every_share_is_taken():
+    """One T4 in 4 shares: four spawns go ahead, the next ones wait first come first served."""
+    cluster = Cluster([time_sliced("t4-ts", 1, 4)], [])
+    alloc = ClusterAllocator(ClusterInventory(cluster, ttl=0.05))
+    for name in ("a/", "b/", "c/", "d/"):
+        assert [d.uuid for d in await alloc.acquire(name, "T4", 1, share=4)] == [f"{SHARED}:0"]
+    positions = {"e/": [], "f/": []}
+    e = asyncio.ensure_future(
+        alloc.acquire("e/", "T4", 1, timeout=5, on_position=lambda p, n: positions["e/"].append((p, n)), share=4)
+    )
+    await until(lambda: alloc.position("e/"))
+    f = asyncio.ensure_future(
+        alloc.acquire("f/", "T4", 1, timeout=5, on_position=lambda p, n: positions["f/"].append((p, n)), share=4)
+    )
+    await until(lambda: alloc.position("f/"))
+    counts = alloc.counts("T4", share=4)
+    assert (counts["free"], counts["total"], counts["waiting"]) == (0, 4, 2)
+    # a whole-GPU profile of the same model is another kind on a cluster: it neither waits behind them nor blocks
+    cluster.nodes.append(node("t4-whole", T4, {"nvidia.com/gpu": "1"}))
+    await alloc.inventory.get(force=True)
+    assert len(await asyncio.wait_for(alloc.acquire("whole/", "T4", 1), 2)) == 1
+    assert not e.done() and not f.done()
+    # a share given back by this hub goes to the head of the queue at once
+    alloc.release("b/")
+    assert len(await e) == 1
+    assert not f.done()
+    # the four claimed pods are scheduled and run; one of them ends: the next refresh lets f in
+    cluster.pods = [pod(f"jupyter-{k}", "t4-ts", 1, resource=SHARED, session=f"s-{k}") for k in "acd"]
+    for k in "acd":
+        alloc.attach(f"{k}/", f"s-{k}")
+    alloc.release("a/")
+    cluster.pods = cluster.pods[1:]
+    assert len(await asyncio.wait_for(f, 2)) == 1
+    assert positions == {"e/": [(1, 1), (1, 2)], "f/": [(2, 2), (1, 1)]}
+
+
+async def test_a_share_that_waits_too_long_says_it_waited_for_a_share():
+    cluster = Cluster([time_sliced("t4-ts", 1, 2)], [pod("x", "t4-ts", 2, resource=SHARED)])
+    alloc = ClusterAllocator(ClusterInventory(cluster, ttl=0.05))
+    with pytest.raises(
+        QueueTimeout, match=r"No share of a time-sliced T4 GPU became free in the cluster within 0\.2 s"
+    ):
+        await alloc.acquire("alice/", "T4", 1, timeout=0.2, share=2)
+    assert alloc.counts("T4", share=2)["waiting"] == 0 and alloc.held_by("alice/") is None
+
+
+async def test_a_shared_resource_renamed_outside_nvidia_com_is_kept_in_the_snapshot():
+    custom = "example.edu/t4-share"
+    cluster = Cluster([time_sliced("t4-ts", 1, 4, resource=custom)], [pod("x", "t4-ts", 1, resource=custom)])
+    alloc = ClusterAllocator(ClusterInventory(cluster, ttl=30, resources=(custom,)), shared_resource=custom)
+    await alloc.inventory.get()
+    counts = alloc.counts("T4", share=4)
+    assert (counts["free"], counts["total"]) == (3, 4)
+    # without naming it, the inventory keeps only nvidia.com/* resources: no GPU node at all
+    assert take_snapshot(cluster.nodes, cluster.pods).nodes == ()
+
+
+class Share:
+    """A share profile as the startup check reads it (slug, model, count, gpu_share)."""
+
+    def __init__(self, slug, gpu_model, gpu_share):
+        self.slug, self.gpu_model, self.gpu_count, self.gpu_share = slug, gpu_model, 1, gpu_share
+
+
+async def test_replica_warnings_say_where_the_node_decides_otherwise_and_where_no_node_offers_shares():
+    cluster = shared_cluster()
+    cluster.nodes.append(time_sliced("t4-ts-8", 1, 8))
+    alloc = ClusterAllocator(ClusterInventory(cluster, ttl=30))
+    profiles = [Share("t4-quarter", "T4", 4), Share("v100-half", "V100", 2)]
+    assert replica_warnings(profiles, alloc) == []  # nothing read yet: nothing to say
+    await alloc.inventory.get()
+    warnings = replica_warnings(profiles, alloc)
+    assert len(warnings) == 2
+    assert warnings[0].startswith("profile 't4-quarter': 'gpu_share' is 4, but the node decides on Kubernetes")
+    assert "t4-ts-8 (8 replicas)" in warnings[0] and "t4-ts-1" not in warnings[0]
+    assert warnings[1].startswith("profile 'v100-half': no node of the cluster offers nvidia.com/gpu.shared of a V100")
+    # where nodes differ, a server is told the smallest cap and the most replicas
+    assert alloc.unit_facts("T4", share=4) == (1920, "1/8")
+    assert replica_warnings([Share("t4-quarter", "T4", 4)], ClusterAllocator(ClusterInventory(shared_cluster()))) == []

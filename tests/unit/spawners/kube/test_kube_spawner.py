@@ -494,7 +494,7 @@ async def test_form_counts_come_from_the_cached_cluster_inventory():
     form = forms[-1]
     for line in (
         "1× T4 15 GB — CN¥0.05/min — 2 of 2 free",
-        "1× A100 MIG 1g.10gb — CN¥0.04/min — 7 of 7 free",
+        "1× A100 MIG 1g.10gb — CN¥0.04/min — 7 of 7 slices free",
         "2× A100 40 GB — CN¥0.50/min — 12 of 12 free",
         "CPU only — CN¥0.01/min",
     ):
