@@ -235,7 +235,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         if fullname != self.name:
             return None
         for finder in list(sys.meta_path):
-            if finder is self or not hasattr(finder, "find_spec"):
+            if isinstance(finder, _AfterImport) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
@@ -295,6 +295,8 @@ def _watch(name: str, after: Callable[[object], None]) -> str | None:
         return None
     if not _installed(name):
         return NOT_INSTALLED
+    if any(h.name == name for h in _hooks):
+        return AT_IMPORT  # the callbacks read the current state: one hook a framework
     hook = _AfterImport(name, after)
     _hooks.append(hook)
     sys.meta_path.insert(0, hook)

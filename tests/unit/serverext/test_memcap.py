@@ -115,6 +115,10 @@ def test_a_cap_without_tensorflow_imported_waits_for_it_and_pytorch_is_not_insta
     # a second kernel-start call (the extension loaded twice) changes nothing
     assert memcap.apply({gpu_env.MEMORY_LIMIT_MIB: "4096", gpu_env.SHARE: "mig:1g.10gb"}) is state
     assert len(hooks()) == (0 if tensorflow_loaded else 1)
+    # another cap (the environment changed) is the one applied, still with one hook
+    other = memcap.apply({gpu_env.MEMORY_LIMIT_MIB: "2048", gpu_env.SHARE: "1/8"})
+    assert other is memcap.state and other.cap_mib == 2048 and other.unit == "share 1/8"
+    assert len(hooks()) == (0 if tensorflow_loaded else 1)
     memcap.reset()
     assert hooks() == [] and memcap.state is None
 
@@ -154,6 +158,30 @@ def test_tensorflow_is_limited_when_the_notebook_imports_it():
     ]
     assert out["lines"] == expected
     assert our_lines(r.stderr) == expected  # logged on the process's stderr (a kernel's: the server's log)
+
+
+def test_a_changed_cap_before_the_import_is_the_one_tensorflow_gets():
+    r = run_python(
+        f"""
+        import json, sys
+        from jupyterhub_gpu.serverext import memcap
+        memcap.apply({{{gpu_env.MEMORY_LIMIT_MIB!r}: "2048", {gpu_env.SHARE!r}: "1/8"}})
+        state = memcap.apply()
+        import tensorflow
+        print(json.dumps({{"cap": state.cap_mib, "tensorflow": state.tensorflow, "gpus": state.tensorflow_gpus}}))
+        """,
+        CAP,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+        "cap": 4096,
+        "tensorflow": "TensorFlow logical device limit set on 0 GPUs (no GPU visible)",
+        "gpus": 0,
+    }
+    assert our_lines(r.stderr)[-1] == (
+        "jupyterhub-gpu: GPU memory cap 4096 MiB (share 1/4): TensorFlow logical device limit set on 0 GPUs"
+        " (no GPU visible)"
+    )
 
 
 def test_tensorflow_imported_before_the_cap_is_limited_at_once():
