@@ -97,7 +97,7 @@ export function statusTitle(
     if (unit.scope === 'gpu') {
       lines.push(
         tr.__(
-          'This GPU’s driver gives no utilization per process: the utilization is the whole GPU’s, the others’ included.'
+          'Your own part of the GPU’s time cannot be read here: the utilization is the whole GPU’s, the others’ included.'
         )
       );
     }

@@ -166,8 +166,8 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
   'MIG slice %1: %2 GB, its compute your own': 'MIG 分区 %1：%2 GB，算力独享',
   'A share of a GPU: the memory figures are your own, under your cap; the GPU’s compute is shared, so speed varies with what the others on it run.':
     '共用 GPU 的一份：显存数字是你自己的，不超过你的上限；GPU 的算力是共用的，速度随同一 GPU 上其他人的运行而变化。',
-  'This GPU’s driver gives no utilization per process: the utilization is the whole GPU’s, the others’ included.':
-    '此 GPU 的驱动不提供按进程的利用率：显示的是整块 GPU 的利用率，包括其他人的使用。',
+  'Your own part of the GPU’s time cannot be read here: the utilization is the whole GPU’s, the others’ included.':
+    '此处无法读出你自己占用的 GPU 时间：显示的是整块 GPU 的利用率，包括其他人的使用。',
   'A MIG slice of a GPU: its memory and compute are your own; the figures are the slice’s.':
     'GPU 的一个 MIG 分区：其显存和算力归你独享；数字是该分区的。'
 });
