@@ -176,6 +176,10 @@ def test_without_per_process_utilization_the_whole_gpus_stands_in(kernels):
     [r] = NVMLReader([a_share()], nvml, pids_in_namespace=True).read()
     # usedGpuMemory not available (NVML gives None): counted as 0, the process still counts
     assert (r.utilization_percent, r.scope, r.memory_used_mib, r.processes) == (70, "gpu", 0, 1)
+    # no sample at all: pynvml raises its "success" (code 0) for an empty list; own utilization is 0
+    nvml.gpus[GPU]["samples"] = FakeNVML.NVML_SUCCESS
+    [r] = NVMLReader([a_share()], nvml, pids_in_namespace=True).read()
+    assert (r.utilization_percent, r.scope) == (0, "own")
 
 
 def test_in_a_containers_pid_namespace_nothing_is_attributed_by_pid(tmp_path):
