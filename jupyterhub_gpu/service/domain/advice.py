@@ -178,8 +178,9 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
     GPU inventory (``gpu_memory_mib`` of the published profile: the smallest GPU
     of its model), then from the model or profile name (a MIG slice ``1g.5gb``,
     ``A100-80GB``, or a known model such as ``T4``). A profile of part of a GPU
-    (issue 17) has the memory of its unit: a time-sliced share the GPU's memory
-    divided by its ``gpu_share`` (the cap its kernels get), a MIG slice that of
+    (issue 17) has the memory of its unit: the hub publishes a share's cap (the
+    GPU's memory divided by its ``gpu_share``) and a MIG slice's own; from names,
+    a share's is the model's memory divided by ``gpu_share``, a slice's that of
     its slice's name (``mig``). Never from what a user's
     server reported: a forged ``memory_total_mib`` would advise other users onto
     a GPU too small for their work (invariant 7). A profile whose memory stays
@@ -191,10 +192,10 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
         share, mig = p.get("gpu_share") or None, p.get("mig") or None
         if slug in settings.profile_memory_gb:  # the admin's figure is the unit's, a share's or a slice's
             memory = int(Decimal(str(settings.profile_memory_gb[slug])) * 1024)
+        elif p.get("gpu_memory_mib"):  # the hub publishes one unit's: a share's cap, a slice's own
+            memory = int(p["gpu_memory_mib"])
         elif mig and memory_from_name(mig):
             memory = memory_from_name(mig)
-        elif p.get("gpu_memory_mib"):
-            memory = int(p["gpu_memory_mib"]) // (share or 1)
         else:
             memory = memory_from_name(p.get("gpu_model") or "", p.get("display_name") or "")
             memory = memory // (share or 1) if memory else memory

@@ -22,9 +22,9 @@ PRICING = [  # the demo's T4 at 3.00 an hour and its quarter at 0.75
     {"slug": "t4", "display_name": "1× T4", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.05",
      "gpu_memory_mib": 16_384},
     {"slug": "t4-quarter", "display_name": "¼ T4 (simulated)", "gpu_model": "T4", "gpu_count": 1,
-     "rate_per_minute": "0.0125", "gpu_share": 4, "gpu_memory_mib": 16_384},
+     "rate_per_minute": "0.0125", "gpu_share": 4, "gpu_memory_mib": 4096},
     {"slug": "t4-half", "display_name": "½ T4", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.025",
-     "gpu_share": 2, "gpu_memory_mib": 16_384, "allowed_groups": ["thesis"]},
+     "gpu_share": 2, "gpu_memory_mib": 8192, "allowed_groups": ["thesis"]},
     {"slug": "a100", "display_name": "1× A100", "gpu_model": "A100", "gpu_count": 1, "rate_per_minute": "0.25",
      "gpu_memory_mib": 40_960},
 ]  # fmt: skip

@@ -25,7 +25,7 @@ T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 GPU = "GPU-sim-t4-0"
 PRICING = [
     {"slug": "t4-quarter", "display_name": "¼ T4 (simulated)", "gpu_model": "T4", "gpu_count": 1,
-     "rate_per_minute": "0.0125", "gpu_share": 4, "gpu_memory_mib": 16_384},
+     "rate_per_minute": "0.0125", "gpu_share": 4, "gpu_memory_mib": 4096},
     {"slug": "t4", "display_name": "1× T4", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.05",
      "gpu_memory_mib": 16_384},
     {"slug": "t4x2", "display_name": "2× T4", "gpu_model": "T4", "gpu_count": 2, "rate_per_minute": "0.10",
@@ -54,7 +54,7 @@ QUARTER = record("t4-quarter", [share_uuid(GPU, 1, 4)])
 
 def test_the_catalogue_gives_a_share_its_cap_and_a_slice_its_memory():
     memory = {o.slug: o.memory_mib for o in OPTIONS}
-    assert memory["t4-quarter"] == 4096  # the T4's 16 GB over 4
+    assert memory["t4-quarter"] == 4096  # the cap the hub published (the T4's 16 GB over 4)
     assert memory["a100-1g"] == 10 * 1024  # the slice's name says it
     # without the inventory's figure, the model's known memory over the share count
     bare = catalogue([{**PRICING[0], "gpu_memory_mib": None}], AdviceSettings())
