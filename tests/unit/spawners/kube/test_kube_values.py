@@ -18,7 +18,7 @@ import yaml
 from traitlets.config import Config
 
 from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
-from jupyterhub_gpu.spawners.kube.objects import gpu_resource_for, validate_object
+from jupyterhub_gpu.spawners.kube.objects import unit_resource, validate_object
 from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 from jupyterhub_gpu.spawners.profiles import parse_profiles
 
@@ -71,7 +71,10 @@ def test_the_spawner_is_gpu_kube_and_its_configuration_passes_the_startup_check(
     assert spawner.ledger_db_url == DB_URL
     assert spawner.gpu_service_url == "http://hub:10101/services/gpu/"
     profiles = parse_profiles(spawner.profiles)
-    kinds = {p.slug: (gpu_resource_for(p.gpu_model)[0] if p.gpu_count else None, p.gpu_count) for p in profiles}
+    kinds = {
+        p.slug: (unit_resource(p.gpu_model, share=p.gpu_share, mig=p.mig)[0] if p.gpu_count else None, p.gpu_count)
+        for p in profiles
+    }
     assert kinds == {
         "t4": ("nvidia.com/gpu", 1),
         "a100": ("nvidia.com/gpu", 1),
@@ -176,3 +179,24 @@ def test_the_hub_image_installs_the_kubernetes_extra_and_the_postgresql_driver()
     assert 'pip install --no-cache-dir "${wheel}[kubernetes]" "psycopg[binary]>=3.1"' in dockerfile
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(d.startswith("jupyterhub-kubespawner") for d in extras["kubernetes"])
+
+
+def test_the_commented_share_profile_is_valid_once_uncommented(values, hub_config):
+    """values.yaml shows a gpu_share profile in comments (it needs time-sliced nodes): it must stay valid."""
+    lines = (KUBE / "values.yaml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "# - slug: t4-quarter")
+    indent = lines[start].index("#")
+    block = []
+    for line in lines[start:]:
+        if not line.strip().startswith("#") or line.index("#") != indent:
+            break
+        block.append(line[indent + 2 :])
+    (share,) = yaml.safe_load("\n".join(block))
+    hub_config.GPUKubeSpawner.profiles = [*hub_config.GPUKubeSpawner.profiles, share]
+    assert GPUKubeSpawner.gpu_check_config(hub_config) == []
+    (profile,) = [p for p in parse_profiles(hub_config.GPUKubeSpawner.profiles) if p.slug == "t4-quarter"]
+    assert (profile.gpu_share, profile.unit) == (4, "share")
+    assert unit_resource(profile.gpu_model, share=profile.gpu_share)[0] == "nvidia.com/gpu.shared"
+    # a quarter of the whole T4's price per hour: priced per share
+    (t4,) = [p for p in parse_profiles(hub_config.GPUKubeSpawner.profiles) if p.slug == "t4"]
+    assert profile.price_per_gpu_hour * 4 == t4.price_per_gpu_hour
