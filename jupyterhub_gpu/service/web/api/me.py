@@ -8,6 +8,7 @@ from tornado import web
 
 from jupyterhub_gpu.billing import applies_to
 from jupyterhub_gpu.gpus.device import parse_share_uuid
+from jupyterhub_gpu.gpus.names import MIG_SLICE
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import share_holders
 from jupyterhub_gpu.service.domain.advice import catalogue
@@ -17,6 +18,12 @@ from jupyterhub_gpu.service.web.auth import BaseHandler
 from jupyterhub_gpu.service.web.views import notice_json, sessions_json, status_json
 
 _DIGITS_RE = re.compile(r"^[0-9]{1,18}$")
+
+
+def _slice_in(model: str) -> str | None:
+    """The MIG slice a model name spells ("A100 MIG 1g.5gb" -> "1g.5gb"), or None."""
+    found = MIG_SLICE.search(model or "")
+    return found.group(0).lower() if found else None
 
 
 class MeHandler(BaseHandler):
@@ -58,7 +65,8 @@ class MeHandler(BaseHandler):
         options = catalogue(
             apply_to_pricing(self.ledger.pricing(), load_overrides(self.ledger)), self.ctx.advice_settings
         )
-        memory = {o.slug: (o.memory_mib, o.mig) for o in options}
+        # a slice named by its profile's mig, or (profiles of before issue 17) inside its gpu_model
+        memory = {o.slug: (o.memory_mib, o.mig or _slice_in(o.gpu_model)) for o in options}
         shares = [
             next(filter(None, map(parse_share_uuid, r.gpu_list)), None) if c == "share" else None
             for r, c in zip(records, capped, strict=True)
