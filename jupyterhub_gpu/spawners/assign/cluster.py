@@ -145,6 +145,8 @@ class Claim:
     count: int
     session_id: str = ""
     shared: bool | None = None  # as UnitRequest.shared
+    unit: UnitRequest | None = None  # what one unit is (for its memory)
+    gpu_model: str = ""
 
 
 def parse_quantity(value) -> int:
@@ -609,7 +611,7 @@ class ClusterAllocator(FairQueue, Allocator):
             (resource, products, shared),
             label,
             count,
-            claim=Claim(resource, products, count, shared=shared),
+            claim=Claim(resource, products, count, shared=shared, unit=request, gpu_model=model),
             timeout=timeout,
             on_position=on_position,
             timeout_message=timeout_message,
@@ -647,7 +649,11 @@ class ClusterAllocator(FairQueue, Allocator):
         claim = waiter.claim
         self._claims[waiter.key] = claim
         snapshot = self.inventory.snapshot
-        memory = node_memory_mib(snapshot, claim.resource, claim.products, claim.shared) if snapshot else 0
+        memory = 0
+        if snapshot and claim.unit is not None:
+            memory = unit_memory_mib(snapshot, claim.unit, claim.products, claim.gpu_model)  # a share's: its cap
+        elif snapshot:
+            memory = node_memory_mib(snapshot, claim.resource, claim.products, claim.shared)
         return placeholder_devices(claim.resource, claim.count, waiter.model, memory)
 
     def _on_wait(self) -> None:

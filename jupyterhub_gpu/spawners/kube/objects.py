@@ -72,7 +72,9 @@ def unit_resource(
     says (whole GPUs, or a MIG slice spelled inside ``gpu_model``).
     """
     if mig:
-        return MIG_RESOURCE_PREFIX + mig, mig_request(gpu_model)[1]
+        # the GPU's words, without a "MIG" of its own ("A100 MIG" with mig "1g.10gb": A100 nodes)
+        rest = [w for w in mig_request(gpu_model)[1].split() if w.casefold() != "mig"]
+        return MIG_RESOURCE_PREFIX + mig, " ".join(rest)
     if share:
         return shared_resource, mig_request(gpu_model)[1]
     return gpu_resource_for(gpu_model)

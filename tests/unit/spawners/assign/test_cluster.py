@@ -359,7 +359,8 @@ async def test_shares_are_counted_from_the_replicas_the_nodes_advertise():
     assert alloc.unit_facts("T4", share=4) == (3840, "1/4")
     assert alloc.unit_facts("T4") == (None, "")
     # shares this hub claimed whose pods are not scheduled yet are taken off
-    await alloc.acquire("alice/", "T4", 1, share=4)
+    (device,) = await alloc.acquire("alice/", "T4", 1, share=4)
+    assert (device.uuid, device.name, device.memory_mib) == (f"{SHARED}:0", "T4", 3840)  # one share: its cap
     assert alloc.counts("T4", share=4)["free"] == 2
 
 

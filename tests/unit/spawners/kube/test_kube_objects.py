@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jupyterhub_gpu.spawners.kube.objects import (
+    SHARED_RESOURCE,
     SchemaError,
     enforce_pod_policy,
     format_cpu,
@@ -15,6 +16,9 @@ from jupyterhub_gpu.spawners.kube.objects import (
     make_scheduling,
     make_security_contexts,
     make_storage,
+    resource_name_problem,
+    strip_gpu_resources,
+    unit_resource,
     validate_object,
 )
 from tests.unit.spawners.kube.test_kube_spawner import kubeconfig  # noqa: F401  (KubeSpawner needs a client config)
@@ -169,6 +173,69 @@ def test_env_of_a_gpu_pod_leaves_the_devices_to_the_device_plugin():
         "JUPYTERHUB_GPU_RESOURCE": "nvidia.com/gpu",
         "JUPYTERHUB_GPU_PROFILE": "a100",
     }
+
+
+def test_env_of_a_share_or_slice_carries_its_cap_and_what_it_is_and_a_whole_gpu_neither():
+    # what the mixin wrote from the placeholders (none of them a share) is replaced by what the cluster says
+    env = {**BASE_ENV, "JUPYTERHUB_GPU_MEMORY_LIMIT_MIB": "99", "JUPYTERHUB_GPU_SHARE": "1/99"}
+    share = make_kube_env(env, gpu_count=1, gpu_resource=SHARED_RESOURCE, memory_limit_mib=3840, share="1/4")
+    assert {
+        k: share[k] for k in ("JUPYTERHUB_GPU_RESOURCE", "JUPYTERHUB_GPU_MEMORY_LIMIT_MIB", "JUPYTERHUB_GPU_SHARE")
+    } == {
+        "JUPYTERHUB_GPU_RESOURCE": "nvidia.com/gpu.shared",
+        "JUPYTERHUB_GPU_MEMORY_LIMIT_MIB": "3840",
+        "JUPYTERHUB_GPU_SHARE": "1/4",
+    }
+    mig = make_kube_env(
+        BASE_ENV, gpu_count=1, gpu_resource="nvidia.com/mig-1g.10gb", memory_limit_mib=9728, share="mig:1g.10gb"
+    )
+    assert (mig["JUPYTERHUB_GPU_MEMORY_LIMIT_MIB"], mig["JUPYTERHUB_GPU_SHARE"]) == ("9728", "mig:1g.10gb")
+    for whole in (
+        make_kube_env(env, gpu_count=1, gpu_resource="nvidia.com/gpu"),
+        make_kube_env(env, gpu_count=0, gpu_resource="", memory_limit_mib=3840, share="1/4"),  # no GPU, no cap
+    ):
+        assert not {"JUPYTERHUB_GPU_MEMORY_LIMIT_MIB", "JUPYTERHUB_GPU_SHARE"} & set(whole)
+
+
+@pytest.mark.parametrize(
+    "model, unit, shared_resource, expected",
+    [
+        ("A100", {"mig": "1g.10gb"}, SHARED_RESOURCE, ("nvidia.com/mig-1g.10gb", "A100")),
+        ("A100 MIG", {"mig": "3g.40gb"}, SHARED_RESOURCE, ("nvidia.com/mig-3g.40gb", "A100")),
+        ("T4", {"share": 4}, SHARED_RESOURCE, ("nvidia.com/gpu.shared", "T4")),
+        ("T4", {"share": 4}, "nvidia.com/gpu", ("nvidia.com/gpu", "T4")),
+        ("Tesla T4", {}, SHARED_RESOURCE, ("nvidia.com/gpu", "Tesla T4")),
+        ("A100 MIG 1g.10gb", {}, SHARED_RESOURCE, ("nvidia.com/mig-1g.10gb", "A100")),
+    ],
+)
+def test_unit_resource(model, unit, shared_resource, expected):
+    assert unit_resource(model, shared_resource=shared_resource, **unit) == expected
+
+
+def test_resource_names_a_share_may_ask_for():
+    for good in ("nvidia.com/gpu.shared", "nvidia.com/gpu", "example.edu/t4_share.v2"):
+        assert resource_name_problem(good) is None, good
+    for bad, why in (
+        ("gpu", "must be an extended resource name"),
+        ("NVIDIA.com/gpu", "must be an extended resource name"),
+        ("nvidia.com/", "must be an extended resource name"),
+        ("nvidia.com/gpu-", "must be an extended resource name"),
+        ("nvidia.com/" + "x" * 64, "must be an extended resource name"),
+        ("kubernetes.io/gpu", "kubernetes.io domain"),
+        ("example.kubernetes.io/gpu", "kubernetes.io domain"),
+        ("nvidia.com/mig-1g.10gb", "names a MIG slice"),
+        (None, "must be a string"),
+    ):
+        assert why in (resource_name_problem(bad) or ""), bad
+
+
+def test_sidecars_get_no_renamed_shared_resource_either():
+    resources = {"limits": {"example.edu/t4-share": "1", "nvidia.com/gpu": "1", "cpu": "1"}, "requests": {"cpu": "1"}}
+    assert strip_gpu_resources(resources, ("example.edu/t4-share",)) == {
+        "limits": {"cpu": "1"},
+        "requests": {"cpu": "1"},
+    }
+    assert strip_gpu_resources(resources)["limits"] == {"example.edu/t4-share": "1", "cpu": "1"}
 
 
 def test_env_of_a_cpu_pod_hides_every_gpu():
