@@ -668,19 +668,27 @@ class ClusterAllocator(FairQueue, Allocator):
 
 
 def replica_warnings(profiles, allocator: ClusterAllocator) -> list[str]:
-    """What the hub-start check warns of in the share profiles, against the cluster's snapshot.
+    """What the hub-start check warns of in the share and MIG profiles, against the cluster's snapshot.
 
     On Kubernetes the node decides how many replicas a GPU has (the GPU
     Operator's ``sharing.timeSlicing.resources[].replicas``): a profile whose
     ``gpu_share`` differs is priced as one share in ``gpu_share`` but gets one in
-    the node's replicas; a share profile no node offers is refused at spawn.
+    the node's replicas; a share or MIG profile no node offers is refused at spawn.
     """
     snapshot = allocator.inventory.snapshot
     if snapshot is None:
         return []
     warnings = []
     for p in profiles:
-        share = getattr(p, "gpu_share", None)
+        share, mig = getattr(p, "gpu_share", None), getattr(p, "mig", None)
+        if p.gpu_count and mig:
+            resource, products, shared = allocator.kind(p.gpu_model, mig=mig)
+            if not matching_nodes(snapshot, resource, products, shared):
+                warnings.append(
+                    f"profile {p.slug!r}: no node of the cluster offers {resource} of a {p.gpu_model}: its spawns"
+                    f" are refused until one does; partition the GPUs with the GPU Operator's MIG manager"
+                    f" (mig.strategy mixed; docs/kubernetes.md, Shared GPUs on Kubernetes)"
+                )
         if not p.gpu_count or not share:
             continue
         request = allocator.request(p.gpu_model, share=share)

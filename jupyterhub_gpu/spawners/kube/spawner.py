@@ -615,6 +615,6 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
                 for model in sorted(set(probe.gpu_node_products) - models):
                     problems.append(f"gpu_node_products names {model!r}, which no GPU profile uses")
                 problems.extend(kube_unit_problems(profiles))
-                if not problems and any(getattr(p, "gpu_share", None) for p in profiles):
+                if not problems and any(getattr(p, "gpu_share", None) or getattr(p, "mig", None) for p in profiles):
                     start_replica_check(probe, profiles)
         return problems

@@ -474,24 +474,32 @@ async def test_a_shared_resource_renamed_outside_nvidia_com_is_kept_in_the_snaps
 
 
 class Share:
-    """A share profile as the startup check reads it (slug, model, count, gpu_share)."""
+    """A share or MIG profile as the startup check reads it (slug, model, count, gpu_share, mig)."""
 
-    def __init__(self, slug, gpu_model, gpu_share):
-        self.slug, self.gpu_model, self.gpu_count, self.gpu_share = slug, gpu_model, 1, gpu_share
+    def __init__(self, slug, gpu_model, gpu_share=None, mig=None):
+        self.slug, self.gpu_model, self.gpu_count, self.gpu_share, self.mig = slug, gpu_model, 1, gpu_share, mig
 
 
 async def test_replica_warnings_say_where_the_node_decides_otherwise_and_where_no_node_offers_shares():
     cluster = shared_cluster()
     cluster.nodes.append(time_sliced("t4-ts-8", 1, 8))
     alloc = ClusterAllocator(ClusterInventory(cluster, ttl=30))
-    profiles = [Share("t4-quarter", "T4", 4), Share("v100-half", "V100", 2)]
+    profiles = [
+        Share("t4-quarter", "T4", 4),
+        Share("v100-half", "V100", 2),
+        Share("a100-slice", "A100", mig="1g.10gb"),
+        Share("h100-slice", "H100", mig="1g.10gb"),
+    ]
     assert replica_warnings(profiles, alloc) == []  # nothing read yet: nothing to say
     await alloc.inventory.get()
     warnings = replica_warnings(profiles, alloc)
-    assert len(warnings) == 2
+    assert len(warnings) == 3, warnings
     assert warnings[0].startswith("profile 't4-quarter': 'gpu_share' is 4, but the node decides on Kubernetes")
     assert "t4-ts-8 (8 replicas)" in warnings[0] and "t4-ts-1" not in warnings[0]
     assert warnings[1].startswith("profile 'v100-half': no node of the cluster offers nvidia.com/gpu.shared of a V100")
+    assert warnings[2].startswith(
+        "profile 'h100-slice': no node of the cluster offers nvidia.com/mig-1g.10gb of a H100"
+    )
     # where nodes differ, a server is told the smallest cap and the most replicas
     assert alloc.unit_facts("T4", share=4) == (1920, "1/8")
     assert replica_warnings([Share("t4-quarter", "T4", 4)], ClusterAllocator(ClusterInventory(shared_cluster()))) == []
