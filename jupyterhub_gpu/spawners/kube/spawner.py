@@ -160,11 +160,12 @@ def start_replica_check(probe, profiles) -> asyncio.Task | None:
         try:
             snapshot = await allocator.inventory.get()
         except Exception as e:  # never let this check break the hub
-            log.warning("jupyterhub-gpu: could not check the share profiles against the cluster: %s", e)
+            log.warning("jupyterhub-gpu: could not check the share and MIG profiles against the cluster: %s", e)
             return
         if snapshot is None:
             log.warning(
-                "jupyterhub-gpu: could not check the share profiles against the cluster (%s)", allocator.inventory.error
+                "jupyterhub-gpu: could not check the share and MIG profiles against the cluster (%s)",
+                allocator.inventory.error,
             )
             return
         for warning in replica_warnings(profiles, allocator):

@@ -312,3 +312,22 @@ async def test_the_hub_start_warns_of_a_share_count_the_nodes_do_not_have(tmp_pa
     spawner = make_spawner(config(Cluster(), profiles))
     await spawner.allocator.inventory.get()
     assert spawner.allocator.unit_facts("T4", share=2) == (3840, "1/4")
+
+
+async def test_the_hub_start_says_when_it_could_not_read_the_cluster_and_still_starts():
+    class Unreachable(Cluster):
+        async def __call__(self):
+            raise ConnectionError("API server unreachable")
+
+    records = Records()
+    logger = get_logger()
+    logger.addHandler(records)
+    try:
+        assert GPUKubeSpawner.gpu_check_config(config(Unreachable())) == []  # no problem: the hub starts
+        await asyncio.wait_for(asyncio.gather(*kube_spawner._START_CHECKS), 10)
+    finally:
+        logger.removeHandler(records)
+    assert records.messages == [
+        "jupyterhub-gpu: could not check the share and MIG profiles against the cluster"
+        " (ConnectionError: API server unreachable)"
+    ]
