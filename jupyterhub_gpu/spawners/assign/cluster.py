@@ -685,7 +685,7 @@ def replica_warnings(profiles, allocator: ClusterAllocator) -> list[str]:
             resource, products, shared = allocator.kind(p.gpu_model, mig=mig)
             if not matching_nodes(snapshot, resource, products, shared):
                 warnings.append(
-                    f"profile {p.slug!r}: no node of the cluster offers {resource} of a {p.gpu_model}: its spawns"
+                    f"profile {p.slug!r}: no {p.gpu_model} node of the cluster offers {resource}: its spawns"
                     f" are refused until one does; partition the GPUs with the GPU Operator's MIG manager"
                     f" (mig.strategy mixed; docs/kubernetes.md, Shared GPUs on Kubernetes)"
                 )
@@ -696,8 +696,8 @@ def replica_warnings(profiles, allocator: ClusterAllocator) -> list[str]:
         replicas = node_replicas(snapshot, request, products)
         if not replicas:
             warnings.append(
-                f"profile {p.slug!r}: no node of the cluster offers {resource} of a {p.gpu_model} (time-sliced"
-                f" GPUs): its spawns are refused until one does; enable time-slicing in the GPU Operator"
+                f"profile {p.slug!r}: no {p.gpu_model} node of the cluster offers {resource} (time-sliced GPUs):"
+                f" its spawns are refused until one does; enable time-slicing in the GPU Operator"
                 f" (docs/kubernetes.md, Shared GPUs on Kubernetes) or set GPUKubeSpawner.gpu_shared_resource"
             )
             continue

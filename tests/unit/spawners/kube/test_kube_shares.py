@@ -306,7 +306,7 @@ async def test_the_hub_start_warns_of_a_share_count_the_nodes_do_not_have(tmp_pa
     )
     assert "t4-ts-1 (4 replicas), t4-ts-2 (4 replicas)" in records.messages[0]
     assert records.messages[1].startswith(
-        "jupyterhub-gpu: profile 'v100-half': no node of the cluster offers nvidia.com/gpu.shared of a V100"
+        "jupyterhub-gpu: profile 'v100-half': no V100 node of the cluster offers nvidia.com/gpu.shared"
     )
     # the servers are told what the node gives: a quarter, and its cap
     spawner = make_spawner(config(Cluster(), profiles))
