@@ -17,8 +17,8 @@ from jupyterhub.tests import mocking
 
 # JupyterHub's fixtures (MockHub as ``app``, the clean-up of servers and users after each test);
 # the tests take ``app`` as a fixture argument, which shadows the import (ruff's F811)
-from jupyterhub.tests.conftest import app, cleanup_after, ssl_tmpdir, tmp_cwd  # noqa: F401
-from jupyterhub.tests.utils import add_user
+from jupyterhub.tests.conftest import app, cleanup_after, no_patience, slow_spawn, ssl_tmpdir, tmp_cwd  # noqa: F401
+from jupyterhub.tests.utils import add_user, api_request
 from traitlets import default
 
 
@@ -130,3 +130,50 @@ async def test_user_stop_while_launching_leaves_no_server_and_frees_the_gpu_only
     assert spawner.allocator.held_by(spawner._gpu_key) == []
     assert spawner.proc is None and not spawner.pid  # nothing was launched
     assert spawner.server is None and not user.running
+
+
+async def test_start_stop_race_once_the_pre_spawn_hook_returned(app, no_patience, slow_spawn):
+    """JupyterHub's ``test_start_stop_race``, with its requests made once our pre-spawn hook has returned.
+
+    JupyterHub's test patches ``start`` right after the spawn request is answered, assuming the hook is
+    done by then (the stock hook does nothing); ours reads the ledger first, so the test waits for
+    ``start()`` to be entered (``gpu_contract_plugin.REPLACED``). The requests and their answers are
+    JupyterHub's.
+    """
+    user = add_user(app.db, app, name="race-panda")
+    spawner = user.spawner
+    r = await api_request(app, "users", user.name, "server", method="post")
+    assert r.status_code == 202
+    assert spawner.pending == "spawn"
+    spawn_future = spawner._spawn_future
+    # the hook has returned and JupyterHub has called start(): our start has made the session, and
+    # SlowSpawner sleeps after it
+    await until(lambda: bool(spawner.gpu_session), timeout=30)
+    # additional spawns while spawning do not trigger a new spawn
+    with mock.patch.object(spawner, "start") as m:
+        r = await api_request(app, "users", user.name, "server", method="post")
+    assert r.status_code == 202
+    assert m.call_count == 0
+    # stop while spawning is fine
+    spawner.delay = 3
+    r = await api_request(app, "users", user.name, "server", method="delete")
+    assert r.status_code == 202
+    assert spawner.pending == "stop"
+    assert spawn_future.cancelled()
+    assert spawner._spawn_future is None
+    await asyncio.sleep(1)  # past the proxy's route deletion, as JupyterHub's test
+    # additional stops while stopping do not trigger a new stop
+    with mock.patch.object(spawner, "stop") as m:
+        r = await api_request(app, "users", user.name, "server", method="delete")
+    assert r.status_code == 202
+    assert m.call_count == 0
+    # start while stopping is not allowed
+    with mock.patch.object(spawner, "start") as m:
+        r = await api_request(app, "users", user.name, "server", method="post")
+    assert r.status_code == 400
+    await until(lambda: not spawner.active, timeout=30)
+    # start after stop is fine, and it starts
+    r = await api_request(app, "users", user.name, "server", method="post")
+    assert r.status_code == 202
+    await until(lambda: user.running, timeout=60)
+    assert spawner.allocator.held_by(spawner._gpu_key) != []

@@ -92,9 +92,23 @@ XFAIL: dict[tuple[str, str], str] = {
 }
 
 
+#: JupyterHub's tests that assume a spawner's pre-spawn hook has returned by the time the hub answers the spawn
+#: request (the stock hook does nothing). Ours reads the ledger and may wait in the GPU queue, so on a loaded
+#: machine the hook can still run when such a test patches ``start`` or ``stop``: JupyterHub then calls the
+#: patched mock, and the test fails on its own timing, not on the contract. Each is replaced by a case of
+#: ``contract_cases.py`` that makes the same requests in the same order once the hook has returned.
+REPLACED: dict[tuple[str, str], str] = {
+    ("test_api", "test_start_stop_race"): "contract_cases.test_start_stop_race_once_the_pre_spawn_hook_returned",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     if STOCK:
         return
+    replaced = [i for i in items if (i.module.__name__.rsplit(".", 1)[-1], i.name) in REPLACED]
+    if replaced:
+        config.hook.pytest_deselected(items=replaced)
+        items[:] = [i for i in items if i not in replaced]
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1]
         reason = XFAIL.get((module, item.name)) or XFAIL.get((module, getattr(item, "originalname", item.name)))
