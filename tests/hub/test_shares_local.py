@@ -87,3 +87,48 @@ def test_four_servers_share_one_gpu_a_fifth_waits_and_a_restart_keeps_the_shares
     wait_for(lambda: hub.gpu_state("s4"), 60, what="s4 assigned")
     assert hub.gpu_state("s4")["devices"] == units["s2"]
     hub.wait_ready("s4")
+
+
+MIG_CONFIG = """
+c.JupyterHub.spawner_class = "gpu-local"
+c.GPULocalSpawner.gpu_backend = "simulated"
+c.GPULocalSpawner.currency = "CNY"
+c.GPULocalSpawner.simulated_gpus = [
+    {"model": "A100", "count": 1, "memory_gb": 40, "mig": ["3g.20gb", "1g.10gb"]},
+]
+c.GPULocalSpawner.profiles = [
+    {"slug": "small", "display_name": "A100 1g.10gb", "gpu_model": "A100", "mig": "1g.10gb",
+     "price_per_gpu_hour": "1.20"},
+    {"slug": "big", "display_name": "A100 3g.20gb", "gpu_model": "A100", "mig": "3g.20gb",
+     "price_per_gpu_hour": "3.00"},
+]
+c.GPULocalSpawner.queue_timeout = 300
+c.GPULocalSpawner.home_dir_template = "%(home)s/{username}"
+"""
+
+
+def test_a_mig_profile_gets_its_own_instance_and_only_of_its_slice(make_hub, tmp_path):
+    hub = make_hub(MIG_CONFIG % {"home": tmp_path / "homes"})
+    hub.create_users("m1", "m2", "b1")
+    form = hub.login("m1").get(f"{hub.url}/hub/spawn/m1", timeout=30).content.decode()
+    assert "MIG 1g.10gb of a Simulated A100 — CN¥0.02/min — 1 of 1 slices free" in form
+    assert hub.start_server("m1", {"profile": "small"}).status_code in (201, 202)
+    m1 = hub.wait_ready("m1")
+    (uuid,) = m1["state"]["gpu"]["devices"]
+    assert uuid.startswith("MIG-")
+    env = environ_of(m1["state"]["pid"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] == uuid
+    assert env["JUPYTERHUB_GPU_SHARE"] == "mig:1g.10gb"
+    assert env["JUPYTERHUB_GPU_MEMORY_LIMIT_MIB"] == "10240"
+    # the 3g.20gb slice is free, but a 1g.10gb request never gets it
+    assert hub.start_server("m2", {"profile": "small"}).status_code in (201, 202)
+    events = hub.progress_events("m2", lambda e: "position" in e.get("message", ""))
+    assert events[-1]["message"] == "Waiting for a free MIG 1g.10gb slice of a Simulated A100 — position 1 of 1"
+    assert hub.start_server("b1", {"profile": "big"}).status_code in (201, 202)
+    b1 = hub.wait_ready("b1")
+    assert b1["state"]["gpu"]["devices"] != [uuid]
+    assert environ_of(b1["state"]["pid"])["JUPYTERHUB_GPU_SHARE"] == "mig:3g.20gb"
+    hub.stop_server("m1")
+    wait_for(lambda: hub.gpu_state("m2"), 60, what="m2 assigned")
+    assert hub.gpu_state("m2")["devices"] == [uuid]
+    hub.wait_ready("m2")
