@@ -29,7 +29,8 @@ class Aggregate:
     share or MIG slice the server's own: :mod:`jupyterhub_gpu.gpus.shared_sim`,
     :class:`jupyterhub_gpu.gpus.nvml.NVMLReader`), ``scope`` ("own": the server's
     own utilization; "gpu": the whole GPU's), and where the reader knows them
-    ``processes`` (the server's processes on the GPU, the fewest over the period)
+    ``processes`` (the server's processes on the GPU, the most over the period: a server with a process of its own on
+    the GPU at any sample of the period is not GPU-idle for it)
     and ``shared_by`` (servers on the GPU, the most over the period).
     """
 
@@ -59,8 +60,8 @@ class Aggregate:
             g["memory_used_max_mib"] = max(g["memory_used_max_mib"], r.memory_used_mib)
             g["samples"] += 1
             g["scope"] = r.scope  # the latest: "own" or "gpu" (what utilization_percent measures)
-            if r.processes is not None:  # the fewest over the period: 0 once means no own process then
-                g["processes"] = r.processes if g["processes"] is None else min(g["processes"], r.processes)
+            if r.processes is not None:  # the most over the period: 0 only if no sample saw an own process
+                g["processes"] = r.processes if g["processes"] is None else max(g["processes"], r.processes)
             if r.shared_by is not None:  # the most servers on the GPU over the period
                 g["shared_by"] = r.shared_by if g["shared_by"] is None else max(g["shared_by"], r.shared_by)
 

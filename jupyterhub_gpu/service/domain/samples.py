@@ -21,7 +21,7 @@ On a shared GPU or a MIG slice (issue 17) a server's figures are its own: its
 memory is that of its own processes and its cap the share's; each of its
 ``gpus`` may say whose utilization it is (``scope``: ``own`` or the whole
 ``gpu``'s, where the driver gives no per-process figure), how many of its own
-processes are on the GPU (``processes``, the fewest over the period) and how
+processes are on the GPU (``processes``, the most over the period) and how
 many servers share the GPU (``shared_by``). A GPU reported with scope ``gpu``
 and no own process did no work of this server's: its utilization is kept as 0
 (:func:`.culling.own_gpu_utilization`), so a neighbour's work neither keeps this

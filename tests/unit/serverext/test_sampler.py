@@ -100,7 +100,7 @@ class ShareReader:
         pass
 
 
-def test_aggregates_of_a_share_carry_scope_the_fewest_processes_and_the_most_neighbours():
+def test_aggregates_of_a_share_carry_scope_the_most_processes_and_the_most_neighbours():
     sampler = Sampler(ShareReader([(45, 1024, 1, 2), (0, 0, 0, 3), (45, 2048, 2, 2)]), interval=60)
     for _ in range(3):
         sampler.sample_once()
@@ -110,7 +110,7 @@ def test_aggregates_of_a_share_carry_scope_the_fewest_processes_and_the_most_nei
         "utilization_avg": 30.0,  # the server's own, not the GPU's 90%
         "memory_used_max_mib": 2048,  # own memory
         "scope": "own",
-        "processes": 0,  # it had no process on the GPU at one reading
+        "processes": 2,  # the most: one reading without an own process does not make the period idle
         "shared_by": 3,
     }
     assert sampler.take_aggregate()["gpus"] == []  # a new period

@@ -93,7 +93,7 @@ def test_out_of_bounds_shared_gpu_fields_are_refused(field, value, error):
     assert str(e.value).startswith(error)
 
 
-def test_a_minute_keeps_the_least_precise_scope_the_fewest_processes_and_the_most_sharers(ledger):
+def test_a_minute_keeps_the_least_precise_scope_the_most_processes_and_the_most_sharers(ledger):
     ledger.record_start(SessionStart("s", "ann", "", (), "t4-quarter", (share_uuid(GPU, 0, 4),), 12_500, "CNY", T0))
     pushes = [
         body("s", T0 + timedelta(seconds=10), 50.0, scope="own", processes=2, shared_by=2),
@@ -107,7 +107,7 @@ def test_a_minute_keeps_the_least_precise_scope_the_fewest_processes_and_the_mos
             "utilization_max": 50.0,
             "memory_used_max_mib": 1024,
             "scope": "gpu",
-            "processes_min": 1,
+            "processes_max": 3,
             "shared_by_max": 3,
         }
     }
