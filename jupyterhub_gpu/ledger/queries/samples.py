@@ -92,7 +92,8 @@ def _merge(row: UsageMinute, sample: Sample, max_gpus: int, minute: datetime) ->
 def _merge_shared(g: dict, scope: str | None = None, processes: int | None = None, shared_by: int | None = None):
     """A shared GPU's figures of one push into its GPU's entry of the minute (issue 17): the whole GPU's scope
     wins over "own" (the minute is only as precise as its least precise push), the most own processes (0 only if
-    no push saw one) and the most servers sharing. A whole GPU's push (all None) adds nothing, so its rows stay as they were."""
+    no push saw one) and the most servers sharing. A whole GPU's push (all None) adds nothing, so its rows stay
+    as they were."""
     if scope is not None:
         g["scope"] = "gpu" if "gpu" in (scope, g.get("scope")) else scope
     if processes is not None:
