@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 
 from jupyterhub_gpu.clock import isoformat
-from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
+from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError, share_uuid
 from jupyterhub_gpu.gpus.nvml import nvml_inventory
 from jupyterhub_gpu.money import Currency
 
@@ -208,14 +209,39 @@ def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
     if env.get(DEVICE_DISCOVERY) == "nvml":
         # Kubernetes: the device plugin chose the GPUs and made only those visible to this pod
         try:
-            return nvml_inventory()
+            found = nvml_inventory()
         except InventoryError:
             return []
+        return [pod_unit(d, env) for d in found]
     info = env.get(DEVICE_INFO)
     if info:
         return [GPUDevice.from_dict(d) for d in json.loads(info)]
     uuids = [u for u in env.get(DEVICES, "").split(",") if u]
     return [GPUDevice(str(i), u, u, 0) for i, u in enumerate(uuids)]
+
+
+def pod_unit(device: GPUDevice, env: Mapping[str, str]) -> GPUDevice:
+    """A GPU a time-sliced pod sees whole as the share it holds (the pod's ``SHARE`` "1/k" and cap): so that the
+    readers attribute only its own processes' memory to it, never its neighbours' (issue 17). The device plugin
+    does not say which replica the pod got: it is share 0 of ``k`` here."""
+    share = share_from_env(env)
+    if device.parent_uuid is not None or not share.startswith("1/"):
+        return device  # a whole GPU, or a MIG instance (NVML lists it as such)
+    try:
+        count = int(share[2:])
+    except ValueError:
+        return device
+    if not 1 < count <= 16:
+        return device
+    cap = memory_limit_from_env(env) or device.memory_mib // count
+    return replace(
+        device,
+        uuid=share_uuid(device.uuid, 0, count),
+        memory_mib=cap,
+        parent_uuid=device.uuid,
+        share_index=0,
+        share_count=count,
+    )
 
 
 def gpu_count_from_env(env: Mapping[str, str] = os.environ) -> int:

@@ -479,6 +479,7 @@ async def enforce_culling(
     """
     result = TickResult()
     pause = LoopSlice()
+    catalogue_options = None  # the published profiles, as the advice sees them: read at the first GPU session
     async for chunk in open_session_pages(ledger, pause):
         # read right before its chunk is judged, so the samples are as fresh as one query per session read them
         signals_of = sessions_signals(ledger, chunk, now)
@@ -514,11 +515,12 @@ async def enforce_culling(
                 log.info("stopped %s/%s: %s", s.user, s.server_name, decision.rule.kind)
                 result.stopped.append((s.user, s.server_name))
                 continue
-            if s.gpu_count and cap_reached(s, signals, memory_threshold):
+            if catalogue_options is None and s.gpu_count:
+                catalogue_options = memory_options(ledger, advice_settings)  # read once per pass
+            if s.gpu_count and cap_reached(s, signals, memory_threshold, catalogue_options):
                 # a share's (or MIG slice's) cap nearly reached (issue 17): at once, naming the cap and a bigger one
                 job_server = s.server_name.startswith(SERVER_PREFIX)
-                options = memory_options(ledger, advice_settings)
-                message, key = cap_message(s, signals, options, None if job_server else currency)
+                message, key = cap_message(s, signals, catalogue_options, None if job_server else currency)
                 await notifier.send(message, ("lab",), once=key, now=now)
             elif s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
                 # once per session: a notice, never a stop

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 from jupyterhub_gpu import env as gpu_env
+from jupyterhub_gpu.env import pod_unit
 from jupyterhub_gpu.gpus.device import GPUDevice, share_uuid
 
 T4 = GPUDevice("0", "GPU-aaaa", "Simulated T4", 15360, simulated=True)
@@ -69,3 +70,24 @@ def test_a_bad_cap_reads_as_none():
     assert gpu_env.memory_limit_from_env({gpu_env.MEMORY_LIMIT_MIB: "lots"}) is None
     assert gpu_env.memory_limit_from_env({gpu_env.MEMORY_LIMIT_MIB: "0"}) is None
     assert gpu_env.memory_limit_from_env({}) is None
+
+
+def test_a_time_sliced_pod_reads_the_gpu_it_sees_whole_as_its_share():
+    # Kubernetes: NVML in the pod lists the physical GPU; the pod's SHARE and cap make it share 0 of k, so the
+    # readers count only the pod's own processes' memory against its cap (never its neighbours')
+    whole = GPUDevice("0", "GPU-node-0", "Tesla T4", 16384)
+    env = {"JUPYTERHUB_GPU_SHARE": "1/4", "JUPYTERHUB_GPU_MEMORY_LIMIT_MIB": "4000"}
+    unit = pod_unit(whole, env)
+    assert unit.is_share and unit.visible_uuid == "GPU-node-0"
+    assert (unit.share_index, unit.share_count, unit.memory_mib) == (0, 4, 4000)
+    # without a cap: the GPU's memory over the replicas
+    assert pod_unit(whole, {"JUPYTERHUB_GPU_SHARE": "1/4"}).memory_mib == 4096
+
+
+def test_a_pod_unit_is_left_whole_for_a_whole_gpu_a_mig_slice_or_a_bad_share():
+    whole = GPUDevice("0", "GPU-node-0", "Tesla T4", 16384)
+    mig = GPUDevice("0:1", "MIG-x", "NVIDIA A100 MIG 1g.10gb", 9984, parent_uuid="GPU-a100")
+    assert pod_unit(whole, {}) == whole
+    assert pod_unit(mig, {"JUPYTERHUB_GPU_SHARE": "mig:1g.10gb"}) == mig
+    for bad in ("1/1", "1/17", "1/x", "2/4", "mig:1g.10gb"):
+        assert pod_unit(whole, {"JUPYTERHUB_GPU_SHARE": bad}) == whole

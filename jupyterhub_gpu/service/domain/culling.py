@@ -787,23 +787,32 @@ def memory_message(
 # -- the cap of a share (issue 17) -------------------------------------------------------------
 
 
-def capped_unit(session) -> str | None:
+def capped_unit(session, options: Sequence = ()) -> str | None:
     """ "share" for a session on a time-sliced share of a GPU, "mig" on a MIG slice, None on whole GPUs.
 
-    From the unit uuids the spawner assigned (the ledger's ``gpus``), never from what a server reports.
+    From the unit uuids the spawner assigned (the ledger's ``gpus``), never from what a server reports. On
+    Kubernetes the device plugin picks the device and the ledger names what the pod asked for
+    (``nvidia.com/gpu.shared:0``, ``nvidia.com/mig-1g.10gb:0``): there the published profile (``options``,
+    :func:`.advice.catalogue`) says which unit it is.
     """
     uuids = session.gpu_list
     if any(parse_share_uuid(u) for u in uuids):
         return "share"
     if any(u.startswith("MIG-") for u in uuids):
         return "mig"
+    if any("/" in u.partition(":")[0] for u in uuids):  # a cluster's resource placeholders
+        mine = next((o for o in options if o.slug == session.profile), None)
+        if mine is not None and mine.mig:
+            return "mig"
+        if mine is not None and mine.gpu_share:
+            return "share"
     return None
 
 
-def cap_reached(session, signals: Sequence[MinuteSignal], threshold: float = 0.9) -> bool:
+def cap_reached(session, signals: Sequence[MinuteSignal], threshold: float = 0.9, options: Sequence = ()) -> bool:
     """Whether a session on a share or a MIG slice used ``threshold`` (a fraction) of its cap in its latest
     sampled minute: its server's own memory (what the reader attributes to its own processes) over the cap."""
-    if capped_unit(session) is None:
+    if capped_unit(session, options) is None:
         return False
     latest = next((s for s in reversed(signals) if s.gpu_mem_frac is not None), None)
     return latest is not None and latest.gpu_mem_frac >= threshold
@@ -870,7 +879,7 @@ def cap_message(
     ``bigger:<slug>`` (the Lab's "Restart on <profile>" button). Its key is the "GPU memory high" notice's:
     a session gets one of the two, the cap notice first (it needs no ten minutes).
     """
-    unit = capped_unit(session) or "share"
+    unit = capped_unit(session, options) or "share"
     latest = next((s for s in reversed(signals) if s.gpu_mem_frac is not None), None)
     used = latest.gpu_mem_frac if latest is not None else 1.0
     mine = next((o for o in options if o.slug == session.profile), None)

@@ -59,14 +59,19 @@ class MeHandler(BaseHandler):
         count, a slice's memory, from the published profile, never from a server's report) and ``shared_by``
         (how many open sessions of the ledger hold a share of the same GPU, this one included)."""
         none = {"share": None, "memory_limit_mib": None, "shared_by": None}
-        capped = [capped_unit(r) for r in records]
-        if not any(capped):
+        # the catalogue only where a unit may be part of a GPU: a share's or slice's uuid, or a cluster's resource
+        # placeholder (which the published profile explains); whole GPUs on a host cost no read
+        if not any(capped_unit(r) or any("/" in u.partition(":")[0] for u in r.gpu_list) for r in records):
             return [dict(none) for _ in records]
         options = catalogue(
             apply_to_pricing(self.ledger.pricing(), load_overrides(self.ledger)), self.ctx.advice_settings
         )
+        capped = [capped_unit(r, options) for r in records]
+        if not any(capped):
+            return [dict(none) for _ in records]
         # a slice named by its profile's mig, or (profiles of before issue 17) inside its gpu_model
         memory = {o.slug: (o.memory_mib, o.mig or _slice_in(o.gpu_model)) for o in options}
+        counts = {o.slug: o.gpu_share for o in options}
         shares = [
             next(filter(None, map(parse_share_uuid, r.gpu_list)), None) if c == "share" else None
             for r, c in zip(records, capped, strict=True)
@@ -75,7 +80,12 @@ class MeHandler(BaseHandler):
         found = []
         for record, unit, share in zip(records, capped, shares, strict=True):
             cap, mig = memory.get(record.profile, (None, None))
-            if unit == "share":
+            if unit == "share" and share is None:
+                # Kubernetes: a replica of a time-sliced GPU; which GPU, and who else holds one of it, only the
+                # device plugin knows
+                count = counts.get(record.profile)
+                found.append({"share": f"1/{count}" if count else None, "memory_limit_mib": cap, "shared_by": None})
+            elif unit == "share":
                 parent, _index, count = share
                 found.append({"share": f"1/{count}", "memory_limit_mib": cap, "shared_by": holders[parent]})
             elif unit == "mig":

@@ -149,3 +149,18 @@ def test_the_culling_tick_tells_a_share_at_once_and_only_once(ledger, hub):
         tick_at(minute)
     assert [n.id for n in ledger.notices("ann")] == [notice.id]
     assert hub.stops == []
+
+
+def test_on_kubernetes_the_published_profile_says_a_placeholder_is_a_share_or_a_slice():
+    # the device plugin picks the device: the ledger holds what the pod asked for, not a share's uuid
+    from jupyterhub_gpu.service.domain.culling import capped_unit
+
+    share = record("t4-quarter", ["nvidia.com/gpu.shared:0"])
+    slice_ = record("a100-1g", ["nvidia.com/mig-1g.10gb:0"])
+    whole = record("t4", ["nvidia.com/gpu:0"])
+    assert [capped_unit(r, OPTIONS) for r in (share, slice_, whole)] == ["share", "mig", None]
+    assert capped_unit(share) is None  # without the catalogue a placeholder says nothing
+    assert cap_reached(share, minutes(0.5, 0.95), options=OPTIONS)
+    assert not cap_reached(whole, minutes(0.5, 0.95), options=OPTIONS)  # a whole GPU has its own notice
+    message, _key = cap_message(share, minutes(0.95), OPTIONS, CNY)
+    assert "of your share's 4.0 GB" in message.text
