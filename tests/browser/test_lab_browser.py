@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.store import Ledger
@@ -43,9 +44,17 @@ def close_toasts(page) -> None:
     """
     container = page.locator("#react-toastify-container")
     dismiss = container.get_by_role("button", name="Dismiss", exact=True)
-    if dismiss.count():
-        dismiss.first.click(timeout=5000)
+    for _attempt in range(5):
+        # a toast slides in, and the Lab may render it again when its notices refresh (the button is then
+        # detached): try again on the toast that is there now
+        if not dismiss.count():
+            break
+        try:
+            dismiss.first.click(timeout=3000)
+        except PlaywrightTimeoutError:
+            continue
         page.wait_for_timeout(1000)
+        break
     page.add_style_tag(content="#react-toastify-container { display: none !important; }")
 
 
