@@ -12,8 +12,10 @@ from dataclasses import asdict, dataclass
 
 #: A MIG instance's profile in its NVML name ("NVIDIA A100-SXM4-40GB MIG 1g.10gb", "Simulated A100 MIG 3g.20gb+me").
 MIG_NAME_RE = re.compile(r"\bMIG\s+([1-7]g\.[0-9]+gb(?:\+me)?)\s*$")
-#: A time-sliced share's uuid: ``<parent uuid>/share-<i>-of-<k>`` (i from 0).
-SHARE_UUID_RE = re.compile(r"^(?P<parent>.+)/share-(?P<i>[0-9]+)-of-(?P<k>[0-9]+)$")
+#: A time-sliced share's uuid: ``<parent uuid>/share-<i>-of-<k>`` (i from 0), in its one spelling (no leading zeros).
+SHARE_UUID_RE = re.compile(r"^(?P<parent>.+)/share-(?P<i>0|[1-9][0-9]*)-of-(?P<k>[1-9][0-9]*)$")
+#: How many servers may share one GPU (a profile's ``gpu_share``: 2 to this; 1 is a whole GPU).
+MAX_SHARES = 16
 
 
 def share_uuid(parent_uuid: str, index: int, count: int) -> str:
@@ -22,12 +24,16 @@ def share_uuid(parent_uuid: str, index: int, count: int) -> str:
 
 
 def parse_share_uuid(text: str) -> tuple[str, int, int] | None:
-    """``(parent uuid, share index, share count)`` of a share uuid, or None for any other uuid."""
-    m = SHARE_UUID_RE.match(text or "")
+    """``(parent uuid, share index, share count)`` of a share uuid, or None for any other uuid.
+
+    Only the spelling :func:`share_uuid` writes, with a count a profile may have (2 to :data:`MAX_SHARES`) and
+    an index below it: saved state naming one share twice ("share-01-of-4") or a share no profile makes is not
+    a share (a restore skips it as an unknown unit)."""
+    m = SHARE_UUID_RE.match(text or "") if isinstance(text, str) else None
     if not m:
         return None
     i, k = int(m.group("i")), int(m.group("k"))
-    if k < 1 or i >= k:
+    if not 2 <= k <= MAX_SHARES or i >= k:
         return None
     return m.group("parent"), i, k
 

@@ -53,6 +53,15 @@ def static_inventory(spec: list[dict]) -> list[GPUDevice]:
                 raise InventoryError(f"static_gpus #{n + 1}: 'parent_uuid' must look like 'GPU-…', got {parent!r}")
         devices.append(GPUDevice(index=str(index), uuid=uuid, name=name.strip(), memory_mib=mem, parent_uuid=parent))
     check_unique(devices)
+    listed = {d.uuid for d in devices}
+    for n, d in enumerate(devices):
+        if d.parent_uuid in listed:
+            # a MIG-enabled GPU is scheduled only by its instances: listed whole too, it (and shares of it) would
+            # be handed out while a slice of it is held
+            raise InventoryError(
+                f"static_gpus #{n + 1}: its 'parent_uuid' {d.parent_uuid} is listed as a GPU of its own; a"
+                " MIG-enabled GPU is listed only by its MIG instances"
+            )
     return devices
 
 

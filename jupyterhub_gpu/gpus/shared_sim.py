@@ -51,6 +51,8 @@ from jupyterhub_gpu.gpus.simulated import (
 #: A neighbour's file older than this (seconds) is a server that went away.
 STALE_SECONDS = 10.0
 
+#: A share's state file: ``share-<i>-of-<k>.json`` (:meth:`SharedSimReader._own_file`).
+SHARE_FILE = re.compile(r"share-(0|[1-9][0-9]?)-of-([1-9][0-9]?)\.json")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -127,8 +129,16 @@ class SharedSimReader:
     def _fresh_records(self, device: GPUDevice, own: Path, now: float) -> list[dict]:
         """The fresh records of every server on this GPU, this one's included (it was just written)."""
         records = []
+        k = device.share_count or 1
         try:
-            entries = list(self._gpu_dir(device.parent_uuid or device.uuid).glob("share-*.json"))
+            # only the files of this GPU's k shares, one per share: a file of any other name is nobody's (a
+            # notebook of the same OS user may write into the directory; it must not make a neighbour's
+            # "shared by" exceed the share count, nor the samples its server pushes)
+            entries = [
+                path
+                for path in self._gpu_dir(device.parent_uuid or device.uuid).glob("share-*-of-*.json")
+                if (m := SHARE_FILE.fullmatch(path.name)) and int(m.group(2)) == k and int(m.group(1)) < k
+            ]
         except OSError:
             entries = []
         for path in entries:
@@ -175,7 +185,7 @@ class SharedSimReader:
             gpu_utilization_percent=gpu_util,
             gpu_memory_used_mib=gpu_used,
             gpu_memory_total_mib=total_mib,
-            shared_by=max(1, len(records)),
+            shared_by=max(1, min(len(records), d.share_count or 1)),
             processes=activity.kernels,
         )
 

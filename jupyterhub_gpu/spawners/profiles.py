@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from jupyterhub_gpu.gpus.device import MAX_SHARES
 from jupyterhub_gpu.i18n import LANGUAGES
 from jupyterhub_gpu.money import Currency, MoneyError, parse_amount, profile_rate
 from jupyterhub_gpu.spawners.messages import UserError, shown
@@ -42,7 +43,7 @@ PROFILE_FIELDS = {
 #: A MIG profile's name, as ``nvidia-smi mig -lgip`` lists it ("1g.10gb", "3g.20gb", "1g.10gb+me").
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
 #: The most servers that may share one physical GPU.
-MAX_GPU_SHARE = 16
+MAX_GPU_SHARE = MAX_SHARES
 
 #: Form fields a browser may send besides the profile: JupyterHub's own CSRF token, and the language
 #: the form was shown in (its refusals answer in it).

@@ -157,19 +157,31 @@ class GPUAllocator(FairQueue, Allocator):
 
     # -- changing ----------------------------------------------------------
     def _assign(self, key: str, devices: list[GPUDevice]) -> None:
+        """Record ``devices`` as held by ``key``: all of them, or none (AssignmentConflict, nothing changed)."""
         if not devices:  # holding nothing is not an assignment
             return
+        shares: dict[str, set[int]] = {}
+        wholes: set[str] = set()
+        for d in devices:  # every check first: a refusal half-way would leave units held by nobody
+            if d.is_share:
+                parent, taken = d.parent_uuid, self._shares.get(d.parent_uuid, {})
+                mine = shares.setdefault(parent, set())
+                if parent in self._holder or parent in wholes:
+                    raise AssignmentConflict(f"{d.uuid}: {parent} is held whole")
+                if self._split.get(parent, d.share_count) != d.share_count:
+                    raise AssignmentConflict(f"{d.uuid}: {parent} is split in {self._split[parent]}")
+                if d.share_index in taken or d.share_index in mine:
+                    raise AssignmentConflict(f"{d.uuid} is already held")
+                mine.add(d.share_index)
+            elif d.uuid in self._holder or d.uuid in self._split or d.uuid in shares or d.uuid in wholes:
+                raise AssignmentConflict(f"{d.uuid} is already held")
+            else:
+                wholes.add(d.uuid)
         for d in devices:
             if d.is_share:
-                parent = d.parent_uuid
-                assert parent not in self._holder, f"{parent} already held whole"
-                assert self._split.get(parent, d.share_count) == d.share_count, f"{parent} split in another count"
-                taken = self._shares.setdefault(parent, {})
-                assert d.share_index not in taken, f"{d.uuid} already held"
-                self._split[parent] = d.share_count
-                taken[d.share_index] = key
+                self._split[d.parent_uuid] = d.share_count
+                self._shares.setdefault(d.parent_uuid, {})[d.share_index] = key
             else:
-                assert d.uuid not in self._holder and d.uuid not in self._split, f"{d.uuid} already held"
                 self._holder[d.uuid] = key
         self._held.setdefault(key, []).extend(d.uuid for d in devices)
 

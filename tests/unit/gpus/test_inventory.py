@@ -422,3 +422,16 @@ def test_gpu_device_to_dict_and_memory_gb():
     assert GPUDevice(index="0", uuid="GPU-1", name="T4", memory_mib=15360).memory_gb == 15
     with pytest.raises(FrozenInstanceError):
         device.uuid = "GPU-other"
+
+
+def test_a_static_mig_enabled_gpu_is_listed_only_by_its_instances():
+    # listed whole beside its instances, the GPU (and shares of it) would be handed out while a slice is held
+    parent = "GPU-aaaa-1111"
+    spec = [
+        {"index": 0, "uuid": parent, "name": "NVIDIA A100-SXM4-40GB", "memory_gb": 40},
+        {"index": "0:0", "uuid": "MIG-bbbb-1", "name": "NVIDIA A100-SXM4-40GB MIG 1g.10gb", "memory_gb": 10,
+         "parent_uuid": parent},
+    ]  # fmt: skip
+    with pytest.raises(InventoryError, match=r"static_gpus #2: its 'parent_uuid' GPU-aaaa-1111 is listed as a GPU"):
+        static_inventory(spec)
+    assert [d.uuid for d in static_inventory(spec[1:])] == ["MIG-bbbb-1"]

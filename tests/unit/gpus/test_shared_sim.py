@@ -137,3 +137,25 @@ def test_the_default_state_dir_is_in_the_temporary_directory_one_per_hub():
     assert base.name == "jupyterhub-gpu-sim"
     one, two = default_state_dir("http://127.0.0.1:8081/hub/api"), default_state_dir("http://127.0.0.1:9081/hub/api")
     assert one.parent == two.parent == base and one != two and "/" not in one.name
+
+
+def test_files_of_other_names_or_counts_never_raise_a_neighbours_shared_by(tmp_path):
+    # every demo server runs as one OS user: a notebook may write into the state directory; 17 made-up files
+    # would make its neighbour report shared_by 18, which the service refuses with the whole push
+    clock = Clock()
+    victim = reader(tmp_path, share(0), [KernelActivity(1, 0)], clock)
+    gpu_dir = tmp_path / PARENT
+    gpu_dir.mkdir(parents=True, exist_ok=True)
+    record = json.dumps({"written": clock.t, "kernels": 1, "busy": 1, "cap_mib": 4096})
+    for n in range(17):
+        (gpu_dir / f"share-{n + 100}-of-4.json").write_text(record)  # no such share of 4
+        (gpu_dir / f"share-{n % 2}-of-2.json").write_text(record)  # another share count
+        (gpu_dir / f"share-x{n}.json").write_text(record)
+    (gpu_dir / "share-01-of-4.json").write_text(record)  # not the one spelling of share 1
+    [r] = victim.read()
+    assert r.shared_by == 1 and r.gpu_utilization_percent == 0
+    # the real neighbours count, and never more than the share count
+    for i in (1, 2, 3):
+        (gpu_dir / f"share-{i}-of-4.json").write_text(record)
+    [r] = victim.read()
+    assert r.shared_by == 4 and r.gpu_utilization_percent == 100

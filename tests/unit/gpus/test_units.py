@@ -64,7 +64,21 @@ def test_share_uuid_round_trip():
 
 
 @pytest.mark.parametrize(
-    "text", ["GPU-1234", "", "GPU-1/share-4-of-4", "GPU-1/share-0-of-0", "/share-0-of-2", "GPU-1/share-a-of-2"]
+    "text",
+    [
+        "GPU-1234",
+        "",
+        "GPU-1/share-4-of-4",
+        "GPU-1/share-0-of-0",
+        "/share-0-of-2",
+        "GPU-1/share-a-of-2",
+        # one spelling per share, and only counts a profile may have (saved state is not trusted)
+        "GPU-1/share-01-of-4",
+        "GPU-1/share-1-of-04",
+        "GPU-1/share-0-of-1",
+        "GPU-1/share-0-of-17",
+        "GPU-1/share-0-of-99",
+    ],
 )
 def test_parse_share_uuid_refuses_other_texts(text):
     assert parse_share_uuid(text) is None

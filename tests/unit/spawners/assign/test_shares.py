@@ -303,3 +303,29 @@ async def test_a_legacy_mig_model_still_gets_nvml_style_instances():
     assert alloc.matching("A100 MIG 1g.10gb", share=2) == []
     with pytest.raises(AllocationError):
         await alloc.acquire("b/", "A100", 1, share=2)
+
+
+def test_restore_of_a_share_spelled_twice_or_of_a_count_no_profile_has_leaks_nothing():
+    # saved state is not trusted: "share-01-of-4" is not a second spelling of share 1, and a share of 1, 17 or
+    # 99 is no share: each is skipped as an unknown unit, and releasing the key leaves the GPU whole
+    [gpu] = simulated_inventory([{"model": "T4", "count": 1, "memory_gb": 16}])
+    allocator = GPUAllocator([gpu])
+    one = share_uuid(gpu.uuid, 1, 4)
+    forged = [one, f"{gpu.uuid}/share-01-of-4", f"{gpu.uuid}/share-0-of-1", f"{gpu.uuid}/share-0-of-99"]
+    assert allocator.restore("alice/", forged) == [one]
+    assert allocator.counts("T4", share=4)["free"] == 3
+    allocator.release("alice/")
+    assert allocator.counts("T4", share=4)["free"] == 4 and allocator.counts("T4")["free"] == 1
+
+
+def test_an_assignment_that_conflicts_half_way_records_nothing():
+    # a conflict found at the second unit must not leave the first held by a key that holds nothing
+    [gpu] = simulated_inventory([{"model": "T4", "count": 1, "memory_gb": 16}])
+    allocator = GPUAllocator([gpu])
+    allocator.restore("bob/", [share_uuid(gpu.uuid, 2, 4)])
+    with pytest.raises(AssignmentConflict):
+        allocator.restore("alice/", [share_uuid(gpu.uuid, 1, 4), share_uuid(gpu.uuid, 2, 4)])
+    with pytest.raises(AssignmentConflict):
+        allocator.restore("carol/", [share_uuid(gpu.uuid, 0, 4), gpu.uuid])  # a share and the GPU whole
+    assert allocator.assignments() == {"bob/": [share_uuid(gpu.uuid, 2, 4)]}
+    assert allocator.counts("T4", share=4)["free"] == 3
