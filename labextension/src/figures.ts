@@ -57,9 +57,37 @@ export function migProfile(gpu: IGpu): string {
   return (gpu.share ?? '').replace(/^mig:?/, '');
 }
 
-/** A share's or slice's own memory: "your share: 3.1 of 4.0 GB" ("your MIG slice: …"). */
+/**
+ * Whether a GPU's memory in use is a measurement: the server says `memory_known: false`
+ * where it cannot attribute memory to its own processes (in a container), and sends 0.
+ */
+export function memoryKnown(gpu: IGpu): boolean {
+  return gpu.memory_known !== false;
+}
+
+/** Memory in use in GB ("3.1"), or "?" where it cannot be measured (null). */
+export function usedGB(mib: number | null | undefined): string {
+  return mib === null ? '?' : formatGB(mib);
+}
+
+/** The tooltip of a GPU whose own memory cannot be measured here. */
+export function memoryUnknownTitle(gpu: IGpu, tr: ILocalizer): string {
+  return gpu.share
+    ? tr.__(
+        'Your own GPU memory cannot be measured inside this container: the driver names processes by the host’s ids. The cap of %1 GB still applies to your kernels.',
+        formatGB(gpu.memory_total_mib)
+      )
+    : tr.__(
+        'Your own GPU memory cannot be measured inside this container: the driver names processes by the host’s ids.'
+      );
+}
+
+/**
+ * A share's or slice's own memory: "your share: 3.1 of 4.0 GB" ("your MIG slice: …");
+ * "your share: ? of 4.0 GB" where it cannot be measured.
+ */
 export function ownMemoryText(gpu: IGpu, tr: ILocalizer): string {
-  const used = formatGB(gpu.memory_used_mib);
+  const used = memoryKnown(gpu) ? formatGB(gpu.memory_used_mib) : '?';
   const cap = formatGB(gpu.memory_total_mib);
   return isMig(gpu)
     ? tr.__('your MIG slice: %1 of %2 GB', used, cap)
@@ -116,20 +144,26 @@ export function meanUtilization(gpus: IGpu[]): number | null {
   return values.reduce((a, b) => a + b, 0) / values.length;
 }
 
-/** Memory used and total over all GPUs in MiB, or null when unknown. */
+/**
+ * Memory used and total over all GPUs in MiB, or null when unknown; `used` is null where
+ * some GPU's memory cannot be measured here (`memory_known: false`), never its 0.
+ */
 export function totalMemory(
   gpus: IGpu[]
-): { used: number; total: number } | null {
-  let used = 0;
+): { used: number | null; total: number } | null {
+  let used: number | null = 0;
   let total = 0;
   for (const gpu of gpus) {
-    if (
-      typeof gpu.memory_used_mib !== 'number' ||
-      typeof gpu.memory_total_mib !== 'number'
-    ) {
+    if (typeof gpu.memory_total_mib !== 'number') {
       return null;
     }
-    used += gpu.memory_used_mib;
+    if (!memoryKnown(gpu)) {
+      used = null;
+    } else if (typeof gpu.memory_used_mib !== 'number') {
+      return null;
+    } else if (used !== null) {
+      used += gpu.memory_used_mib;
+    }
     total += gpu.memory_total_mib;
   }
   return gpus.length > 0 ? { used, total } : null;

@@ -21,6 +21,8 @@ import {
   historyWithNow,
   isMig,
   meanUtilization,
+  memoryKnown,
+  memoryUnknownTitle,
   migProfile,
   ownMemoryText,
   sharedUnit,
@@ -332,16 +334,27 @@ export class GpuPanel extends Widget {
     const totalMiB =
       memory?.total ??
       Math.max(0, ...history.map(p => p.memory_total_mib ?? 0));
-    const mem = history.map(p => ({ t: parseTime(p.t), v: p.memory_used_mib }));
+    // where this server's own memory cannot be measured (memory_known false), its 0s are
+    // no measurement: the chart draws nothing and says so
+    const unmeasured = stats.gpus.find(gpu => !memoryKnown(gpu));
+    const mem = history.map(p => ({
+      t: parseTime(p.t),
+      v: unmeasured ? null : p.memory_used_mib
+    }));
     const peakMem = Math.max(0, ...mem.map(p => p.v ?? 0));
+    this._memChart.node.title = unmeasured
+      ? memoryUnknownTitle(unmeasured, tr)
+      : '';
     this._memChart.update({
       title: tr.__('GPU memory'),
-      caption: tr.__(
-        'now %1 of %2 GB · peak %3 GB',
-        formatGB(memory?.used),
-        formatGB(totalMiB),
-        formatGB(peakMem)
-      ),
+      caption: unmeasured
+        ? tr.__('not measurable here')
+        : tr.__(
+            'now %1 of %2 GB · peak %3 GB',
+            formatGB(memory?.used),
+            formatGB(totalMiB),
+            formatGB(peakMem)
+          ),
       paths: chartPaths(mem, totalMiB),
       top: tr.__('%1 GB', formatGB(totalMiB)),
       start: formatClock(mem[0]?.t, tr),
@@ -359,7 +372,7 @@ export class GpuPanel extends Widget {
             tr.__('GPU %1', formatPercent(gpu.utilization_percent)),
             tr.__(
               '%1/%2 GB',
-              formatGB(gpu.memory_used_mib),
+              memoryKnown(gpu) ? formatGB(gpu.memory_used_mib) : '?',
               formatGB(gpu.memory_total_mib)
             )
           ];
@@ -377,6 +390,9 @@ export class GpuPanel extends Widget {
         ),
         el('div', 'jp-gpu-GpuFigures', figures.join(' · '))
       );
+      if (!memoryKnown(gpu)) {
+        (item.lastChild as HTMLElement).title = memoryUnknownTitle(gpu, tr);
+      }
       return item;
     });
     this._gpuList.replaceChildren(...items);

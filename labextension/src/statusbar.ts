@@ -14,9 +14,12 @@ import {
   gpuBusyText,
   isMig,
   meanUtilization,
+  memoryKnown,
+  memoryUnknownTitle,
   ownMemoryText,
   sharedUnit,
-  totalMemory
+  totalMemory,
+  usedGB
 } from './figures';
 import { formatGB, formatPercent, formatSeconds } from './format';
 import type { ILocalizer } from './i18n';
@@ -56,7 +59,7 @@ export function statusText(
     const memory = totalMemory(gpus);
     if (memory && settings.showMemory) {
       parts.push(
-        tr.__('%1/%2 GB', formatGB(memory.used), formatGB(memory.total))
+        tr.__('%1/%2 GB', usedGB(memory.used), formatGB(memory.total))
       );
     }
   }
@@ -107,6 +110,10 @@ export function statusTitle(
         'A MIG slice of a GPU: its memory and compute are your own; the figures are the slice’s.'
       )
     );
+  }
+  const unmeasured = (state.stats?.gpus ?? []).find(gpu => !memoryKnown(gpu));
+  if (unmeasured) {
+    lines.push(memoryUnknownTitle(unmeasured, tr));
   }
   if (state.stats?.reason) {
     lines.push(state.stats.reason);

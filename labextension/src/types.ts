@@ -31,6 +31,12 @@ export interface IGpu {
   shared_by?: number | null;
   /** This server's processes on the GPU, when known. */
   processes?: number | null;
+  /**
+   * False where this server's own memory cannot be measured (in a container the driver names
+   * processes by the host's ids): `memory_used_mib` is then 0 and no measurement. Absent or
+   * true otherwise.
+   */
+  memory_known?: boolean;
 }
 
 /** One point of the session's usage history (all GPUs of the session together). */

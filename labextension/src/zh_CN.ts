@@ -169,5 +169,12 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
   'Your own part of the GPU’s time cannot be read here: the utilization is the whole GPU’s, the others’ included.':
     '此处无法读出你自己占用的 GPU 时间：显示的是整块 GPU 的利用率，包括其他人的使用。',
   'A MIG slice of a GPU: its memory and compute are your own; the figures are the slice’s.':
-    'GPU 的一个 MIG 分区：其显存和算力归你独享；数字是该分区的。'
+    'GPU 的一个 MIG 分区：其显存和算力归你独享；数字是该分区的。',
+
+  // own memory not measurable in a container: memory_known false (figures.ts, statusbar.ts, panel.ts)
+  'not measurable here': '此处无法测量',
+  'Your own GPU memory cannot be measured inside this container: the driver names processes by the host’s ids. The cap of %1 GB still applies to your kernels.':
+    '在此容器内无法测量你自己的 GPU 显存：驱动程序按宿主机的进程 ID 标识进程。%1 GB 的显存上限仍对你的内核有效。',
+  'Your own GPU memory cannot be measured inside this container: the driver names processes by the host’s ids.':
+    '在此容器内无法测量你自己的 GPU 显存：驱动程序按宿主机的进程 ID 标识进程。'
 });

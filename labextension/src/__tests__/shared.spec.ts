@@ -11,7 +11,12 @@ jest.mock('../handler', () => ({ requestAPI: jest.fn() }));
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { deviceLabel, gpuBusyText, ownMemoryText } from '../figures';
+import {
+  deviceLabel,
+  gpuBusyText,
+  ownMemoryText,
+  totalMemory
+} from '../figures';
 import { GpuPanel, sharedFigures } from '../panel';
 import { DEFAULT_SETTINGS } from '../settings';
 import { statusText, statusTitle } from '../statusbar';
@@ -165,6 +170,110 @@ describe('a shared GPU in the panel', () => {
       '1/4 of the GPU: 4.0 GB memory cap, compute shared'
     );
     expect(q('.jp-gpu-Badge').hidden).toBe(false);
+    panel.dispose();
+  });
+});
+
+describe('own memory not measurable in a container (memory_known false)', () => {
+  // the server cannot attribute memory to its processes and sends 0: no measurement
+  const unmeasured = { memory_known: false, memory_used_mib: 0 };
+  const tooltip =
+    'Your own GPU memory cannot be measured inside this container: the driver names processes by the host’s ids. The cap of 4.0 GB still applies to your kernels.';
+
+  function renderPanel(stats: IStats, tr = en) {
+    const model: any = { stats, stale: false, error: null, receivedAt: null };
+    model.changed = new Signal(model);
+    const panel = new GpuPanel({
+      model,
+      localizer: () => tr,
+      onStop: jest.fn(),
+      onOpenTensorBoard: jest.fn()
+    });
+    Widget.attach(panel, document.body);
+    panel.render();
+    return panel;
+  }
+
+  it('says "?" in the status bar, never a measured 0, and why in the tooltip', () => {
+    const state = makeState(shareStats(unmeasured));
+    expect(statusText(state, DEFAULT_SETTINGS, en)).toBe(
+      '1/4 T4 (simulated) · your share: ? of 4.0 GB · GPU busy 40% (shared by 3) · ¥0.60 (12 min) · ¥87.40 left'
+    );
+    expect(statusText(state, DEFAULT_SETTINGS, zh)).toContain(
+      '你的份额：? / 4.0 GB'
+    );
+    expect(statusTitle(state, en, 0).split('\n')).toContain(tooltip);
+    // memory_known true or absent: as before
+    expect(
+      statusText(
+        makeState(shareStats({ memory_known: true })),
+        DEFAULT_SETTINGS,
+        en
+      )
+    ).toContain('your share: 3.1 of 4.0 GB');
+    expect(statusTitle(makeState(shareStats()), en, 0)).not.toContain(
+      'cannot be measured'
+    );
+  });
+
+  it('on a whole GPU too: "?/15.0 GB"', () => {
+    const stats = makeStats();
+    stats.gpus[0] = { ...stats.gpus[0], ...unmeasured };
+    expect(totalMemory(stats.gpus)).toEqual({ used: null, total: 15360 });
+    expect(statusText(makeState(stats), DEFAULT_SETTINGS, en)).toBe(
+      'T4 · GPU 63% · ?/15.0 GB · ¥0.60 (12 min) · ¥87.40 left'
+    );
+  });
+
+  it('shows no 0 in the panel: "?" in the list, "not measurable here" on the chart, with the tooltip', () => {
+    const stats = shareStats(unmeasured, {
+      history: [
+        {
+          t: '2026-11-29T19:59:58Z',
+          utilization_percent: 40,
+          memory_used_mib: 0,
+          memory_total_mib: 4096
+        }
+      ]
+    });
+    const panel = renderPanel(stats);
+    const q = (selector: string) =>
+      panel.node.querySelector(selector) as HTMLElement;
+    const figures = q('.jp-gpu-GpuFigures');
+    expect(figures.textContent).toContain('your share: ? of 4.0 GB');
+    expect(figures.textContent).not.toContain('0.0 of');
+    expect(figures.title).toBe(tooltip);
+    const chart = q('.jp-gpu-Chart-mem');
+    expect(chart.querySelector('.jp-gpu-Chart-caption')!.textContent).toBe(
+      'not measurable here'
+    );
+    expect(chart.title).toBe(tooltip);
+    expect(chart.querySelector('.jp-gpu-Chart-line')!.getAttribute('d')).toBe(
+      ''
+    );
+    panel.dispose();
+
+    const zhPanel = renderPanel(stats, zh);
+    const zhChart = zhPanel.node.querySelector(
+      '.jp-gpu-Chart-mem'
+    ) as HTMLElement;
+    expect(zhChart.querySelector('.jp-gpu-Chart-caption')!.textContent).toBe(
+      '此处无法测量'
+    );
+    expect(zhChart.title).toBe(
+      '在此容器内无法测量你自己的 GPU 显存：驱动程序按宿主机的进程 ID 标识进程。4.0 GB 的显存上限仍对你的内核有效。'
+    );
+    zhPanel.dispose();
+  });
+
+  it('leaves a measured share’s chart as it was', () => {
+    const panel = renderPanel(shareStats());
+    const chart = panel.node.querySelector('.jp-gpu-Chart-mem') as HTMLElement;
+    expect(chart.textContent).toContain('now 3.1 of 4.0 GB');
+    expect(chart.title).toBe('');
+    expect(
+      (panel.node.querySelector('.jp-gpu-GpuFigures') as HTMLElement).title
+    ).toBe('');
     panel.dispose();
   });
 });
