@@ -152,6 +152,9 @@ class GPUReading:
     shared_by: int | None = None
     #: this server's processes on the GPU, when known
     processes: int | None = None
+    #: False where the server's own memory cannot be measured (a share read in a container's own PID namespace:
+    #: NVML names processes by the host's ids); memory_used_mib is then 0, not a measurement
+    memory_known: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -222,6 +222,7 @@ class NVMLReader:
     def _unit_reading(self, d: GPUDevice, handle, util, memory, temp, power) -> GPUReading:
         gpu_util = int(util.gpu) if util is not None else None
         processes = self._processes(handle)
+        memory_known = True
         if d.is_mig:
             # the slice is this server's alone: every process on it is the server's, whatever PIDs NVML gives
             own_used = int(memory.used // 1024**2)
@@ -241,8 +242,9 @@ class NVMLReader:
             if own_util is None:
                 own_util = gpu_util if gpu_util is not None else 0
         else:
-            # NVML's PIDs are the host's: nothing can be attributed by PID (never a neighbour's memory)
-            own_used = 0
+            # NVML's PIDs are the host's: nothing can be attributed by PID (never a neighbour's memory), so the
+            # own memory is unknown (said so: a 0 here is no measurement for the cap notice or the advice)
+            own_used, memory_known = 0, False
             own_count = gpu_processes(process_tree(self.root_pid, self.proc), self.proc)
             own_util, scope = (gpu_util if gpu_util is not None else 0), "gpu"
         return GPUReading(
@@ -260,6 +262,7 @@ class NVMLReader:
             gpu_memory_total_mib=int(memory.total // 1024**2),
             shared_by=None,  # NVML does not know the hub's shares; the service counts them (GET me)
             processes=own_count,
+            memory_known=memory_known,
         )
 
     def read(self) -> list[GPUReading]:

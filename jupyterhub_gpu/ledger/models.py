@@ -153,7 +153,8 @@ class UsageMinute(Base):
     busy_kernels_max: Mapped[int] = mapped_column(Integer, default=0)
     last_kernel_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     # uuid -> {"utilization_max", "memory_used_max_mib"}, and on a shared GPU or MIG slice (issue 17) "scope"
-    # ("own" | "gpu"), "processes_max" (the server's own processes on it) and "shared_by_max", as the server said
+    # ("own" | "gpu"), "processes_max" (the server's own processes on it) and "shared_by_max", as the server said, and
+    # "memory_unknown" (true) where the server could not measure its own memory (a share in a container)
     gpus: Mapped[str] = mapped_column(Text, default="{}")
 
     @property

@@ -60,6 +60,7 @@ class Aggregate:
             g["memory_used_max_mib"] = max(g["memory_used_max_mib"], r.memory_used_mib)
             g["samples"] += 1
             g["scope"] = r.scope  # the latest: "own" or "gpu" (what utilization_percent measures)
+            g["memory_known"] = g.get("memory_known", True) and r.memory_known
             if r.processes is not None:  # the most over the period: 0 only if no sample saw an own process
                 g["processes"] = r.processes if g["processes"] is None else max(g["processes"], r.processes)
             if r.shared_by is not None:  # the most servers on the GPU over the period
@@ -88,6 +89,8 @@ def _gpu_summary(uuid: str, g: dict) -> dict:
     for key in ("processes", "shared_by"):
         if g.get(key) is not None:
             summary[key] = g[key]
+    if not g.get("memory_known", True):
+        summary["memory_known"] = False  # its memory_used_max_mib (0) is no measurement
     return summary
 
 

@@ -39,7 +39,7 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     update_job,
 )
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
-from jupyterhub_gpu.ledger.queries.samples import session_minutes, sessions_minutes
+from jupyterhub_gpu.ledger.queries.samples import memory_unknown, session_minutes, sessions_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.advice import (
@@ -443,6 +443,8 @@ def minute_signals(minutes) -> list:
     signals = []
     for m in minutes:
         total = m.memory_total_mib or 0
+        # a share in a container cannot measure its own memory: that minute's memory is unknown, not 0
+        total = 0 if memory_unknown(m) else total
         signals.append(
             MinuteSignal(
                 at=aware_utc(m.minute),

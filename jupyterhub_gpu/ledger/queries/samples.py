@@ -45,7 +45,7 @@ class Sample:
     last_kernel_activity: datetime | None
     last_activity: datetime | None
     #: per GPU ``(uuid, utilization, memory used max)``, and on a shared GPU or MIG slice (issue 17)
-    #: ``(..., scope, processes, shared_by)`` (each None where the server did not say)
+    #: ``(..., scope, processes, shared_by, memory_known)`` (each None where the server did not say)
     gpus: tuple[tuple, ...]
 
 
@@ -89,17 +89,32 @@ def _merge(row: UsageMinute, sample: Sample, max_gpus: int, minute: datetime) ->
     row.gpus = json.dumps(gpus, sort_keys=True)
 
 
-def _merge_shared(g: dict, scope: str | None = None, processes: int | None = None, shared_by: int | None = None):
+def _merge_shared(
+    g: dict,
+    scope: str | None = None,
+    processes: int | None = None,
+    shared_by: int | None = None,
+    memory_known: bool | None = None,
+):
     """A shared GPU's figures of one push into its GPU's entry of the minute (issue 17): the whole GPU's scope
     wins over "own" (the minute is only as precise as its least precise push), the most own processes (0 only if
-    no push saw one) and the most servers sharing. A whole GPU's push (all None) adds nothing, so its rows stay
-    as they were."""
+    no push saw one) and the most servers sharing, and ``memory_unknown`` once a push could not measure the
+    server's own memory. A whole GPU's push (all None) adds nothing, so its rows stay as they were."""
     if scope is not None:
         g["scope"] = "gpu" if "gpu" in (scope, g.get("scope")) else scope
     if processes is not None:
         g["processes_max"] = max(g.get("processes_max", processes), processes)
     if shared_by is not None:
         g["shared_by_max"] = max(g.get("shared_by_max", shared_by), shared_by)
+    if memory_known is False:  # the server could not measure its own memory (a share in a container): say so
+        g["memory_unknown"] = True
+
+
+def memory_unknown(minute) -> bool:
+    """Whether a minute row's memory is no measurement: a server pushed that it could not measure its own
+    (``memory_unknown`` of a GPU: a share read in a container, issue 17)."""
+    gpus = minute.gpus or ""
+    return '"memory_unknown"' in gpus and any(g.get("memory_unknown") for g in json.loads(gpus).values())
 
 
 def record_samples(ledger: Ledger, pushes: Sequence[Push]) -> list[UsageMinute | SampleError]:

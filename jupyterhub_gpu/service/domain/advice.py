@@ -45,6 +45,7 @@ from jupyterhub_gpu.ledger.queries.advice import (
     save_advice,
     sessions_without_final_advice,
 )
+from jupyterhub_gpu.ledger.queries.samples import memory_unknown
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, from_micros, to_micros
 from jupyterhub_gpu.service.domain.notices import Message, Once, day_in
@@ -239,6 +240,8 @@ class SessionUsage:
     util_p95: float = 0.0
     busy_share: float = 0.0
     gpus: tuple[GPUUse, ...] = ()
+    #: a minute whose memory the server could not measure (a share in a container): no peak to judge
+    memory_unknown: bool = False
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -253,10 +256,12 @@ def summarize(minutes: Iterable) -> SessionUsage:
     """A :class:`SessionUsage` from a session's :class:`~.ledger.UsageMinute` rows (or rows with their fields)."""
     memory, utils, total = [], [], 0
     busy = 0
+    unknown = False
     per_gpu: dict[str, list[int]] = {}
     for m in minutes:
         if not m.samples:
             continue
+        unknown = unknown or memory_unknown(m)
         util = m.utilization_tenths_sum / 10 / m.samples
         utils.append(util)
         memory.append(m.memory_used_max_mib)
@@ -276,6 +281,7 @@ def summarize(minutes: Iterable) -> SessionUsage:
         util_p95=round(percentile(utils, 95), 1),
         busy_share=busy / n if n else 0.0,
         gpus=tuple(GPUUse(uuid, mem, b) for uuid, (mem, b) in sorted(per_gpu.items())),
+        memory_unknown=unknown,
     )
 
 
@@ -510,6 +516,10 @@ def advise(
     coverage = usage.sampled_minutes / max(1, session.minutes - (0 if session.final else 1))
     if coverage < MIN_COVERAGE:
         return replace(base, reason="few_samples")
+    if usage.memory_unknown:
+        # its server could not measure its own memory (a share in a container): a peak of 0 would advise a
+        # smaller unit that the session may not fit in
+        return replace(base, reason="unknown_memory")
     used, need_mib = gpus_used(usage, session.gpu_count)
     base = replace(base, gpus_used=used, memory_per_gpu_mib=need_mib)
     current_model = session.gpu_model or (current.gpu_model if current else "")

@@ -55,7 +55,7 @@ SAMPLE_FIELDS = {
     "gpus",
 }
 #: The fields of one of ``gpus``; the last three come from a server on a shared GPU or a MIG slice (issue 17).
-GPU_FIELDS = {"uuid", "utilization_avg", "memory_used_max_mib", "scope", "processes", "shared_by"}
+GPU_FIELDS = {"uuid", "utilization_avg", "memory_used_max_mib", "scope", "processes", "shared_by", "memory_known"}
 #: ``scope`` of a GPU's utilization: "own" (this server's own processes'), "gpu" (the whole GPU's).
 SCOPES = ("own", "gpu")
 #: Bounds of ``processes`` (this server's own processes on the GPU) and ``shared_by`` (servers holding a share).
@@ -112,6 +112,9 @@ def _gpu(g: dict, where: str) -> tuple:
         isinstance(shared_by, bool) or not isinstance(shared_by, int) or not 1 <= shared_by <= MAX_SHARED_BY
     ):
         raise SampleError(f"{where}.shared_by must be an integer from 1 to {MAX_SHARED_BY}, got {shared_by!r:.80}")
+    memory_known = g.get("memory_known")
+    if memory_known is not None and not isinstance(memory_known, bool):
+        raise SampleError(f"{where}.memory_known must be true or false, got {memory_known!r:.80}")
     utilization = _percent(g.get("utilization_avg", 0), "utilization_avg")
     return (
         g["uuid"][:100],
@@ -120,6 +123,7 @@ def _gpu(g: dict, where: str) -> tuple:
         scope,
         processes,
         shared_by,
+        memory_known,
     )
 
 
@@ -141,7 +145,7 @@ def parse_sample(data) -> Sample:
         if not isinstance(g, dict) or not isinstance(g.get("uuid"), str) or set(g) - GPU_FIELDS:
             raise SampleError(
                 "each of gpus must be {uuid, utilization_avg, memory_used_max_mib}"
-                " (and on a shared GPU or MIG slice: scope, processes, shared_by)."
+                " (and on a shared GPU or MIG slice: scope, processes, shared_by, memory_known)."
             )
         parsed_gpus.append(_gpu(g, f"gpus[{position}]"))
     utilization = _percent(data.get("utilization_avg", 0), "utilization_avg")

@@ -17,6 +17,7 @@ import pytest
 
 from jupyterhub_gpu.gpus.device import GPUDevice, share_uuid
 from jupyterhub_gpu.gpus.nvml import NVMLReader, gpu_processes, in_initial_pid_namespace, process_tree
+from jupyterhub_gpu.serverext.sampler import Aggregate
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
 MIG = "MIG-66666666-7777-8888-9999-000000000000"
@@ -200,6 +201,11 @@ def test_in_a_containers_pid_namespace_nothing_is_attributed_by_pid(tmp_path):
     [r] = NVMLReader([a_share()], nvml, root_pid=1, pids_in_namespace=False, proc=str(proc)).read()
     assert (r.memory_used_mib, r.memory_total_mib, r.scope) == (0, 4096, "gpu")
     assert (r.utilization_percent, r.gpu_utilization_percent, r.processes) == (80, 80, 1)
+    # the 0 is no measurement: the reading says so, and so does the push (the cap notice and the advice skip it)
+    assert r.memory_known is False
+    aggregate = Aggregate()
+    aggregate.add([r])
+    assert aggregate.summary()["gpus"][0]["memory_known"] is False
 
 
 def test_a_mig_slice_is_all_the_servers(kernels):
@@ -217,7 +223,7 @@ def test_a_mig_slice_is_all_the_servers(kernels):
         }
     )
     [r] = NVMLReader([mig], nvml, pids_in_namespace=False).read()
-    assert nvml.opened == [MIG]
+    assert nvml.opened == [MIG] and r.memory_known  # a slice's memory is all its own, whatever the PIDs
     assert (r.memory_used_mib, r.memory_total_mib, r.processes) == (2100, 9856, 1)
     assert (r.utilization_percent, r.scope) == (60, "own")  # from its processes: the slice has no utilization rate
     nvml.gpus[MIG]["samples"] = FakeNVML.NVML_ERROR_NOT_SUPPORTED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from jupyterhub_gpu.ledger.queries.advice import advice_of
@@ -100,3 +101,12 @@ def test_the_stored_advice_says_so_in_both_languages_while_running_and_at_the_en
     assert whole.suggested.slug == "t4" and "would likely have served. This session would have cost" in whole.message
     store(ledger, a100, whole, now)
     assert advice_json(advice_of(ledger, ["s2"])["s2"], CNY)["suggested_gpu_share"] is None
+
+
+def test_a_share_whose_server_could_not_measure_its_memory_is_not_advised_on_a_peak_of_0():
+    # a share in a container: NVML names processes by the host's ids, so the server says its memory is unknown;
+    # a peak of 0 would advise an even smaller share that the session may not fit in
+    unknown = replace(usage(0.0), memory_unknown=True)
+    session = t4_session(profile="t4-half", rate=25_000, groups=("thesis",))
+    assert advise(session, unknown, OPTIONS, currency=CNY).reason == "unknown_memory"
+    assert advise(session, usage(0.0), OPTIONS, currency=CNY).suggested.slug == "t4-quarter"  # measured: advised

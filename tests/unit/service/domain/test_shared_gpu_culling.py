@@ -63,11 +63,13 @@ def test_a_server_owns_the_utilization_of_its_own_processes_only(util, scope, pr
 def test_a_sample_on_a_shared_gpu_keeps_its_own_utilization():
     sample = parse_sample(body("s", T0, 80.0, scope="gpu", processes=0, shared_by=3))
     assert sample.utilization_avg == 0.0  # the session's figure too: the rules read it
-    assert sample.gpus == ((share_uuid(GPU, 0, 4), 0.0, 1024, "gpu", 0, 3),)
+    assert sample.gpus == ((share_uuid(GPU, 0, 4), 0.0, 1024, "gpu", 0, 3, None),)
     busy = parse_sample(body("s", T0, 80.0, scope="gpu", processes=1, shared_by=3))
     assert busy.utilization_avg == 80.0 and busy.gpus[0][1] == 80.0
     whole = parse_sample(body("s", T0, 80.0))  # a server that says nothing of sharing: as before
-    assert whole.utilization_avg == 80.0 and whole.gpus == ((share_uuid(GPU, 0, 4), 80.0, 1024, None, None, None),)
+    assert whole.utilization_avg == 80.0 and whole.gpus == (
+        (share_uuid(GPU, 0, 4), 80.0, 1024, None, None, None, None),
+    )
 
 
 @pytest.mark.parametrize(
@@ -181,3 +183,29 @@ def test_a_neighbours_work_is_no_activity_for_the_inactive_rule(ledger):
         signals = tick.minute_signals(session_minutes(ledger, sid))
         decision = evaluate(rules, T0, T0 + timedelta(minutes=12), signals, warned=None)
         assert decision.action == action, sid
+
+
+def test_a_share_that_could_not_measure_its_memory_has_no_memory_figure_for_the_notices(ledger):
+    # the push says memory_known false (a share read in a container): the minute keeps it, and its signal has
+    # no memory fraction, so neither the cap notice nor the memory-high notice fires on a 0 that was not measured
+    ledger.record_start(SessionStart("s", "ann", "", (), "t4-quarter", (share_uuid(GPU, 0, 4),), 12_500, "CNY", T0))
+    unknown = body("s", T0 + timedelta(seconds=20), 30.0, scope="gpu", processes=1, mem=0)
+    unknown["gpus"][0]["memory_known"] = False
+    record_samples(ledger, [Push("ann", parse_sample(unknown), 1)])
+    (row,) = session_minutes(ledger, "s")
+    assert json.loads(row.gpus)[share_uuid(GPU, 0, 4)]["memory_unknown"] is True
+    [signal] = tick.minute_signals([row])
+    assert signal.gpu_mem_frac is None and signal.gpu_util == 30.0
+    # a measured minute keeps its fraction
+    measured = body("s", T0 + timedelta(minutes=1, seconds=20), 30.0, scope="own", processes=1, mem=3900)
+    record_samples(ledger, [Push("ann", parse_sample(measured), 1)])
+    signals = tick.minute_signals(session_minutes(ledger, "s"))
+    assert signals[-1].gpu_mem_frac == pytest.approx(3900 / 4096)
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, "yes"])
+def test_memory_known_must_be_a_boolean(value):
+    data = body("s", T0, 10.0, scope="gpu", processes=1)
+    data["gpus"][0]["memory_known"] = value
+    with pytest.raises(SampleError, match=r"gpus\[0\]\.memory_known must be true or false"):
+        parse_sample(data)
