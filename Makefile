@@ -11,13 +11,15 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-contract test-lab test-docker lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image image clean docs
+.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image image clean docs
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
 	@echo "make test        set everything up (Docker engine and test image included) and run every test"
 	@echo "make test-quick  unit and hub tests only (no Docker, no browser)"
 	@echo "make test-contract  JupyterHub's own spawner tests with GPULocalSpawner (part of make test)"
+	@echo "make test-k8s    the k8s layer alone: builds (cached) and starts the one-node test cluster, then its tests"
+	@echo "make k8s-stop    stop the test cluster and remove its state"
 	@echo "make lint        ruff check and format check"
 	@echo "make docs        the documentation site in docs/_build/html (Sphinx; a warning fails it; part of make test)"
 	@echo "make image       build the GPU single-user image jupyterhub-gpu/tensorflow:2.15 (docs/images.md)"
@@ -66,11 +68,22 @@ prometheus-setup:
 	@test -x /usr/bin/prometheus -a -x /usr/bin/promtool || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
 	@if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus; fi
 
-test: venv postgres-setup test-image tf-test-image browser-setup prometheus-setup test-lab docs
+# the k8s layer's one-node cluster (scripts/k8s-setup.sh; docs/kubernetes.md "The test cluster"): Kubernetes built
+# from its Go modules (cached under .cache/k8s), containerd, a simulated NVIDIA device plugin with 4 GPUs
+k8s-setup: tf-test-image
+	bash scripts/k8s-setup.sh start
+
+k8s-stop:
+	bash scripts/k8s-setup.sh stop
+
+test-k8s: venv k8s-setup
+	$(BIN)/pytest -q -m k8s $(PYTEST_ARGS) tests/k8s
+
+test: venv postgres-setup test-image tf-test-image browser-setup prometheus-setup k8s-setup test-lab docs
 	$(BIN)/pytest -q -m "" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-quick: venv test-lab
-	$(BIN)/pytest -q -m "not docker and not browser and not chaos and not install and not prometheus" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not docker and not browser and not chaos and not install and not prometheus and not k8s" $(PYTEST_ARGS)
 
 # the documentation site: the pages of docs/ and README.md, the configuration reference generated from the
 # traitlets and the REST reference from openapi.yaml (docs/_ext/gpu_docs.py); -E reads every page again, so the

@@ -415,7 +415,10 @@ def postgres_url(postgres_server):
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs ``-n``), the tests that drive the one Docker engine, and the chaos
     tests that kill processes and time their restarts, run one after another in a single worker; the rest
-    (each with its own hub on free ports) spread over the others."""
+    (each with its own hub on free ports) spread over the others. The k8s tests share the test cluster's 4 GPUs:
+    they run one after another in a worker of their own."""
     for item in items:
         if item.get_closest_marker("docker") or item.get_closest_marker("chaos"):
             item.add_marker(pytest.mark.xdist_group("serial"))
+        elif item.get_closest_marker("k8s"):
+            item.add_marker(pytest.mark.xdist_group("k8s"))

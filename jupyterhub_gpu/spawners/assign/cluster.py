@@ -406,13 +406,24 @@ class ClusterInventory:
                 log.exception("inventory listener failed")
 
 
-def placeholder_devices(resource: str, count: int, name: str, memory_mib: int) -> list[GPUDevice]:
+def placeholder_devices(
+    resource: str, count: int, name: str, memory_mib: int, simulated: bool = False
+) -> list[GPUDevice]:
     """What the mixin records as a session's "devices" on Kubernetes: one placeholder per GPU.
 
     The ledger counts a session's GPUs from this list (GPU-hour budgets); the
-    real device UUIDs are known only inside the pod.
+    real device UUIDs are known only inside the pod. ``simulated``: the nodes'
+    GPUs are simulated (the k8s test layer's device plugin), and the session says so.
     """
-    return [GPUDevice(index=str(i), uuid=f"{resource}:{i}", name=name, memory_mib=memory_mib) for i in range(count)]
+    return [
+        GPUDevice(index=str(i), uuid=f"{resource}:{i}", name=name, memory_mib=memory_mib, simulated=simulated)
+        for i in range(count)
+    ]
+
+
+def simulated_products(products: tuple[str, ...] | None) -> bool:
+    """Whether every node product a unit may land on is a simulated one (``Simulated-T4``: the test cluster's)."""
+    return bool(products) and all(p.lower().startswith("simulated") for p in products)
 
 
 class ClusterAllocator(FairQueue, Allocator):
@@ -654,7 +665,9 @@ class ClusterAllocator(FairQueue, Allocator):
             memory = unit_memory_mib(snapshot, claim.unit, claim.products, claim.gpu_model)  # a share's: its cap
         elif snapshot:
             memory = node_memory_mib(snapshot, claim.resource, claim.products, claim.shared)
-        return placeholder_devices(claim.resource, claim.count, waiter.model, memory)
+        return placeholder_devices(
+            claim.resource, claim.count, waiter.model, memory, simulated=simulated_products(claim.products)
+        )
 
     def _on_wait(self) -> None:
         """While anyone waits, refresh the snapshot every ``ttl`` (GPUs freed by others show up)."""

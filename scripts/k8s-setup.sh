@@ -1,0 +1,391 @@
+#!/usr/bin/env bash
+# A one-node Kubernetes cluster for the k8s test layer, on this machine: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler and a kubelet on containerd, built from the Kubernetes Go modules by
+# scripts/k8s-build.sh, with a simulated NVIDIA device plugin that gives the node 4 `nvidia.com/gpu`.
+#
+#   scripts/k8s-setup.sh [start]   install packages, build (cached), start everything, wait until the node is
+#                                  Ready with its GPUs; idempotent: a running cluster is left alone
+#   scripts/k8s-setup.sh stop      stop every process, remove the pods' containers, the bridge and the state
+#   scripts/k8s-setup.sh status    say what runs
+#
+# What it makes (docs/kubernetes.md, "The test cluster"):
+#   * certificates and service-account keys made here with openssl, under $K8S_DIR/pki; the admin's kubeconfig
+#     is $K8S_DIR/admin.kubeconfig (the tests' KUBECONFIG);
+#   * etcd on 127.0.0.1:23790, the API server on https://127.0.0.1:16443;
+#   * a bridge jhgpu-k8s0 with the explicit subnet $K8S_SUBNET (default 10.214.0.0/24): the node's IP is its
+#     gateway (.1) and pods get addresses on it from the CNI bridge plugin; nothing routes anywhere else (no
+#     masquerade), so test traffic stays between this machine and its own pods;
+#   * the node `jhgpu-sim-node`, labelled nvidia.com/gpu.product=Simulated-T4 and tainted nvidia.com/gpu:NoSchedule
+#     as the values file expects, with 4 simulated `nvidia.com/gpu` (IDs GPU-sim-0..3) from
+#     gpu-device-plugin-sim, which speaks the kubelet's device-plugin API;
+#   * a StorageClass `jhgpu-local` and 16 hostPath PersistentVolumes under $K8S_DIR/volumes, so users' PVCs bind;
+#   * the CPU TensorFlow single-user image (make tf-test-image) imported into containerd from Docker, and a pause image made from our own
+#     pause binary (there is no registry).
+#
+# Environment: K8S_DIR (default /var/lib/jhgpu-k8s), K8S_SUBNET (default 10.214.0.0/24), K8S_GPUS (4),
+#   K8S_IMAGE (jupyterhub-gpu/tensorflow:2.15-cpu), K8S_WAIT_S (120).
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+K8S_DIR="${K8S_DIR:-/var/lib/jhgpu-k8s}"
+RUN_DIR="${K8S_RUN_DIR:-/run/jhgpu-k8s}"
+K8S_SUBNET="${K8S_SUBNET:-10.214.0.0/24}"
+K8S_GPUS="${K8S_GPUS:-4}"
+K8S_WAIT_S="${K8S_WAIT_S:-120}"
+K8S_IMAGE="${K8S_IMAGE:-jupyterhub-gpu/tensorflow:2.15-cpu}"
+PAUSE_IMAGE="registry.k8s.io/pause:3.10"
+NODE=jhgpu-sim-node
+BRIDGE=jhgpu-k8s0
+PREFIX=${K8S_SUBNET%.*}  # 10.214.0
+NODE_IP="$PREFIX.1"
+API_PORT=16443
+ETCD_PORT=23790
+KUBELET_PORT=10260
+PKI="$K8S_DIR/pki"
+LOGS="$K8S_DIR/logs"
+CONTAINERD_SOCK="$RUN_DIR/containerd.sock"
+PLUGIN_DIR=/var/lib/kubelet/device-plugins  # the kubelet's device-plugin directory is fixed (v1beta1)
+
+log() { printf '[k8s-setup] %s\n' "$*" >&2; }
+die() {
+    printf '[k8s-setup] ERROR: %s\n' "$*" >&2
+    exit 1
+}
+
+[[ $K8S_SUBNET =~ ^[0-9]+\.[0-9]+\.[0-9]+\.0/24$ ]] || die "K8S_SUBNET must be an a.b.c.0/24 subnet, not '$K8S_SUBNET'"
+
+install_packages() {
+    local missing=()
+    command -v containerd >/dev/null || missing+=(containerd)
+    command -v runc >/dev/null || missing+=(runc)
+    [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
+    command -v openssl >/dev/null || missing+=(openssl)
+    command -v ip >/dev/null || missing+=(iproute2)
+    command -v curl >/dev/null || missing+=(curl)
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    log "installing ${missing[*]} with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null ||
+        { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
+}
+
+# -- certificates -------------------------------------------------------------------------------------------
+# cert NAME CN [O] [SANS]: a key and a certificate signed by the cluster's CA
+cert() {
+    local name=$1 cn=$2 org=${3:-} sans=${4:-}
+    [[ -s $PKI/$name.crt ]] && return 0
+    local subj="/CN=$cn"
+    [[ -n $org ]] && subj="/O=$org$subj"
+    openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+    openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+    {
+        echo "basicConstraints=CA:FALSE"
+        echo "keyUsage=critical,digitalSignature,keyEncipherment"
+        echo "extendedKeyUsage=serverAuth,clientAuth"
+        [[ -n $sans ]] && echo "subjectAltName=$sans"
+    } >"$PKI/$name.ext"
+    openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+        -days 3650 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+}
+
+kubeconfig() {
+    local name=$1
+    cat >"$K8S_DIR/$name.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: jhgpu-sim
+  cluster:
+    certificate-authority: $PKI/ca.crt
+    server: https://127.0.0.1:$API_PORT
+users:
+- name: $name
+  user:
+    client-certificate: $PKI/$name.crt
+    client-key: $PKI/$name.key
+contexts:
+- name: jhgpu-sim
+  context: {cluster: jhgpu-sim, user: $name}
+current-context: jhgpu-sim
+EOF
+}
+
+make_pki() {
+    mkdir -p "$PKI"
+    if [[ ! -s $PKI/ca.crt ]]; then
+        openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+        openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=jhgpu-sim-ca" -days 3650 -out "$PKI/ca.crt" 2>/dev/null
+    fi
+    [[ -s $PKI/sa.key ]] || {
+        openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+        openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+    }
+    cert apiserver kube-apiserver "" \
+        "IP:127.0.0.1,IP:$NODE_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+    cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
+    cert admin admin system:masters
+    cert controller-manager system:kube-controller-manager
+    cert scheduler system:kube-scheduler
+    cert kubelet "system:node:$NODE" system:nodes
+    cert kubelet-serving "system:node:$NODE" system:nodes "IP:$NODE_IP,IP:127.0.0.1,DNS:$NODE"
+    for n in admin controller-manager scheduler kubelet; do kubeconfig "$n"; done
+}
+
+# -- processes ----------------------------------------------------------------------------------------------
+running() { [[ -s $RUN_DIR/$1.pid ]] && kill -0 "$(cat "$RUN_DIR/$1.pid")" 2>/dev/null; }
+
+# launch NAME CMD...: start in the background (own session), log to $LOGS/NAME.log, pid in $RUN_DIR
+launch() {
+    local name=$1
+    shift
+    running "$name" && return 0
+    setsid nohup "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+    echo $! >"$RUN_DIR/$name.pid"
+    disown $! 2>/dev/null || true
+}
+
+api() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$@"; }
+
+# wait_for WHAT SECONDS COMMAND...
+wait_for() {
+    local what=$1 limit=$2 waited=0
+    shift 2
+    until "$@" >/dev/null 2>&1; do
+        if ((waited >= limit)); then
+            log "gave up waiting ${limit}s for $what; last lines of the logs:"
+            for f in "$LOGS"/*.log; do
+                echo "== $f" >&2
+                tail -n 15 "$f" >&2
+            done
+            die "$what did not come up"
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+
+write_configs() {
+    mkdir -p "$K8S_DIR/cni" "$K8S_DIR/kubelet" "$K8S_DIR/volumes" "$PLUGIN_DIR"
+    cat >"$K8S_DIR/containerd.toml" <<EOF
+version = 2
+root = "$K8S_DIR/containerd"
+state = "$RUN_DIR/containerd"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # the kubelet asks for oom_score_adj -998 (pause) and -997 (Guaranteed pods); lowering a process's below
+  # containerd's own needs CAP_SYS_RESOURCE, which root lacks on these machines (runc: "failed to update
+  # /proc/self/oom_score_adj: Permission denied"): keep it at containerd's
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$K8S_DIR/cni"
+EOF
+    cat >"$K8S_DIR/cni/10-jhgpu.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "jhgpu",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$K8S_SUBNET", "gateway": "$NODE_IP", "rangeStart": "$PREFIX.10"}]],
+        "dataDir": "$K8S_DIR/cni-ipam"
+      }
+    }
+  ]
+}
+EOF
+    cat >"$K8S_DIR/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10258
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+cgroupDriver: cgroupfs
+failSwapOn: false
+failCgroupV1: false
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+maxPods: 40
+resolvConf: ""
+registerWithTaints:
+- {key: nvidia.com/gpu, value: present, effect: NoSchedule}
+EOF
+}
+
+make_bridge() {
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link add "$BRIDGE" type bridge
+    fi
+    ip addr show dev "$BRIDGE" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+}
+
+import_images() {
+    local ctr=(ctr --address "$CONTAINERD_SOCK" -n k8s.io)
+    if ! "${ctr[@]}" images ls -q | grep -qx "$PAUSE_IMAGE"; then
+        log "making $PAUSE_IMAGE from our pause binary"
+        local tmp
+        tmp=$(mktemp -d)
+        cp "$BIN/pause" "$tmp/pause"
+        tar -C "$tmp" -c pause | docker import -c 'ENTRYPOINT ["/pause"]' - "$PAUSE_IMAGE" >/dev/null
+        rm -rf "$tmp"
+        docker save "$PAUSE_IMAGE" | "${ctr[@]}" images import - >/dev/null
+    fi
+    # the test image: imported again when Docker's copy changed (its id is kept beside it)
+    local id
+    id=$(docker image inspect -f '{{.Id}}' "$K8S_IMAGE" 2>/dev/null) || die "no Docker image $K8S_IMAGE: run make tf-test-image first"
+    if [[ "$(cat "$K8S_DIR/test-image.id" 2>/dev/null)" != "$id" ]]; then
+        log "importing $K8S_IMAGE into containerd"
+        docker save "$K8S_IMAGE" | "${ctr[@]}" images import - >/dev/null
+        echo "$id" >"$K8S_DIR/test-image.id"
+    fi
+}
+
+apply() { api -X POST -H 'Content-Type: application/json' "https://127.0.0.1:$API_PORT$1" -d "$2" >/dev/null || api "https://127.0.0.1:$API_PORT$1/$3" >/dev/null; }
+
+make_storage() {
+    apply /apis/storage.k8s.io/v1/storageclasses \
+        '{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"jhgpu-local","annotations":{"storageclass.kubernetes.io/is-default-class":"true"}},"provisioner":"kubernetes.io/no-provisioner","volumeBindingMode":"Immediate","reclaimPolicy":"Retain"}' \
+        jhgpu-local
+    local i
+    for i in $(seq -w 1 16); do
+        mkdir -p "$K8S_DIR/volumes/pv-$i"
+        chmod 0777 "$K8S_DIR/volumes/pv-$i"
+        apply /api/v1/persistentvolumes \
+            "{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{\"name\":\"jhgpu-pv-$i\"},\"spec\":{\"capacity\":{\"storage\":\"10Gi\"},\"accessModes\":[\"ReadWriteOnce\"],\"persistentVolumeReclaimPolicy\":\"Retain\",\"storageClassName\":\"jhgpu-local\",\"hostPath\":{\"path\":\"$K8S_DIR/volumes/pv-$i\",\"type\":\"Directory\"}}}" \
+            "jhgpu-pv-$i"
+    done
+}
+
+node_ready() {
+    api "https://127.0.0.1:$API_PORT/api/v1/nodes/$NODE" | python3 -c '
+import json, sys
+node = json.load(sys.stdin)
+ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+gpus = int(node["status"].get("allocatable", {}).get("nvidia.com/gpu", "0"))
+sys.exit(0 if ready and gpus == int(sys.argv[1]) else 1)' "$K8S_GPUS"
+}
+
+start() {
+    install_packages
+    BIN=$(bash "$REPO_ROOT/scripts/k8s-build.sh" | tail -n 1)
+    mkdir -p "$K8S_DIR" "$RUN_DIR" "$LOGS"
+    make_pki
+    write_configs
+    make_bridge
+
+    launch containerd containerd --config "$K8S_DIR/containerd.toml"
+    launch etcd "$BIN/etcd" --name jhgpu-sim --data-dir "$K8S_DIR/etcd" \
+        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
+        --initial-cluster jhgpu-sim=http://127.0.0.1:23800 --listen-metrics-urls "" --log-level warn
+    wait_for etcd 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+    launch kube-apiserver "$BIN/kube-apiserver" \
+        --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --secure-port "$API_PORT" \
+        --advertise-address "$NODE_IP" --endpoint-reconciler-type none \
+        --client-ca-file "$PKI/ca.crt" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+        --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+        --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+        --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
+        --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+        --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/24 \
+        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=false
+    wait_for kube-apiserver 90 api "https://127.0.0.1:$API_PORT/readyz"
+    launch kube-controller-manager "$BIN/kube-controller-manager" \
+        --kubeconfig "$K8S_DIR/controller-manager.kubeconfig" \
+        --authentication-kubeconfig "$K8S_DIR/controller-manager.kubeconfig" \
+        --authorization-kubeconfig "$K8S_DIR/controller-manager.kubeconfig" \
+        --bind-address 127.0.0.1 --secure-port 10267 --leader-elect=false --use-service-account-credentials \
+        --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+        --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+        --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle'
+    launch kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$K8S_DIR/scheduler.kubeconfig" \
+        --authentication-kubeconfig "$K8S_DIR/scheduler.kubeconfig" \
+        --authorization-kubeconfig "$K8S_DIR/scheduler.kubeconfig" \
+        --bind-address 127.0.0.1 --secure-port 10269 --leader-elect=false
+    wait_for containerd 30 test -S "$CONTAINERD_SOCK"
+    import_images
+    launch kubelet "$BIN/kubelet" --config "$K8S_DIR/kubelet.yaml" --kubeconfig "$K8S_DIR/kubelet.kubeconfig" \
+        --root-dir "$K8S_DIR/kubelet" --hostname-override "$NODE" --node-ip "$NODE_IP" \
+        --node-labels "nvidia.com/gpu.product=Simulated-T4,nvidia.com/gpu.memory=15360,nvidia.com/gpu.count=$K8S_GPUS"
+    launch gpu-device-plugin-sim "$BIN/gpu-device-plugin-sim" -dir "$PLUGIN_DIR" -count "$K8S_GPUS"
+    make_storage
+    wait_for "the node with $K8S_GPUS simulated GPUs" "$K8S_WAIT_S" node_ready
+    log "ready: KUBECONFIG=$K8S_DIR/admin.kubeconfig (node $NODE, $K8S_GPUS simulated nvidia.com/gpu, pods on $K8S_SUBNET)"
+}
+
+stop() {
+    local name pid
+    # the kubelet first (it would restart what we remove), then the pods' containers, then the control plane
+    for name in gpu-device-plugin-sim kubelet; do
+        if running "$name"; then kill "$(cat "$RUN_DIR/$name.pid")" 2>/dev/null || true; fi
+    done
+    sleep 1
+    if [[ -S $CONTAINERD_SOCK ]] && command -v crictl >/dev/null; then
+        crictl -r "unix://$CONTAINERD_SOCK" rmp -fa >/dev/null 2>&1 || true
+    fi
+    if [[ -S $CONTAINERD_SOCK ]]; then
+        # every task of the k8s.io namespace, then the shims exit with them
+        for pid in $(ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+            ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks kill -s SIGKILL "$pid" >/dev/null 2>&1 || true
+        done
+    fi
+    for name in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
+        if running "$name"; then kill "$(cat "$RUN_DIR/$name.pid")" 2>/dev/null || true; fi
+    done
+    sleep 2
+    for name in gpu-device-plugin-sim kubelet kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
+        if running "$name"; then kill -9 "$(cat "$RUN_DIR/$name.pid")" 2>/dev/null || true; fi
+        rm -f "$RUN_DIR/$name.pid"
+    done
+    pkill -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
+    # the kubelet's mounts (projected tokens, hostPath) under its root, then the state itself
+    local mounts
+    mounts=$(grep -oE " ($K8S_DIR|$RUN_DIR|/run/netns)/[^ ]*" /proc/mounts | sort -r || true)
+    for m in $mounts; do umount -l "$m" 2>/dev/null || true; done
+    rm -f /run/netns/cni-*  # the pods' network namespaces, named by containerd's CRI
+    ip link del "$BRIDGE" 2>/dev/null || true
+    if [[ ${KEEP_STATE:-0} != 1 ]]; then
+        rm -rf "$K8S_DIR" "$RUN_DIR"
+        rm -f "$PLUGIN_DIR"/gpu-sim-*.sock "$PLUGIN_DIR"/kubelet_internal_checkpoint "$PLUGIN_DIR"/kubelet.sock
+    fi
+    log "stopped"
+}
+
+status() {
+    local name
+    for name in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet gpu-device-plugin-sim; do
+        if running "$name"; then echo "$name: running (pid $(cat "$RUN_DIR/$name.pid"))"; else echo "$name: stopped"; fi
+    done
+}
+
+case "${1:-start}" in
+start) start ;;
+stop) stop ;;
+status) status ;;
+*) die "usage: $0 [start|stop|status]" ;;
+esac
