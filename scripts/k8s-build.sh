@@ -17,7 +17,8 @@ K8S_CACHE_DIR="${K8S_CACHE_DIR:-$REPO_ROOT/.cache/k8s}"
 
 log() { printf '[k8s-build] %s\n' "$*" >&2; }
 
-command -v go >/dev/null || { log "ERROR: Go is needed (the polyglot machine has it at /usr/local/go/bin)"; exit 1; }
+command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"  # where the polyglot machines install it
+command -v go >/dev/null || { log "ERROR: Go >= 1.24 is needed to build the k8s test layer (tools/k8s)"; exit 1; }
 
 SELF="$REPO_ROOT/scripts/k8s-build.sh"
 key=$(cd "$TOOLS" && cat go.mod go.sum $(find . -name '*.go' | LC_ALL=C sort) "$SELF" | sha256sum | cut -c1-16)

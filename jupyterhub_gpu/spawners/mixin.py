@@ -458,7 +458,7 @@ class GPUSpawnerMixin(Configurable):
             allowed,
             previous,
             lambda p: self.gpu_profile_summary(p, currency, lang),
-            simulated=any(d.simulated for d in self.allocator.devices),
+            simulated=self.allocator.simulated(),
             pools=await self._gpu_pool_options(allowed),
             lang=lang,
         )
@@ -629,9 +629,7 @@ class GPUSpawnerMixin(Configurable):
         """Wait in the queue for the profile's GPUs, then check the budget again before anything runs."""
         key = self._gpu_key
         unit = {"share": profile.gpu_share, "mig": profile.mig}  # a time-sliced share or a MIG slice (issue 17)
-        simulated = (
-            any(d.simulated for d in self.allocator.matching(profile.gpu_model, **unit)) if profile.gpu_count else False
-        )
+        simulated = self.allocator.simulated(profile.gpu_model, **unit) if profile.gpu_count else False
 
         waited = False
 

@@ -26,7 +26,8 @@ API = "https://127.0.0.1:16443"
 NODE = "jhgpu-sim-node"
 NODE_IP = "10.214.0.1"
 GPUS = 4
-IMAGE = "jupyterhub-gpu/tensorflow:2.15-cpu"  # the CPU TensorFlow image: JupyterLab and the server extension
+#: the CPU TensorFlow image (JupyterLab and the server extension); scripts/k8s-setup.sh imports it (K8S_IMAGE)
+IMAGE = os.environ.get("K8S_IMAGE", "jupyterhub-gpu/tensorflow:2.15-cpu")
 #: the kubelet's record of which device each container got (the device manager's checkpoint)
 DEVICE_CHECKPOINT = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
 
@@ -38,15 +39,16 @@ class Kube:
         pki = K8S_DIR / "pki"
         self.session = requests.Session()
         self.session.cert = (str(pki / "admin.crt"), str(pki / "admin.key"))
-        self.session.verify = str(pki / "ca.crt")
+        # per request: a session's verify loses to REQUESTS_CA_BUNDLE, which these machines set
+        self.ca = str(pki / "ca.crt")
 
     def get(self, path: str, **kwargs):
-        r = self.session.get(API + path, timeout=15, **kwargs)
+        r = self.request("GET", path, **kwargs)
         r.raise_for_status()
         return r.json()
 
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
-        return self.session.request(method, API + path, timeout=15, **kwargs)
+        return self.session.request(method, API + path, timeout=15, verify=self.ca, **kwargs)
 
     def pods(self, namespace: str) -> list[dict]:
         return self.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
@@ -95,7 +97,9 @@ def kube():
 @pytest.fixture
 def namespace(kube):
     name = f"jhgpu-t-{uuid.uuid4().hex[:8]}"
-    r = kube.request("POST", "/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    r = kube.request(
+        "POST", "/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     assert r.status_code == 201, r.text
     yield name
     # pods first, at once, so their GPUs are free for the next test; PVs keep their data (Retain)
@@ -159,7 +163,7 @@ c.GPUKubeSpawner.namespace = {namespace!r}
 c.GPUKubeSpawner.currency = "CNY"
 c.GPUKubeSpawner.ledger_db_url = {db_url!r}
 c.GPUKubeSpawner.budget_min_minutes = 0
-c.GPUKubeSpawner.gpu_service_url = "http://{NODE_IP}:{service_port}"
+c.GPUKubeSpawner.gpu_service_url = "http://{NODE_IP}:{service_port}/services/gpu/"
 c.GPUKubeSpawner.image_pull_policy = "Never"
 c.GPUKubeSpawner.cmd = ["jupyterhub-singleuser"]
 c.Spawner.args = []
@@ -167,9 +171,10 @@ c.GPUKubeSpawner.storage_class = "jhgpu-local"
 c.GPUKubeSpawner.start_timeout = 120
 c.GPUKubeSpawner.http_timeout = 90
 c.GPUKubeSpawner.inventory_ttl = 1
+# cpu 0.25 (requests = limits): the node has 2 CPUs, and 4 GPU pods must fit on it at once
 c.GPUKubeSpawner.profiles = [
     {{"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "image": {IMAGE!r},
-      "price_per_gpu_hour": "3.00", "mem_limit": "1G", "cpu_limit": 1, "default": True}},
+      "price_per_gpu_hour": "3.00", "mem_limit": "1G", "cpu_limit": 0.25, "default": True}},
 ]
 c.JupyterHub.custom_scopes = CUSTOM_SCOPES
 c.JupyterHub.services.append({{
@@ -209,7 +214,9 @@ def kube_hub(make_hub, tmp_path, namespace, kube, monkeypatch):
 
 
 def wait_pod(kube: Kube, namespace: str, name: str, predicate=running, timeout=120) -> dict:
-    return wait_for(lambda: (p := kube.pod(namespace, name)) and predicate(p) and p, timeout=timeout, what=f"pod {name}")
+    return wait_for(
+        lambda: (p := kube.pod(namespace, name)) and predicate(p) and p, timeout=timeout, what=f"pod {name}"
+    )
 
 
 def now() -> float:

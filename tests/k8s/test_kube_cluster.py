@@ -15,8 +15,8 @@ import requests
 
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.spawners.kube.spawner import kube_time
-from tests.k8s.conftest import NODE, pod_devices, running, wait_pod
 from tests.conftest import wait_for
+from tests.k8s.conftest import NODE, pod_devices, running, wait_pod
 
 pytestmark = pytest.mark.k8s
 
@@ -100,7 +100,7 @@ def test_a_spawn_is_a_real_pod_on_the_gpu_node_with_the_device_the_kubelet_chose
     (record,) = ledger_sessions(hub, "alice")
     session_id, started, stopped = record.id, record.started, record.stopped
     assert record.simulated
-    bound = [c for c in status["conditions"] if c["type"] == "PodScheduled"][0]["lastTransitionTime"]
+    bound = next(c for c in status["conditions"] if c["type"] == "PodScheduled")["lastTransitionTime"]
     created = pod["metadata"]["creationTimestamp"]
     assert stopped is None
     assert abs((utc(started) - kube_time(bound)).total_seconds()) <= 2, (started, bound, created)
@@ -151,6 +151,7 @@ c.Spawner.args = ["--GPUStats.push_interval=2", "--GPUStats.interval=0.5"]
 """
 
 
+@pytest.mark.timeout(900)  # the idle pod's 2 minutes run beside the rest; a hub restart and 4 pod starts
 def test_storage_restart_culling_and_budget_on_real_pods(kube, kube_hub):
     from decimal import Decimal
 

@@ -503,6 +503,13 @@ class ClusterAllocator(FairQueue, Allocator):
     def matching(self, model: str, *, share: int | None = None, mig: str | None = None) -> list[GPUDevice]:
         return []
 
+    def simulated(self, model: str | None = None, *, share: int | None = None, mig: str | None = None) -> bool:
+        """Whether the nodes a profile would land on (None: any GPU node) have simulated GPUs (``Simulated-T4``)."""
+        if model is not None:
+            return simulated_products(self.kind(model, share=share, mig=mig)[1])
+        snapshot = self.inventory.snapshot
+        return bool(snapshot) and simulated_products(tuple(n.product for n in snapshot.nodes if n.product))
+
     def waiting(self, model: str, *, share: int | None = None, mig: str | None = None) -> int:
         return len(self._queues.get(self.kind(model, share=share, mig=mig), []))
 

@@ -61,6 +61,10 @@ class GPUAllocator(FairQueue, Allocator):
         self._held: dict[str, list[str]] = {}  # key -> unit uuids (share uuids for shares), in assignment order
 
     # -- reading -----------------------------------------------------------
+    def simulated(self, model: str | None = None, *, share: int | None = None, mig: str | None = None) -> bool:
+        devices = self.devices if model is None else self.matching(model, share=share, mig=mig)
+        return any(d.simulated for d in devices)
+
     def matching(self, model: str, *, share: int | None = None, mig: str | None = None) -> list[GPUDevice]:
         """The devices a request of ``model`` may get: physical GPUs (whole or share), or MIG instances of ``mig``."""
         if mig:

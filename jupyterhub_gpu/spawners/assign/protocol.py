@@ -56,6 +56,11 @@ class Allocator(Protocol):
         """
         ...
 
+    def simulated(self, model: str | None = None, *, share: int | None = None, mig: str | None = None) -> bool:
+        """Whether the GPUs a profile of ``model`` (None: any profile) would get are simulated: the form and the
+        queue say so."""
+        ...
+
     def counts(self, model: str, *, share: int | None = None, mig: str | None = None) -> dict:
         """``{"free", "total", "waiting", "unit", ...}`` units of ``model`` for the spawn form.
 

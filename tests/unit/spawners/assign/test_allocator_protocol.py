@@ -30,7 +30,9 @@ def instances():
 
 
 def test_the_protocol_names_what_the_mixin_calls():
-    assert METHODS == ["acquire", "cancel", "counts", "matching", "position", "release", "restore", "waiting"]
+    assert METHODS == [
+        "acquire", "cancel", "counts", "matching", "position", "release", "restore", "simulated", "waiting",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("cls", ALLOCATORS, ids=lambda c: c.__name__)

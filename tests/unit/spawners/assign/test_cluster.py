@@ -501,3 +501,26 @@ async def test_replica_warnings_say_where_the_node_decides_otherwise_and_where_n
     # where nodes differ, a server is told the smallest cap and the most replicas
     assert alloc.unit_facts("T4", share=4) == (1920, "1/8")
     assert replica_warnings([Share("t4-quarter", "T4", 4)], ClusterAllocator(ClusterInventory(shared_cluster()))) == []
+
+
+async def test_a_simulated_node_product_makes_the_units_simulated_and_a_real_one_does_not():
+    """The k8s test layer's node (``Simulated-T4``): the form, the queue and the session say simulated."""
+    cluster = Cluster([node("sim", "Simulated-T4", {"nvidia.com/gpu": "4"}, memory=15360)], [])
+    alloc = ClusterAllocator(ClusterInventory(cluster, ttl=30))
+    assert alloc.simulated() is False  # nothing read yet
+    await alloc.inventory.get(force=True)
+    assert alloc.simulated() and alloc.simulated("T4")
+    (device,) = await alloc.acquire("alice/", "T4", 1)
+    assert device.simulated and device.uuid == "nvidia.com/gpu:0" and device.memory_mib == 15360
+
+    real = ClusterAllocator(ClusterInventory(Cluster(NODES, []), ttl=30))
+    await real.inventory.get(force=True)
+    assert not real.simulated() and not real.simulated("A100")
+    (device,) = await real.acquire("bob/", "A100", 1)
+    assert not device.simulated
+    # a model on both kinds of node is not simulated: a student could land on a real GPU
+    mixed = ClusterAllocator(
+        ClusterInventory(Cluster([*NODES, node("sim", "Simulated-A100", {"nvidia.com/gpu": "1"})], []), ttl=30)
+    )
+    await mixed.inventory.get(force=True)
+    assert not mixed.simulated("A100") and not mixed.simulated()
