@@ -240,13 +240,17 @@ make_bridge() {
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
         ip link add "$BRIDGE" type bridge
     fi
-    ip addr show dev "$BRIDGE" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/24" dev "$BRIDGE"
+    local addrs
+    addrs=$(ip -4 addr show dev "$BRIDGE")  # not piped into grep -q: pipefail would see ip's SIGPIPE
+    [[ $addrs == *"inet $NODE_IP/"* ]] || ip addr add "$NODE_IP/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
 }
 
 import_images() {
     local ctr=(ctr --address "$CONTAINERD_SOCK" -n k8s.io)
-    if ! "${ctr[@]}" images ls -q | grep -qx "$PAUSE_IMAGE"; then
+    local images
+    images=$("${ctr[@]}" images ls -q)
+    if [[ $'\n'$images$'\n' != *$'\n'$PAUSE_IMAGE$'\n'* ]]; then
         log "making $PAUSE_IMAGE from our pause binary"
         local tmp
         tmp=$(mktemp -d)

@@ -2,6 +2,10 @@
 
 Exit status 0 with the report on stdout; 2 with a one-line ``error: ...`` on
 stderr for a bad trace (it names the line), policy, rate or option.
+
+``python -m jupyterhub_gpu.sim semester [--seed N] [--quick] ...`` plays a
+seeded semester of a lab's GPU pool under the scheduling policies instead
+(:mod:`.semester`, the pool simulator of docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import sys
 
 from jupyterhub_gpu.money import MoneyError, parse_amount
+from jupyterhub_gpu.sim import semester
 from jupyterhub_gpu.sim.replay import (
     BASELINES,
     DEFAULT_RATE,
@@ -35,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m jupyterhub_gpu.sim",
         description="Replay a JSON Lines session trace through a culling policy and the baselines"
         f" ({', '.join(BASELINES)}); print billed GPU-minutes, idle GPU-minutes, false culls and cost as JSON.",
+        epilog="'python -m jupyterhub_gpu.sim semester --help': a lab's GPU pool under the scheduling policies.",
     )
     p.add_argument("--trace", required=True, help="JSON Lines trace, one session per line (docs/culling.md)")
     p.add_argument(
@@ -61,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["semester"]:
+        return semester.main(argv[1:])
     args = parser().parse_args(argv)
     try:
         rate = parse_amount(args.rate_per_gpu_minute, "--rate-per-gpu-minute")

@@ -1,0 +1,712 @@
+"""A lab's GPU pool in virtual time: arrivals, the wait queue, session ends, culling, preemption and reservations.
+
+The pool simulator runs the scheduler's real code (:func:`~jupyterhub_gpu.service.domain.scheduling.schedule`)
+as the culling simulator (:mod:`.replay`) runs the real cull rules: at every minute where something happens (a
+request arrives, a session ends or is stopped, a reservation window opens or closes, a preemptible session
+passes its minimum runtime, a waiting student gives up) it builds the :class:`Snapshot` the service would build
+and applies the decisions:
+
+- a ``grant`` starts the session on its units; what the session then does comes from its :class:`Job`'s trace
+  (one :class:`~.replay.TraceMinute` per minute, as the culling simulator's traces), and it ends when its user
+  stops it or when the service's cull rules (:func:`~jupyterhub_gpu.service.domain.culling.evaluate`, the
+  defaults unless told otherwise) stop it, whichever comes first;
+- a ``preempt`` or an ``end`` stops it at the decision's time: the work since its last checkpoint is lost (none
+  for a session that checkpoints, ``CheckpointAndResume``; all its GPU work so far for one that does not), and a
+  job that asked to be resumed goes back in the queue, from its checkpoint (or from the start);
+- a ``queue`` decision's estimate is kept from the first time a request waits, and compared with its wait.
+
+Sessions are billed per started minute (:func:`~jupyterhub_gpu.billing.charge`) at their profile's rate, or at
+the preemptible rate when the policy has the tier. Time is whole minutes from ``Lab.origin``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone, tzinfo
+
+from jupyterhub_gpu.billing import billed_minutes
+from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES, CullRule, MinuteSignal, evaluate
+from jupyterhub_gpu.service.domain.scheduling import (
+    END,
+    GRANT,
+    PREEMPT,
+    PREEMPTIBLE,
+    QUEUE,
+    REFUSE,
+    STANDARD,
+    STOP,
+    Policy,
+    Request,
+    Reservation,
+    Running,
+    SessionLengths,
+    Snapshot,
+    schedule,
+)
+from jupyterhub_gpu.session import StopReason
+from jupyterhub_gpu.sim.replay import TraceMinute
+
+#: How many past sessions of a profile the wait estimate learns from (the most recent).
+HISTORY = 400
+#: A session's run ended: by its user or its job (natural), a cull rule, a preemption, a reservation, the horizon.
+NATURAL, PREEMPTED, RESERVED, HORIZON = "natural", "preempted", "reserved", "horizon"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request of the workload and what its session would do if nothing stopped it.
+
+    ``minutes``: the trace of the session, one entry per minute; its user (or its notebook job) stops it after
+    the last one, unless a cull rule stops it sooner. ``arrival`` is in minutes from the lab's origin.
+    ``patience``: minutes its user waits in the queue before giving up (None: for ever). ``requeue``: when it
+    is preempted (or stopped for a reservation) it asks to be put back in the queue, and resumes from its
+    checkpoint (from the start without one). ``time_limit``: a notebook job's limit, a known end. Rates are
+    per GPU-minute in micro-units (the full price, and the preemptible tier's).
+    """
+
+    id: str
+    user: str
+    group: str
+    profile: str
+    model: str
+    arrival: int
+    minutes: tuple[TraceMinute, ...]
+    count: int = 1
+    tier: str = STANDARD
+    kind: str = "interactive"
+    checkpoints: bool = False
+    requeue: bool = False
+    patience: int | None = None
+    time_limit: int | None = None
+    rate_micros: int = 0
+    preemptible_rate_micros: int = 0
+    groups: tuple[str, ...] = ()
+    preemptible_profile: str = ""  # the profile of its tier, where the policy offers the tier
+
+
+@dataclass(frozen=True)
+class Lab:
+    """The pool and its rules: units per model, the groups' shares, reservations, the time frame."""
+
+    pool: Mapping[str, int]
+    origin: datetime
+    minutes: int  # the horizon: the simulation stops there
+    shares: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    reservations: Sequence[Reservation] = ()
+    tz: tzinfo | None = None
+    #: the windows whose start is measured (served in full or not): (reservation id, start minute, end minute)
+    class_windows: Sequence[tuple[str, int, int]] = ()
+
+
+# -- culling: what a session does if the scheduler lets it run ----------------------------------------------------
+
+
+def _first_possible_warning(minutes: Sequence[TraceMinute], rules: Sequence[CullRule]) -> int:
+    """A minute index before which no rule can warn (so its evaluation is ``none`` and may be skipped).
+
+    A rule warns once its condition has held for ``T - warn_minutes``; each run counted here is at least as
+    long as that rule's condition (it ignores what could restart the rule's clock sooner), so the bound is safe.
+    """
+    first = len(minutes)
+    for rule in rules:
+        lead = rule.minutes - rule.warn_minutes
+        if rule.kind == StopReason.MAX_AGE:
+            first = min(first, max(0, lead - 2))
+            continue
+        threshold = rule.util_threshold
+        run = 0
+        for i, m in enumerate(minutes):
+            gpu_busy = m.gpu_util is not None and m.gpu_util >= threshold
+            if rule.kind == StopReason.GPU_IDLE:
+                holds = not gpu_busy and not m.kernel_busy
+            elif rule.kind == StopReason.BUSY_GPU_IDLE:
+                holds = not gpu_busy
+            else:  # inactive
+                holds = not gpu_busy and not m.kernel_busy and not m.user_active
+            run = run + 1 if holds else 0
+            if run >= lead:
+                first = min(first, max(0, i - 2))
+                break
+    return first
+
+
+#: Where a simulated session starts, for the cull rules (any aware time: they judge relative times only).
+_EPOCH = datetime(2026, 1, 5, tzinfo=timezone.utc)
+
+
+def cull_length(minutes: Sequence[TraceMinute], rules: Sequence[CullRule] = DEFAULT_RULES) -> tuple[int, str | None]:
+    """How many minutes a session with this trace runs, and the cull rule that stops it (None: its user does).
+
+    The service's tick at the end of every minute, as :func:`.replay.replay_rules` runs it (the same result),
+    skipping the minutes in which no rule can warn yet.
+    """
+    n = len(minutes)
+    if not rules or not n:
+        return n, None
+    first = _first_possible_warning(minutes, rules)
+    if first >= n:
+        return n, None
+    signals = [
+        MinuteSignal(
+            at=_EPOCH + timedelta(minutes=i),
+            gpu_util=m.gpu_util,
+            gpu_mem_frac=m.gpu_mem_frac,
+            kernel_busy=m.kernel_busy,
+            user_active=m.user_active,
+        )
+        for i, m in enumerate(minutes)
+    ]
+    warned: datetime | None = None
+    for i in range(first, n - 1):
+        now = _EPOCH + timedelta(minutes=i + 1)
+        decision = evaluate(rules, _EPOCH, now, signals[: i + 1], has_gpu=True, warned=warned)
+        if decision.action == "warn":
+            warned = now
+        elif decision.action == "cancel":
+            warned = None
+        elif decision.action == "stop":
+            return i + 1, str(decision.rule.kind)
+    return n, None
+
+
+# -- the simulator ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Wait:
+    """A request in the queue (a job's first request, or its resumption after a preemption)."""
+
+    request: Request
+    job: Job
+    offset: int  # the trace minute it starts from (its checkpoint)
+    arrival: int
+    resume: int  # 0: the job's first request; n: its n-th resumption
+    estimate: float | None = None  # minutes, from the first queue decision
+    estimated: bool = False
+
+
+@dataclass
+class Run:
+    """A session on the pool."""
+
+    id: str
+    job: Job
+    start: int
+    offset: int
+    length: int  # minutes it runs if nothing stops it (its user, its job or a cull rule ends it then)
+    cull: str | None
+    tier: str
+    rate_micros: int
+    profile: str = ""
+    stop_at: int | None = None
+    stop_key: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What happened to one request."""
+
+    id: str
+    job: str
+    user: str
+    group: str
+    model: str
+    tier: str  # the job's tier (what its user chose; under a policy without the tier it ran at full price)
+    kind: str
+    arrival: int
+    wait: int  # minutes from arrival to grant (to giving up, or to the horizon, for those never served)
+    outcome: str  # "granted" | "abandoned" | "refused" | "waiting"
+    estimate: float | None = None  # minutes, when it waited and was given one
+    estimated: bool = False
+    resume: int = 0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One session's time on the pool."""
+
+    id: str
+    job: str
+    user: str
+    group: str
+    model: str
+    tier: str
+    count: int
+    start: int
+    minutes: int
+    busy_gpu_minutes: int
+    end: str  # NATURAL, a cull rule's kind, PREEMPTED, RESERVED or HORIZON
+    lost_gpu_minutes: int
+    cost_micros: int
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """A reservation window's start: how many of its GPUs its group had then."""
+
+    reservation: str
+    group: str
+    model: str
+    start: int
+    booked: int
+    available: int
+
+    @property
+    def served(self) -> bool:
+        return self.available >= self.booked
+
+
+@dataclass
+class Result:
+    policy: str
+    lab: Lab
+    requests: list[RequestRecord] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
+    windows: list[WindowRecord] = field(default_factory=list)
+    preemptions: int = 0
+    cycles: int = 0
+
+
+class PoolSim:
+    """One policy, one workload, one pool: :meth:`run` plays it in virtual time and returns the :class:`Result`."""
+
+    def __init__(
+        self,
+        lab: Lab,
+        jobs: Iterable[Job],
+        policy: Policy,
+        rules: Sequence[CullRule] = DEFAULT_RULES,
+        lengths: Mapping[str, tuple[int, str | None]] | None = None,
+    ):
+        self.lab, self.policy, self.rules = lab, policy, tuple(rules)
+        self.jobs = sorted(jobs, key=lambda j: (j.arrival, j.id))
+        self.tiered = policy.preemption is not None
+        self.half_life = getattr(policy.order, "half_life", None)
+        max_age = [r.minutes for r in self.rules if r.kind == StopReason.MAX_AGE]
+        self.max_age = min(max_age) if max_age else None
+        self._lengths = dict(lengths or {})  # job id -> (minutes, cull rule) of its whole trace
+        self.free = dict(lab.pool)
+        self.waiting: dict[str, Wait] = {}
+        self.running: dict[str, Run] = {}
+        self.events: list[tuple[int, int, int, str, str]] = []
+        self._seq = 0
+        self.usage: dict[str, dict[str, float]] = {}
+        self._metered = 0
+        self.history: dict[str, deque] = {}
+        self._history_view: dict[str, SessionLengths] = {}
+        self._resumes: dict[str, int] = {}
+        self.result = Result(policy.name, lab)
+
+    # -- time and events --
+
+    def at(self, minute: int) -> datetime:
+        return self.lab.origin + timedelta(minutes=minute)
+
+    def _push(self, minute: int, priority: int, kind: str, key: str) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (minute, priority, self._seq, kind, key))
+
+    def length_of(self, job: Job, offset: int) -> tuple[int, str | None]:
+        """Minutes the job's session runs from ``offset`` (and the cull rule that ends it, if one does)."""
+        if offset == 0:
+            if job.id not in self._lengths:
+                self._lengths[job.id] = cull_length(job.minutes, self.rules)
+            return self._lengths[job.id]
+        return cull_length(job.minutes[offset:], self.rules)
+
+    # -- fair-share usage, decayed as the scheduler's decayed_usage computes it --
+
+    def _meter(self, minute: int) -> None:
+        if self.half_life is None or minute <= self._metered:
+            self._metered = max(self._metered, minute)
+            return
+        h = self.half_life / timedelta(hours=1)
+        factor = 2 ** (-((minute - self._metered) / 60) / h)
+        for by_model in self.usage.values():
+            for model in by_model:
+                by_model[model] *= factor
+        gain = h / math.log(2) * (1 - factor)
+        for run in self.running.values():
+            by_model = self.usage.setdefault(run.job.group, {})
+            by_model[run.job.model] = by_model.get(run.job.model, 0.0) + run.job.count * gain
+        self._metered = minute
+
+    # -- the snapshot --
+
+    def _last_gpu_use(self, run: Run, minute: int) -> datetime | None:
+        minutes = run.job.minutes
+        i = run.offset + (minute - run.start) - 1
+        stop = run.offset - 1
+        while i > stop:
+            if i < len(minutes) and minutes[i].gpu_busy:
+                return self.at(run.start + (i - run.offset) + 1)
+            i -= 1
+        return None
+
+    def _running(self, run: Run, minute: int) -> Running:
+        job = run.job
+        known = [run.start + self.max_age] if self.max_age is not None else []
+        if job.time_limit is not None:
+            known.append(run.start + job.time_limit)
+        return Running(
+            id=run.id,
+            user=job.user,
+            group=job.group,
+            model=job.model,
+            started=self.at(run.start),
+            count=job.count,
+            profile=run.profile,
+            tier=run.tier,
+            last_gpu_use=self._last_gpu_use(run, minute) if run.tier == PREEMPTIBLE else None,
+            ends=self.at(min(known)) if known else None,
+            checkpoints=job.checkpoints,
+            groups=job.groups,
+            stop_at=self.at(run.stop_at) if run.stop_at is not None else None,
+            stop_key=run.stop_key,
+        )
+
+    def snapshot(self, minute: int) -> Snapshot:
+        for profile, lengths in self.history.items():
+            if profile not in self._history_view:
+                self._history_view[profile] = SessionLengths(lengths)
+        return Snapshot(
+            now=self.at(minute),
+            free=self.free,
+            pool=self.lab.pool,
+            waiting=[w.request for w in self.waiting.values()],
+            running=[self._running(r, minute) for r in self.running.values()],
+            shares=self.lab.shares,
+            usage=self.usage,
+            reservations=self.lab.reservations,
+            history=self._history_view,
+            tz=self.lab.tz,
+        )
+
+    # -- requests and runs --
+
+    def _arrive(self, job: Job, minute: int, offset: int = 0, resume: int = 0) -> None:
+        rid = job.id if not resume else f"{job.id}.r{resume}"
+        tier = job.tier if self.tiered else STANDARD
+        profile = job.preemptible_profile if tier == PREEMPTIBLE and job.preemptible_profile else job.profile
+        request = Request(
+            id=rid,
+            user=job.user,
+            group=job.group,
+            model=job.model,
+            arrived=self.at(minute),
+            count=job.count,
+            profile=profile,
+            tier=tier,
+            groups=job.groups,
+        )
+        self.waiting[rid] = Wait(request, job, offset, minute, resume)
+        if job.patience is not None and not resume:
+            self._push(minute + job.patience, 2, "give-up", rid)
+
+    def _record(self, wait: Wait, minute: int, outcome: str) -> None:
+        job = wait.job
+        self.result.requests.append(
+            RequestRecord(
+                id=wait.request.id,
+                job=job.id,
+                user=job.user,
+                group=job.group,
+                model=job.model,
+                tier=job.tier,
+                kind=job.kind,
+                arrival=wait.arrival,
+                wait=minute - wait.arrival,
+                outcome=outcome,
+                estimate=wait.estimate,
+                estimated=wait.estimated,
+                resume=wait.resume,
+            )
+        )
+
+    def _start(self, wait: Wait, minute: int, until: datetime | None) -> None:
+        job = wait.job
+        length, cull = self.length_of(job, wait.offset)
+        tier = wait.request.tier
+        rate = job.preemptible_rate_micros if tier == PREEMPTIBLE else job.rate_micros
+        run = Run(wait.request.id, job, minute, wait.offset, max(1, length), cull, tier, rate, wait.request.profile)
+        self.running[run.id] = run
+        self.free[job.model] -= job.count
+        if self.free[job.model] < 0:
+            raise AssertionError(f"{run.id}: the scheduler granted more {job.model} units than are free")
+        self._push(minute + run.length, 0, "end", run.id)
+        if until is not None:
+            self._tell(run, _minute_of(until, self.lab.origin), "reserved")
+        if tier == PREEMPTIBLE and self.policy.preemption is not None:
+            # past its minimum runtime it may be taken: the queue looks again then
+            self._push(minute + _whole_minutes(self.policy.preemption.min_runtime), 3, "tick", "")
+        self._record(wait, minute, "granted")
+
+    def _tell(self, run: Run, minute: int, key: str) -> None:
+        if run.stop_at is not None and run.stop_at <= minute:
+            return
+        run.stop_at, run.stop_key = minute, key
+        self._push(minute, 0, "stop", run.id)
+
+    def _finish(self, run: Run, minute: int, end: str) -> None:
+        """Take a run off the pool: its account, and (preempted or stopped for a reservation) its resumption."""
+        del self.running[run.id]
+        job = run.job
+        self.free[job.model] += job.count
+        ran = minute - run.start
+        done = job.minutes[run.offset : run.offset + ran]
+        busy = sum(1 for m in done if m.gpu_busy)
+        lost = 0
+        if end in (PREEMPTED, RESERVED):
+            if not job.checkpoints:
+                # no checkpoint: every minute of GPU work of the job so far is lost
+                lost = sum(1 for m in job.minutes[: run.offset + ran] if m.gpu_busy) * job.count
+            if job.requeue and run.offset + ran < len(job.minutes):
+                n = self._resumes.get(job.id, 0) + 1
+                self._resumes[job.id] = n
+                offset = run.offset + ran if job.checkpoints else 0
+                self._arrive(job, minute, offset, n)
+        elif end != HORIZON and run.offset == 0:
+            lengths = self.history.setdefault(run.profile, deque(maxlen=HISTORY))
+            lengths.append(ran)
+            self._history_view.pop(run.profile, None)
+        self.result.runs.append(
+            RunRecord(
+                id=run.id,
+                job=job.id,
+                user=job.user,
+                group=job.group,
+                model=job.model,
+                tier=run.tier,
+                count=job.count,
+                start=run.start,
+                minutes=ran,
+                busy_gpu_minutes=busy * job.count,
+                end=end,
+                lost_gpu_minutes=lost,
+                cost_micros=billed_minutes(self.at(run.start), self.at(minute)) * run.rate_micros * job.count
+                if ran > 0
+                else 0,
+            )
+        )
+
+    # -- one cycle --
+
+    def _cycle(self, minute: int) -> None:
+        for _ in range(3):  # again only when a decision stopped a session at once (a grace of 0)
+            self.result.cycles += 1
+            stopped_now = False
+            for decision in schedule(self.snapshot(minute), self.policy):
+                kind = decision.kind
+                if kind == GRANT:
+                    self._start(self.waiting.pop(decision.request), minute, decision.at)
+                elif kind == QUEUE:
+                    wait = self.waiting[decision.request]
+                    if not wait.estimated:
+                        wait.estimated = True
+                        wait.estimate = None if decision.wait is None else decision.wait / timedelta(minutes=1)
+                elif kind in (PREEMPT, END):
+                    run = self.running[decision.session]
+                    stop = _minute_of(decision.at, self.lab.origin)
+                    if kind == PREEMPT and (run.stop_at is None or run.stop_at > stop):
+                        self.result.preemptions += 1
+                    self._tell(run, stop, "preempted" if kind == PREEMPT else "reserved")
+                    stopped_now = stopped_now or stop <= minute
+                elif kind == STOP:
+                    run = self.running.get(decision.session)
+                    if run is not None:
+                        self._finish(run, minute, PREEMPTED if run.stop_key == "preempted" else RESERVED)
+                        stopped_now = True
+                elif kind == REFUSE and decision.request is not None:
+                    self._record(self.waiting.pop(decision.request), minute, "refused")
+            if not stopped_now:
+                return
+
+    def _window_start(self, key: str, minute: int) -> None:
+        reservation_id, _, _ = key.partition("@")
+        res = next(r for r in self.lab.reservations if r.id == reservation_id)
+        members = sum(
+            run.job.count
+            for run in self.running.values()
+            if run.job.model == res.model and (run.job.group == res.group or res.group in run.job.groups)
+        )
+        self.result.windows.append(
+            WindowRecord(res.id, res.group, res.model, minute, res.count, self.free[res.model] + members)
+        )
+
+    def run(self) -> Result:
+        horizon = self.lab.minutes
+        for job in self.jobs:
+            if job.arrival < horizon:
+                self._push(job.arrival, 1, "arrive", job.id)
+        jobs = {j.id: j for j in self.jobs}
+        lead = self.policy.reservations.lead if self.policy.reservations is not None else timedelta(0)
+        reach = self.policy.reservations.horizon if self.policy.reservations is not None else timedelta(0)
+        for reservation_id, start, end in self.lab.class_windows:
+            self._push(start, 1, "window", f"{reservation_id}@{start}")  # after the minute's stops, before its grants
+            # the scheduler looks when the window comes within its horizon, at its stop time, start and end
+            for minute in (start - _whole_minutes(reach), start - _whole_minutes(lead), start, end):
+                if 0 <= minute < horizon:
+                    self._push(minute, 3, "tick", "")
+        while self.events and self.events[0][0] < horizon:
+            minute = self.events[0][0]
+            self._meter(minute)
+            while self.events and self.events[0][0] == minute:
+                _, _, _, kind, key = heapq.heappop(self.events)
+                if kind == "end":
+                    run = self.running.get(key)
+                    if run is not None and run.start + run.length == minute:
+                        self._finish(run, minute, run.cull or NATURAL)
+                elif kind == "stop":
+                    run = self.running.get(key)
+                    if run is not None and run.stop_at == minute:
+                        self._finish(run, minute, PREEMPTED if run.stop_key == "preempted" else RESERVED)
+                elif kind == "arrive":
+                    self._arrive(jobs[key], minute)
+                elif kind == "give-up":
+                    wait = self.waiting.pop(key, None)
+                    if wait is not None:
+                        self._record(wait, minute, "abandoned")
+                elif kind == "window":
+                    self._window_start(key, minute)
+            self._cycle(minute)
+        self._meter(horizon)
+        for run in list(self.running.values()):
+            self._finish(run, horizon, HORIZON)
+        for wait in list(self.waiting.values()):
+            self._record(wait, horizon, "waiting")
+        self.waiting.clear()
+        return self.result
+
+
+def _whole_minutes(delta: timedelta) -> int:
+    return math.ceil(delta / timedelta(minutes=1))
+
+
+def _minute_of(moment: datetime, origin: datetime) -> int:
+    """The minute (from ``origin``) a time falls in, rounded up: a stop at 13:55:30 happens in minute 13:56."""
+    return math.ceil((moment - origin) / timedelta(minutes=1))
+
+
+def simulate(
+    lab: Lab,
+    jobs: Iterable[Job],
+    policy: Policy,
+    rules: Sequence[CullRule] = DEFAULT_RULES,
+    lengths: Mapping[str, tuple[int, str | None]] | None = None,
+) -> Result:
+    """Play ``jobs`` on ``lab`` under ``policy``; ``lengths`` (job id -> :func:`cull_length`) saves recomputing."""
+    return PoolSim(lab, jobs, policy, rules, lengths).run()
+
+
+# -- the report ----------------------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The ``p``-th percentile (0-100) by the nearest-rank method; None of nothing."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _waits(records: Iterable[RequestRecord]) -> dict:
+    waits = [r.wait for r in records]
+    return {
+        "requests": len(waits),
+        "p50": percentile(waits, 50),
+        "p90": percentile(waits, 90),
+        "p99": percentile(waits, 99),
+    }
+
+
+def report(
+    result: Result, weeks: Mapping[str, tuple[int, int]] | None = None, students: Mapping[str, int] | None = None
+) -> dict:
+    """The figures of one run: the pool's GPU-hours, waits, the estimate's error, preemptions, windows, spend.
+
+    Waits are minutes from a request's arrival to its grant; a request never served counts with the time it
+    waited (until its user gave up, or the horizon): a lower bound. ``weeks``: name -> (first, last minute) of
+    periods whose waits are given apart (the deadline week). ``students``: group -> members, for the spend per
+    student.
+    """
+    lab = result.lab
+    available = sum(lab.pool.values()) * lab.minutes
+    allocated = sum(r.minutes * r.count for r in result.runs)
+    busy = sum(r.busy_gpu_minutes for r in result.runs)
+    requests = [r for r in result.requests if r.outcome != "refused"]
+    errors = [
+        abs(r.estimate - r.wait) for r in requests if r.outcome == "granted" and r.estimated and r.estimate is not None
+    ]
+    spend_group: dict[str, int] = {}
+    spend_user: dict[str, int] = {}
+    group_of_user: dict[str, str] = {}
+    for run in result.runs:
+        spend_group[run.group] = spend_group.get(run.group, 0) + run.cost_micros
+        spend_user[run.user] = spend_user.get(run.user, 0) + run.cost_micros
+        group_of_user[run.user] = run.group
+    per_student = {}
+    for group in sorted(spend_group):
+        members = (students or {}).get(group) or sum(1 for g in group_of_user.values() if g == group)
+        spent = sorted([v for u, v in spend_user.items() if group_of_user[u] == group])
+        spent += [0] * max(0, members - len(spent))
+        spent.sort()
+        per_student[group] = {
+            "students": members,
+            "mean_micros": spend_group[group] // members if members else 0,
+            "p50_micros": percentile(spent, 50),
+            "p90_micros": percentile(spent, 90),
+            "max_micros": spent[-1] if spent else 0,
+        }
+    out = {
+        "policy": result.policy,
+        "pool_gpu_hours": {
+            "available": round(available / 60, 1),
+            "allocated": round(allocated / 60, 1),
+            "busy": round(busy / 60, 1),
+            "allocated_share": round(allocated / available, 4) if available else 0.0,
+            "busy_share": round(busy / available, 4) if available else 0.0,
+        },
+        "requests": {
+            outcome: sum(1 for r in result.requests if r.outcome == outcome)
+            for outcome in ("granted", "abandoned", "refused", "waiting")
+        },
+        "wait_minutes": {
+            "all": _waits(requests),
+            "by_group": {g: _waits(r for r in requests if r.group == g) for g in sorted({r.group for r in requests})},
+            "by_tier": {t: _waits(r for r in requests if r.tier == t) for t in (STANDARD, PREEMPTIBLE)},
+        },
+        "estimate_error_minutes": {
+            "estimated": len(errors),
+            "waited": sum(1 for r in requests if r.outcome == "granted" and r.wait > 0),
+            "p50": percentile(errors, 50),
+            "p90": percentile(errors, 90),
+        },
+        "preemptions": result.preemptions,
+        "reservation_stops": sum(1 for r in result.runs if r.end == RESERVED),
+        "lost_gpu_minutes": sum(r.lost_gpu_minutes for r in result.runs),
+        "culled": sum(1 for r in result.runs if r.end not in (NATURAL, PREEMPTED, RESERVED, HORIZON)),
+        "reservation_windows": {
+            "windows": len(result.windows),
+            "served_in_full": sum(1 for w in result.windows if w.served),
+            "short": [
+                {"reservation": w.reservation, "start": w.start, "booked": w.booked, "available": w.available}
+                for w in result.windows
+                if not w.served
+            ],
+        },
+        "spend_micros": {"by_group": dict(sorted(spend_group.items())), "per_student": per_student},
+        "cycles": result.cycles,
+    }
+    for name, (first, last) in (weeks or {}).items():
+        mine = [r for r in requests if first <= r.arrival < last]
+        out["wait_minutes"][name] = {
+            "all": _waits(mine),
+            "standard": _waits(r for r in mine if r.tier == STANDARD),
+            "preemptible": _waits(r for r in mine if r.tier == PREEMPTIBLE),
+        }
+    return out
