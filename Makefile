@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image image clean docs
+.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop k8s-build-early lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image image clean docs
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
@@ -79,7 +79,16 @@ k8s-stop:
 test-k8s: venv k8s-setup
 	$(BIN)/pytest -q -m k8s $(PYTEST_ARGS) tests/k8s
 
-test: venv postgres-setup test-image tf-test-image browser-setup prometheus-setup k8s-setup test-lab docs
+# the cold Kubernetes build (about 10 minutes on 2 cores) starts first, in the background, beside the venv and
+# the images (which wait on downloads much of the time); k8s-setup's own build waits for it (a lock) and reuses it
+k8s-build-early:
+	@mkdir -p $(STATE)
+	@if command -v go >/dev/null || test -x /usr/local/go/bin/go; then \
+		echo "building the k8s test layer in the background (log: $(STATE)/k8s-build.log)"; \
+		nohup bash scripts/k8s-build.sh >$(STATE)/k8s-build.log 2>&1 </dev/null & \
+	fi
+
+test: k8s-build-early venv postgres-setup test-image tf-test-image browser-setup prometheus-setup k8s-setup test-lab docs
 	$(BIN)/pytest -q -m "" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-quick: venv test-lab

@@ -7,6 +7,8 @@
 # build cache (GOCACHE, ~/.cache/go-build by default) makes a build after a small change cost little more than
 # the links.
 #
+# One build at a time (a lock in the cache directory): a second caller waits for the first and uses its binaries.
+#
 # Prints the bin directory on its last line of stdout. Environment:
 #   K8S_CACHE_DIR  where the keyed bin directories go (default: .cache/k8s in the repository)
 set -euo pipefail
@@ -26,6 +28,11 @@ BIN="$K8S_CACHE_DIR/$key/bin"
 NAMES=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd gpu-device-plugin-sim pause)
 
 complete() { for n in "${NAMES[@]}"; do [[ -x $BIN/$n ]] || return 1; done; }
+# one build at a time: `make test` starts one in the background early (k8s-build-early) and k8s-setup's waits
+# for it here, then finds its binaries
+mkdir -p "$K8S_CACHE_DIR"
+exec 9>"$K8S_CACHE_DIR/.lock"
+flock 9
 if complete; then
     log "cached: $BIN"
     echo "$BIN"
