@@ -10,6 +10,11 @@
     jupyterhub-gpu job list
     jupyterhub-gpu job show a1b2c3d4e5f6
     jupyterhub-gpu job cancel a1b2c3d4e5f6
+    jupyterhub-gpu reservations add --group cs231n --model T4 --count 4 \\
+        --start 2026-12-08T14:00+08:00 --end 2026-12-08T16:00+08:00 --weekly-until 2027-01-15
+    jupyterhub-gpu reservations list
+    jupyterhub-gpu reservations delete 7
+    jupyterhub-gpu shares set --group cs231n --model T4 --share 3
     jupyterhub-gpu doctor -f /etc/jupyterhub/jupyterhub_config.py   # before opening the hub (docs/admin.md)
 
 The service's URL comes from ``--url`` or ``$JUPYTERHUB_GPU_URL``, the token from
@@ -123,6 +128,44 @@ def job_id_type(value: str) -> str:
     return value
 
 
+def zoned_type(value: str) -> str:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an ISO 8601 date and time with a zone, such as 2026-12-08T14:00+08:00, got {value!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"has no time zone: add one, such as 2026-12-08T14:00+08:00 or ...Z, got {value!r}"
+        )
+    return value
+
+
+def count_type(value: str) -> int:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of GPUs (1 or more), got {value!r}")
+    return int(value)
+
+
+def share_type(value: str) -> int:
+    if not (value.isascii() and value.isdigit()) or int(value) > 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 1000000, got {value!r}")
+    return int(value)
+
+
+def reservation_id_type(value: str) -> str:
+    if not (value.isascii() and value.isdigit()) or len(value) > 11:
+        raise argparse.ArgumentTypeError(f"is not a reservation number: {value!r}")
+    return value
+
+
+def model_type(value: str) -> str:
+    if not value or value != value.strip() or "/" in value or len(value) > 64:
+        raise argparse.ArgumentTypeError(f"is not a GPU model name such as T4 or A100: {value!r}")
+    return value
+
+
 # -- the parser ---------------------------------------------------------------------------------
 
 
@@ -222,6 +265,38 @@ def make_parser() -> argparse.ArgumentParser:
         if action == "show":
             one.add_argument("--json", action="store_true", help="print the API's JSON")
         _connection_options(one, top=False)
+    reservations = commands.add_parser(
+        "reservations", help="class reservations: list, add, delete (admins; instructors for their groups)"
+    )
+    res_commands = reservations.add_subparsers(dest="action", required=True, metavar="ACTION")
+    rlist = res_commands.add_parser("list", help="the reservations you may read, by start")
+    rlist.add_argument("--json", action="store_true", help="print the API's JSON")
+    _connection_options(rlist, top=False)
+    radd = res_commands.add_parser("add", help="reserve GPUs of a model for a group, once or weekly")
+    radd.add_argument("--group", required=True, type=name_type, help="the JupyterHub group (a class)")
+    radd.add_argument("--model", required=True, type=model_type, help="the GPU model, such as T4")
+    radd.add_argument("--count", required=True, type=count_type, help="how many GPUs")
+    radd.add_argument("--start", required=True, type=zoned_type, help="ISO 8601 with a zone: 2026-12-08T14:00+08:00")
+    radd.add_argument("--end", required=True, type=zoned_type, help="ISO 8601 with a zone, after --start")
+    radd.add_argument("--weekly-until", type=date_type, help="repeat every week up to this day (in the lab's zone)")
+    radd.add_argument("--note", default="", help="a note shown with the reservation")
+    _connection_options(radd, top=False)
+    rdel = res_commands.add_parser("delete", help="cancel a reservation")
+    rdel.add_argument("id", type=reservation_id_type)
+    _connection_options(rdel, top=False)
+
+    shares = commands.add_parser("shares", help="groups' fair shares per GPU model: list, set, delete (admins)")
+    share_commands = shares.add_subparsers(dest="action", required=True, metavar="ACTION")
+    slist = share_commands.add_parser("list", help="the shares you may read")
+    slist.add_argument("--json", action="store_true", help="print the API's JSON")
+    _connection_options(slist, top=False)
+    for action, text in (("set", "set a group's share of a GPU model"), ("delete", "back to the default share")):
+        one = share_commands.add_parser(action, help=text)
+        one.add_argument("--group", required=True, type=name_type, help="a JupyterHub group")
+        one.add_argument("--model", required=True, type=model_type, help="the GPU model, such as T4")
+        if action == "set":
+            one.add_argument("--share", required=True, type=share_type, help="a whole-number weight (0: none)")
+        _connection_options(one, top=False)
     # subcommands that do not call the service go below, each with set_defaults(run=...) (see API_COMMANDS)
     add_doctor_parser(commands)
     return parser
@@ -238,6 +313,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                 parser.error(f"--term-start {args.term_start} is after --term-end {args.term_end}")
         elif dates != (None, None):
             parser.error("--term-start and --term-end are only for --period term")
+    if args.command == "reservations" and args.action == "add":
+        start, end = datetime.fromisoformat(args.start), datetime.fromisoformat(args.end)
+        if end <= start:
+            parser.error(f"--end {args.end} is not after --start {args.start}")
+        if args.weekly_until and date.fromisoformat(args.weekly_until) < start.date():
+            parser.error(f"--weekly-until {args.weekly_until} is before the first window on {start.date()}")
     if args.command == "usage" and args.all and (args.user or args.group):
         parser.error("--all lists every user's sessions; do not combine it with --user or --group")
     if args.command == "usage" and args.paid and not args.group:
@@ -560,9 +641,84 @@ def cmd_job(client: Client, args, out) -> None:
         print(f"error: {job['error']}", file=out)
 
 
+def cmd_reservations(client: Client, args, out) -> None:
+    if args.action == "add":
+        body = {"group": args.group, "gpu_model": args.model, "count": args.count, "start": args.start, "end": args.end}
+        if args.weekly_until:
+            body["weekly_until"] = args.weekly_until
+        if args.note:
+            body["note"] = args.note
+        r = client.json("POST", "reservations", body)
+        print(f"Reserved {_reservation_line(r, _zone(args, r))} (reservation {r['id']})", file=out)
+    elif args.action == "delete":
+        client.request("DELETE", f"reservations/{args.id}")
+        print(f"Cancelled reservation {args.id}", file=out)
+    else:
+        data = client.json("GET", "reservations")
+        if args.json:
+            print(json.dumps(data, indent=2), file=out)
+            return
+        if not data["reservations"]:
+            print("No reservations.", file=out)
+            return
+        zone = _zone(args, data)
+        rows = [["ID", "GROUP", "GPUS", f"WINDOW ({zone.key})", "REPEATS", "BY", "NOTE"]]
+        for r in data["reservations"]:
+            start, end = (
+                datetime.fromisoformat(r["start"]).astimezone(zone),
+                datetime.fromisoformat(r["end"]).astimezone(zone),
+            )
+            window = f"{start:%Y-%m-%d %a %H:%M}-{end:%H:%M}"
+            repeats = f"weekly until {r['weekly_until']}" if r["weekly_until"] else "once"
+            rows.append(
+                [
+                    str(r["id"]),
+                    r["group"],
+                    f"{r['count']}x {r['gpu_model']}",
+                    window,
+                    repeats,
+                    r["created_by"],
+                    r["note"],
+                ]
+            )
+        print(_table(rows), file=out)
+
+
+def _reservation_line(r: dict, zone: ZoneInfo) -> str:
+    start, end = datetime.fromisoformat(r["start"]).astimezone(zone), datetime.fromisoformat(r["end"]).astimezone(zone)
+    repeats = f", weekly until {r['weekly_until']}" if r.get("weekly_until") else ""
+    return f"{r['count']}x {r['gpu_model']} for {r['group']}, {start:%Y-%m-%d %H:%M}-{end:%H:%M} {zone.key}{repeats}"
+
+
+def cmd_shares(client: Client, args, out) -> None:
+    if args.action == "set":
+        s = client.json("PUT", "shares", {"group": args.group, "gpu_model": args.model, "share": args.share})
+        print(f"Share of {s['gpu_model']} GPUs for group {s['group']}: {s['share']}", file=out)
+    elif args.action == "delete":
+        client.request("PUT", "shares", {"group": args.group, "gpu_model": args.model, "share": None})
+        print(f"Group {args.group} has the default share of {args.model} GPUs again", file=out)
+    else:
+        data = client.json("GET", "shares")
+        if args.json:
+            print(json.dumps(data, indent=2), file=out)
+            return
+        if not data["shares"]:
+            print("No shares set: every group has the default share.", file=out)
+            return
+        rows = [["GROUP", "MODEL", "SHARE", "SET BY"]]
+        rows += [[s["group"], s["gpu_model"], str(s["share"]), s["updated_by"]] for s in data["shares"]]
+        print(_table(rows), file=out)
+
+
 # the subcommands that talk to the gpu service; one that does not (such as ``doctor``) is not listed here and
 # sets ``run=`` on its subparser (``parser.set_defaults(run=function)``): main calls ``run(args, out)`` -> status
-API_COMMANDS = {"budget": cmd_budget, "usage": cmd_usage, "job": cmd_job}
+API_COMMANDS = {
+    "budget": cmd_budget,
+    "usage": cmd_usage,
+    "job": cmd_job,
+    "reservations": cmd_reservations,
+    "shares": cmd_shares,
+}
 
 
 def main(argv: list[str] | None = None, out=None) -> int:

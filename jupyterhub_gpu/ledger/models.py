@@ -1,5 +1,5 @@
 """Every table of the ledger, on one ``Base``: sessions, budgets, alerts, notices, usage minutes, pricing,
-advice, jobs and the admins' profile overrides.
+advice, jobs, the admins' profile overrides, and the schedule (reservations, group shares).
 
 Alembic's environment (``migrations/env.py``) takes :data:`metadata` from here, so that ``alembic
 revision --autogenerate`` compares the database with every table, whatever else was imported (it once
@@ -315,6 +315,42 @@ class NotifyChannel(Base):
     events: Mapped[str] = mapped_column(String(255))
     created: Mapped[datetime] = mapped_column(DateTime)
     created_by: Mapped[str] = mapped_column(String(255))
+
+
+# -- the schedule: class reservations and group shares (migration 0014; rows: queries/schedule.py) ---------
+
+
+class ReservationRecord(Base):
+    """``count`` GPUs of ``gpu_model`` kept for ``group`` from ``start`` to ``end``, once or weekly until a day.
+
+    ``weekly_until`` is the last day (in the lab's time zone) a weekly window may start on; None: once.
+    The rules (what may be booked) are :func:`jupyterhub_gpu.service.domain.scheduling.check_reservation`.
+    """
+
+    __tablename__ = "gpu_reservations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    group: Mapped[str] = mapped_column(String(255), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer)
+    start: Mapped[datetime] = mapped_column(DateTime, index=True)
+    end: Mapped[datetime] = mapped_column(DateTime)
+    weekly_until: Mapped[date | None] = mapped_column(Date, nullable=True)
+    created_by: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    note: Mapped[str] = mapped_column(String(255), default="")
+
+
+class GroupShare(Base):
+    """A group's fair share of one GPU model: a whole-number weight (a group without a row has the default)."""
+
+    __tablename__ = "gpu_group_shares"
+
+    group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    share: Mapped[int] = mapped_column(Integer)
+    updated: Mapped[datetime] = mapped_column(DateTime)
+    updated_by: Mapped[str] = mapped_column(String(255))
 
 
 metadata = Base.metadata

@@ -423,6 +423,25 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
+    gpu_pool = Dict(
+        help="""
+        The lab's GPUs by model, for the schedule (docs/scheduling.md): a class
+        reservation is refused when it would need more GPUs of a model than this at
+        any moment. Empty: the service does not know the pool and refuses bookings.
+
+            c.GPUService.gpu_pool = {"T4": 4, "A100": 4}
+        """,
+    ).tag(config=True)
+
+    @validate("gpu_pool")
+    def _valid_gpu_pool(self, proposal):
+        for model, count in proposal.value.items():
+            if not isinstance(model, str) or not model.strip() or len(model) > 64:
+                raise ValueError(f"gpu_pool: a GPU model must be a name of at most 64 characters, got {model!r}")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"gpu_pool: the count of {model} GPUs must be a whole number, got {count!r}")
+        return proposal.value
+
     @validate("max_concurrent_jobs", "job_time_limit_minutes", "job_time_limit_max_minutes")
     def _valid_job_limits(self, proposal):
         if proposal.value < 1:

@@ -71,6 +71,8 @@ SNAPSHOT_TABLES = (
     "gpu_profile_overrides",
     "gpu_pricing",
     "gpu_notify_channels",
+    "gpu_reservations",
+    "gpu_group_shares",
 )
 #: The channels the rows name (``{channel_a}``: student A's own, ``{channel_g}``: cs231n's; ``*_del``: ones to
 #: delete, put back before every request): loopback port 9, so that a test message is refused at once.

@@ -252,3 +252,98 @@ def test_budget_show_and_json_output(service):
         "/services/gpu/api/v1/budgets/group/cs231n",
         "/services/gpu/api/v1/budgets/user/stu1",
     ]
+
+
+# -- reservations and shares ----------------------------------------------------------------------
+
+RESERVATION = {
+    "id": 7,
+    "group": "cs231n",
+    "gpu_model": "T4",
+    "count": 4,
+    "start": "2026-12-08T14:00:00+08:00",
+    "end": "2026-12-08T16:00:00+08:00",
+    "weekly_until": "2027-01-15",
+    "created_by": "prof",
+    "created_at": "2026-12-01T08:00:00Z",
+    "note": "lab class",
+}
+
+
+def test_reservations_add_sends_the_booking_with_its_zone(service):
+    service.answers.append((201, {**RESERVATION, "timezone": "Asia/Shanghai"}))
+    code, out = run(
+        "reservations", "add", "--group", "cs231n", "--model", "T4", "--count", "4",
+        "--start", "2026-12-08T14:00+08:00", "--end", "2026-12-08T16:00+08:00", "--weekly-until", "2027-01-15",
+        "--note", "lab class",
+    )  # fmt: skip
+    assert code == 0
+    (request,) = service.requests
+    assert (request["method"], request["path"]) == ("POST", "/services/gpu/api/v1/reservations")
+    assert request["body"] == {
+        "group": "cs231n",
+        "gpu_model": "T4",
+        "count": 4,
+        "start": "2026-12-08T14:00+08:00",
+        "end": "2026-12-08T16:00+08:00",
+        "weekly_until": "2027-01-15",
+        "note": "lab class",
+    }
+    assert "4x T4 for cs231n, 2026-12-08 14:00-16:00 Asia/Shanghai, weekly until 2027-01-15 (reservation 7)" in out
+
+
+def test_reservations_list_delete_and_a_conflict(service, capsys):
+    service.answers.append((200, {"timezone": "Asia/Shanghai", "pool": {"T4": 4}, "reservations": [RESERVATION]}))
+    code, out = run("reservations", "list")
+    assert code == 0 and "2026-12-08 Tue 14:00-16:00" in out and "weekly until 2027-01-15" in out
+    service.answers.append((204, b""))
+    assert run("reservations", "delete", "7") == (0, "Cancelled reservation 7\n")
+    assert service.requests[-1]["method"] == "DELETE" and service.requests[-1]["path"].endswith("/reservations/7")
+    service.answers.append((409, {"status": 409, "message": "The reservation conflicts with others: on Tue ..."}))
+    code, _ = run(
+        "reservations", "add", "--group", "g", "--model", "T4", "--count", "1",
+        "--start", "2026-12-08T14:00Z", "--end", "2026-12-08T16:00Z",
+    )  # fmt: skip
+    assert code == 1 and "conflicts with others: on Tue ... (HTTP 409)" in capsys.readouterr().err
+
+
+def test_shares_set_list_and_delete(service):
+    service.answers.append((201, {"group": "thesis", "gpu_model": "A100", "share": 2, "updated_by": "admin"}))
+    assert run("shares", "set", "--group", "thesis", "--model", "A100", "--share", "2")[0] == 0
+    assert service.requests[-1]["body"] == {"group": "thesis", "gpu_model": "A100", "share": 2}
+    service.answers.append((204, b""))
+    assert run("shares", "delete", "--group", "thesis", "--model", "A100")[0] == 0
+    assert service.requests[-1]["method"] == "PUT" and service.requests[-1]["body"]["share"] is None
+    service.answers.append((200, {"shares": [{"group": "thesis", "gpu_model": "A100", "share": 2, "updated_by": "a"}]}))
+    code, out = run("shares", "list")
+    assert code == 0 and "thesis" in out and "A100" in out
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--start", "2026-12-08T14:00", "--end", "2026-12-08T16:00Z"], "has no time zone"),
+        (["--start", "tuesday", "--end", "2026-12-08T16:00Z"], "ISO 8601 date and time with a zone"),
+        (["--start", "2026-12-08T16:00Z", "--end", "2026-12-08T14:00Z"], "is not after --start"),
+        (["--start", "2026-12-08T14:00Z", "--end", "2026-12-08T16:00Z", "--weekly-until", "2026-12-01"], "before"),
+        (["--start", "2026-12-08T14:00Z", "--end", "2026-12-08T16:00Z", "--count", "0"], "whole number of GPUs"),
+    ],
+)
+def test_bad_reservation_arguments_are_refused_before_sending(service, capsys, argv, words):
+    base = ["reservations", "add", "--group", "g", "--model", "T4"]
+    if "--count" not in argv:
+        base += ["--count", "1"]
+    with pytest.raises(SystemExit) as e:
+        run(*base, *argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+    assert service.requests == []
+
+
+def test_bad_share_arguments_are_refused_before_sending(service, capsys):
+    for share in ("-1", "1.5", "two", "2000000"):
+        with pytest.raises(SystemExit):
+            run("shares", "set", "--group", "g", "--model", "T4", "--share", share)
+        assert "whole number from 0 to 1000000" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run("reservations", "delete", "seven")
+    assert service.requests == []

@@ -8,7 +8,8 @@ below. The Application builds it once (:meth:`WebContext.from_service`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 from jupyterhub.services.auth import HubOAuth
@@ -41,6 +42,8 @@ class WebContext:
     notifier: Notifier | None = None
     #: How the ticks went (their counts and the last good one, in ``/metrics``); None outside the service.
     tick_health: TickHealth | None = None
+    #: The lab's GPUs by model (``c.GPUService.gpu_pool``): what a reservation is checked against; empty: unknown.
+    gpu_pool: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -63,4 +66,5 @@ class WebContext:
             job_time_limit_max_minutes=service.job_time_limit_max_minutes,
             notifier=service.notifier,
             tick_health=service.tick_health,
+            gpu_pool=dict(service.gpu_pool),
         )

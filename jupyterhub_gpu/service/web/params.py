@@ -16,6 +16,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from jupyterhub_gpu.billing import PERIODS, UNITS, BudgetRule
+from jupyterhub_gpu.ledger.queries.schedule import Draft
 from jupyterhub_gpu.money import MoneyError, from_micros, parse_amount, to_micros
 from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON
 
@@ -283,3 +284,92 @@ def parse_culling_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> Cull
         horizon = timedelta(hours=int(text))
     since, until = query_window(values, tz)
     return CullingQuery(since, until, values.get("group"), horizon, fmt)
+
+
+# -- the schedule: reservations and group shares ----------------------------------------------------------------
+
+RESERVATION_FIELDS = ("group", "gpu_model", "count", "start", "end", "weekly_until", "note")
+SHARE_FIELDS = ("group", "gpu_model", "share")
+MAX_SHARE = 1_000_000
+#: A weekly reservation repeats for a year at most (a term is shorter): book again for the next.
+MAX_WEEKLY_DAYS = 366
+
+
+def _fields(data, allowed: tuple[str, ...], required: tuple[str, ...]) -> None:
+    if not isinstance(data, dict):
+        raise BadRequest("The body must be a JSON object")
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise BadRequest(f"Unknown field(s) {', '.join(map(repr, unknown))}; known: {', '.join(allowed)}")
+    for name in required:
+        if name not in data:
+            raise BadRequest(f"{name} is required")
+
+
+def _name(data: dict, field: str, longest: int) -> str:
+    value = data[field]
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{field} must be a non-empty string, got {json.dumps(value)}")
+    odd = value in (".", "..") or "/" in value or any(ord(c) < 32 or ord(c) == 127 for c in value)
+    if len(value) > longest or value != value.strip() or odd:
+        raise BadRequest(
+            f"{field} {value!r} is not a plausible name (white space at an end, '/', a control character,"
+            f" or longer than {longest} characters)"
+        )
+    return value
+
+
+def parse_zoned(value, field: str) -> datetime:
+    """An ISO 8601 date and time with its zone (``2026-12-08T14:00+08:00``, ``...Z``); BadRequest naming ``field``."""
+    if not isinstance(value, str):
+        raise BadRequest(f"{field} must be an ISO 8601 date and time with a zone, got {json.dumps(value)}")
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadRequest(
+            f"{field} must be an ISO 8601 date and time such as 2026-12-08T14:00+08:00, got {value!r}"
+        ) from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise BadRequest(f"{field} {value!r} has no time zone: add one, such as +08:00 or Z")
+    try:
+        year = moment.astimezone(timezone.utc).year
+    except OverflowError:
+        year = 0
+    if not 2000 <= year <= 2999:
+        raise BadRequest(f"{field} {value!r} is not a time between the years 2000 and 2999")
+    return moment
+
+
+def parse_reservation(data) -> Draft:
+    """A booking's fields from a JSON body; what the pool and other bookings allow is checked by the domain."""
+    _fields(data, RESERVATION_FIELDS, ("group", "gpu_model", "count", "start", "end"))
+    count = data["count"]
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
+        raise BadRequest(f"count must be a whole number of GPUs from 1, got {json.dumps(count)}")
+    weekly = data.get("weekly_until")
+    note = data.get("note", "")
+    if not isinstance(note, str) or len(note) > 255 or any(ord(c) < 32 or ord(c) == 127 for c in note):
+        raise BadRequest("note must be a string of at most 255 characters without control characters")
+    draft = Draft(
+        group=_name(data, "group", 255),
+        gpu_model=_name(data, "gpu_model", 64),
+        count=count,
+        start=parse_zoned(data["start"], "start"),
+        end=parse_zoned(data["end"], "end"),
+        weekly_until=None if weekly is None else parse_iso_date(weekly, "weekly_until"),
+        note=note,
+    )
+    if draft.weekly_until is not None and (draft.weekly_until - draft.start.date()).days > MAX_WEEKLY_DAYS:
+        raise BadRequest(
+            f"weekly_until must be at most {MAX_WEEKLY_DAYS} days after the start (a reservation per year)"
+        )
+    return draft
+
+
+def parse_share(data) -> tuple[str, str, int | None]:
+    """``(group, gpu_model, share)`` from a JSON body; ``share`` null removes the group's share (the default again)."""
+    _fields(data, SHARE_FIELDS, SHARE_FIELDS)
+    share = data["share"]
+    if share is not None and (not isinstance(share, int) or isinstance(share, bool) or not 0 <= share <= MAX_SHARE):
+        raise BadRequest(f"share must be a whole number from 0 to {MAX_SHARE}, or null, got {json.dumps(share)}")
+    return _name(data, "group", 255), _name(data, "gpu_model", 64), share

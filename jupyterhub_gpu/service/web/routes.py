@@ -28,6 +28,7 @@ from jupyterhub_gpu.service.web.api.me import MeHandler, NoticeDismissHandler
 from jupyterhub_gpu.service.web.api.openapi import NotFoundHandler, OpenAPIHandler
 from jupyterhub_gpu.service.web.api.pricing import PricingHandler
 from jupyterhub_gpu.service.web.api.samples import SamplesHandler
+from jupyterhub_gpu.service.web.api.schedule import ReservationHandler, ReservationsHandler, SharesHandler
 from jupyterhub_gpu.service.web.api.usage import UsageHandler
 from jupyterhub_gpu.service.web.auth import OAuthCallbackHandler
 from jupyterhub_gpu.service.web.context import WebContext
@@ -76,6 +77,9 @@ def make_handlers(prefix: str, ctx: WebContext) -> list:
         (url_path_join(api, r"jobs/([^/]+)/finished"), JobFinishedHandler, c),
         (url_path_join(api, "stop-when-done"), StopWhenDoneHandler, c),
         (url_path_join(api, "restart-bigger"), RestartBiggerHandler, c),
+        (url_path_join(api, "reservations"), ReservationsHandler, c),
+        (url_path_join(api, r"reservations/([^/]+)"), ReservationHandler, c),
+        (url_path_join(api, "shares"), SharesHandler, c),
         # the usage pages (pages.py), outside api/v1/
         (url_path_join(prefix, r"static/(.*)"), StaticHandler, {"path": str(STATIC)}),
         (prefix.rstrip("/") + "/?", UserPage, c),

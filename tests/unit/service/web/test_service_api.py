@@ -218,7 +218,8 @@ def test_usage_totals_sum_exactly_per_currency():
 
 
 def _route_to_openapi(pattern: str) -> str:
-    names = iter(["{id}"] if any(r in pattern for r in ("notices", "jobs", "channels")) else ["{scope}", "{name}"])
+    by_id = ("notices", "jobs", "channels", "reservations")
+    names = iter(["{id}"] if any(r in pattern for r in by_id) else ["{scope}", "{name}"])
     return re.sub(r"\(\[\^/\]\+\)", lambda _m: next(names), pattern)
 
 

@@ -1,0 +1,196 @@
+"""``reservations`` and ``shares``: the schedule's state (issue 16), to read and to book.
+
+A booking keeps N GPUs of a model for a group in a window, once or weekly until a day. Admins
+(``custom:gpu-budgets:write``) book for any group; an instructor, for the groups of their
+``custom:gpu-usage:read!group=NAME`` scopes. A booking is checked by the pure
+:func:`~jupyterhub_gpu.service.domain.scheduling.check_reservation` against the lab's GPUs
+(``c.GPUService.gpu_pool``), the groups the hub knows and the bookings already made; a refused one changes
+nothing. Group shares (fair-share weights per GPU model) are set by admins. Nothing here moves the hub's
+wait queue yet: docs/scheduling.md says what is wired.
+"""
+
+from __future__ import annotations
+
+from tornado import web
+
+from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.ledger.queries.schedule import (
+    Draft,
+    StoredReservation,
+    StoredShare,
+    add_reservation,
+    delete_reservation,
+    get_reservation,
+    reservations,
+    set_share,
+    shares,
+)
+from jupyterhub_gpu.service.domain.scheduling import Reservation, ReservationError, check_reservation
+from jupyterhub_gpu.service.hubapi import HubAPIError
+from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
+from jupyterhub_gpu.service.web.params import BadRequest, parse_reservation, parse_share
+
+NO_POOL = (
+    "The gpu service does not know the lab's GPUs, so it cannot check a booking: set c.GPUService.gpu_pool"
+    " (for example {'T4': 4, 'A100': 4}) in the service's configuration and restart it"
+)
+
+
+def reservation_json(r: StoredReservation) -> dict:
+    return {
+        "id": r.id,
+        "group": r.group,
+        "gpu_model": r.gpu_model,
+        "count": r.count,
+        "start": r.start.isoformat(),
+        "end": r.end.isoformat(),
+        "weekly_until": r.weekly_until.isoformat() if r.weekly_until else None,
+        "created_by": r.created_by,
+        "created_at": isoformat(r.created_at),
+        "note": r.note,
+    }
+
+
+def share_json(s: StoredShare) -> dict:
+    return {
+        "group": s.group,
+        "gpu_model": s.gpu_model,
+        "share": s.share,
+        "updated": isoformat(s.updated),
+        "updated_by": s.updated_by,
+    }
+
+
+def as_reservation(r: StoredReservation | Draft, rid: str, tz) -> Reservation:
+    """The domain's booking, its times in the lab's zone (weekly windows repeat at the lab's wall-clock time)."""
+    return Reservation(rid, r.group, r.gpu_model, r.count, r.start.astimezone(tz), r.end.astimezone(tz), r.weekly_until)
+
+
+class ScheduleHandler(BaseHandler):
+    """Who may read and book what."""
+
+    @property
+    def is_admin(self) -> bool:
+        return self.has_scope(SCOPE_BUDGETS_WRITE)
+
+    def visible_groups(self) -> tuple[str, ...] | None:
+        """The groups whose schedule the caller reads; None: every group (admins)."""
+        if self.has_scope(SCOPE_USAGE_READ) or self.is_admin:
+            return None
+        return tuple(sorted(set(self.instructor_groups) | set(self.groups)))
+
+    def require_booking(self, group: str) -> None:
+        """403 unless the caller is an admin or an instructor of ``group``."""
+        if not (self.is_admin or group in self.instructor_groups):
+            scopes = (SCOPE_BUDGETS_WRITE, f"{SCOPE_USAGE_READ}!group={group}")
+            raise web.HTTPError(403, self.missing_scope_message(scopes))
+
+    async def known_groups(self, group: str) -> set[str]:
+        """``{group}`` if the hub has it, else nothing; 502 when the hub cannot say."""
+        try:
+            found = await self.ctx.hub.group(group)
+        except HubAPIError as e:
+            raise web.HTTPError(502, f"Could not ask the hub whether the group {group!r} exists: {e}") from None
+        return {group} if found is not None else set()
+
+    def parsed(self, parse):
+        try:
+            return parse(self.json_body())
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
+
+    def by(self) -> str:
+        user = self.current_user or {}
+        return str(user.get("name", ""))
+
+
+class ReservationsHandler(ScheduleHandler):
+    """``GET reservations``: the bookings the caller may read; ``POST reservations``: book one."""
+
+    @web.authenticated
+    def get(self):
+        visible = self.visible_groups()
+        found = reservations(self.ledger, self.ctx.tz, visible)
+        self.write_json(
+            {
+                "timezone": self.ctx.tz.key,
+                "pool": dict(sorted(self.ctx.gpu_pool.items())),
+                "reservations": [reservation_json(r) for r in found],
+            }
+        )
+
+    @web.authenticated
+    async def post(self):
+        if not (self.is_admin or self.instructor_groups):  # no group to book for: say so before reading the body
+            scopes = (SCOPE_BUDGETS_WRITE, f"{SCOPE_USAGE_READ}!group=NAME")
+            raise web.HTTPError(403, self.missing_scope_message(scopes))
+        draft = self.parsed(parse_reservation)
+        self.require_booking(draft.group)
+        pool = dict(self.ctx.gpu_pool)
+        if not pool:
+            raise web.HTTPError(409, NO_POOL)
+        tz = self.ctx.tz
+        booking = as_reservation(draft, "new", tz)
+        groups = await self.known_groups(draft.group)
+        try:
+            check_reservation(booking, [], pool, groups)  # the booking on its own: its fields, the pool, the group
+        except ReservationError as e:
+            raise web.HTTPError(400, f"The reservation cannot be made: {e}") from None
+
+        def against_existing(existing: list[StoredReservation]) -> None:
+            others = [as_reservation(r, str(r.id), tz) for r in existing]
+            check_reservation(booking, others, pool, groups)
+
+        try:
+            stored = add_reservation(self.ledger, draft, against_existing, tz, self.now(), self.by())
+        except ReservationError as e:
+            raise web.HTTPError(409, f"The reservation conflicts with others: {e}") from None
+        self.write_json({**reservation_json(stored), "timezone": tz.key}, 201)
+
+
+class ReservationHandler(ScheduleHandler):
+    """``DELETE reservations/{id}``: cancel a booking (admins; an instructor, their groups')."""
+
+    @web.authenticated
+    def delete(self, rid: str):
+        found = (
+            get_reservation(self.ledger, int(rid), self.ctx.tz)
+            if rid.isascii() and rid.isdigit() and len(rid) < 12
+            else None
+        )
+        visible = self.visible_groups()
+        if found is None or (visible is not None and found.group not in visible):
+            raise web.HTTPError(404, f"There is no reservation {rid!r} you may see")
+        self.require_booking(found.group)
+        delete_reservation(self.ledger, found.id)
+        self.set_status(204)
+        self.finish()
+
+
+class SharesHandler(ScheduleHandler):
+    """``GET shares``: the groups' fair-share weights the caller may read; ``PUT shares``: set one (admins)."""
+
+    @web.authenticated
+    def get(self):
+        self.write_json({"shares": [share_json(s) for s in shares(self.ledger, self.visible_groups())]})
+
+    @web.authenticated
+    async def put(self):
+        self.require_scope(SCOPE_BUDGETS_WRITE)
+        group, model, share = self.parsed(parse_share)
+        pool = self.ctx.gpu_pool
+        if share is not None:
+            if pool and pool.get(model, 0) <= 0:
+                have = ", ".join(sorted(m for m, n in pool.items() if n > 0)) or "none"
+                raise web.HTTPError(400, f"gpu_model: the pool has no {model} GPUs (it has: {have})")
+            if not await self.known_groups(group):
+                raise web.HTTPError(400, f"group: there is no group named {group!r}")
+        existed = set_share(self.ledger, group, model, share, self.now(), self.by())
+        if share is None:
+            if not existed:
+                raise web.HTTPError(404, f"The group {group} has no share of {model} GPUs")
+            self.set_status(204)
+            self.finish()
+            return
+        (stored,) = [s for s in shares(self.ledger, [group]) if s.gpu_model == model]
+        self.write_json(share_json(stored), 200 if existed else 201)
