@@ -33,7 +33,7 @@ K8S_SUBNET="${K8S_SUBNET:-10.214.0.0/24}"
 K8S_GPUS="${K8S_GPUS:-4}"
 K8S_WAIT_S="${K8S_WAIT_S:-120}"
 K8S_IMAGE="${K8S_IMAGE:-jupyterhub-gpu/tensorflow:2.15-cpu}"
-PAUSE_IMAGE="registry.k8s.io/pause:3.10"
+PAUSE_IMAGE="localhost/jhgpu-pause:sim"  # our own pause binary; never mistaken for registry.k8s.io's
 NODE=jhgpu-sim-node
 BRIDGE=jhgpu-k8s0
 PREFIX=${K8S_SUBNET%.*}  # 10.214.0
@@ -45,6 +45,10 @@ PKI="$K8S_DIR/pki"
 LOGS="$K8S_DIR/logs"
 CONTAINERD_SOCK="$RUN_DIR/containerd.sock"
 PLUGIN_DIR=/var/lib/kubelet/device-plugins  # the kubelet's device-plugin directory is fixed (v1beta1)
+MARKER=.jhgpu-k8s-state  # in $K8S_DIR: written by start; stop removes nothing of a directory without it
+#: the host settings the kubelet (or the CNI bridge) changes: saved at start, restored at stop
+SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys
+    kernel.keys.root_maxbytes net.ipv4.ip_forward)
 
 log() { printf '[k8s-setup] %s\n' "$*" >&2; }
 die() {
@@ -53,6 +57,9 @@ die() {
 }
 
 [[ $K8S_SUBNET =~ ^[0-9]+\.[0-9]+\.[0-9]+\.0/24$ ]] || die "K8S_SUBNET must be an a.b.c.0/24 subnet, not '$K8S_SUBNET'"
+case "$K8S_DIR" in
+/ | /var | /var/lib | /run | /srv | /home | /root | /etc | /usr | /opt | /tmp) die "K8S_DIR=$K8S_DIR: use a directory of its own" ;;
+esac
 
 install_packages() {
     local missing=()
@@ -122,6 +129,8 @@ make_pki() {
     }
     cert apiserver kube-apiserver "" \
         "IP:127.0.0.1,IP:$NODE_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+    cert etcd-server jhgpu-etcd "" "IP:127.0.0.1,DNS:localhost"
+    cert apiserver-etcd-client kube-apiserver-etcd-client
     cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
     cert admin admin system:masters
     cert controller-manager system:kube-controller-manager
@@ -132,14 +141,23 @@ make_pki() {
 }
 
 # -- processes ----------------------------------------------------------------------------------------------
-running() { [[ -s $RUN_DIR/$1.pid ]] && kill -0 "$(cat "$RUN_DIR/$1.pid")" 2>/dev/null; }
+# running NAME: its recorded pid is alive and is still that program (a pid reused by something else is not ours)
+running() {
+    local pid
+    [[ -s $RUN_DIR/$1.pid ]] || return 1
+    pid=$(cat "$RUN_DIR/$1.pid")
+    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+    [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == *"$1"* ]]
+}
 
 # launch NAME CMD...: start in the background (own session), log to $LOGS/NAME.log, pid in $RUN_DIR
 launch() {
     local name=$1
     shift
     running "$name" && return 0
-    setsid nohup "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+    # no proxy: the API server reaches the kubelet on the bridge, never through a proxy of the environment
+    # fd 8 is the start/stop lock: a daemon that kept it open would hold it for as long as it runs
+    setsid nohup env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
     echo $! >"$RUN_DIR/$name.pid"
     disown $! 2>/dev/null || true
 }
@@ -165,7 +183,8 @@ wait_for() {
 }
 
 write_configs() {
-    mkdir -p "$K8S_DIR/cni" "$K8S_DIR/kubelet" "$K8S_DIR/volumes" "$PLUGIN_DIR"
+    mkdir -p "$K8S_DIR/cni" "$K8S_DIR/kubelet" "$PLUGIN_DIR"
+    install -d -m 0700 "$K8S_DIR/volumes"
     cat >"$K8S_DIR/containerd.toml" <<EOF
 version = 2
 root = "$K8S_DIR/containerd"
@@ -178,6 +197,8 @@ state = "$RUN_DIR/containerd"
   # containerd's own needs CAP_SYS_RESOURCE, which root lacks on these machines (runc: "failed to update
   # /proc/self/oom_score_adj: Permission denied"): keep it at containerd's
   restrict_oom_score_adj = true
+  # the pods' network namespaces under $RUN_DIR, so that stop removes ours and nobody else's
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -230,6 +251,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 maxPods: 40
+podLogsDir: $K8S_DIR/pod-logs
 resolvConf: ""
 registerWithTaints:
 - {key: nvidia.com/gpu, value: present, effect: NoSchedule}
@@ -237,6 +259,9 @@ EOF
 }
 
 make_bridge() {
+    local routes
+    routes=$(ip -4 route show match "$NODE_IP" | grep -v "dev $BRIDGE" | grep -v "^default" || true)
+    [[ -z $routes ]] || die "K8S_SUBNET $K8S_SUBNET overlaps a route of this machine ($routes): choose another"
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
         ip link add "$BRIDGE" type bridge
     fi
@@ -258,6 +283,7 @@ import_images() {
         tar -C "$tmp" -c pause | docker import -c 'ENTRYPOINT ["/pause"]' - "$PAUSE_IMAGE" >/dev/null
         rm -rf "$tmp"
         docker save "$PAUSE_IMAGE" | "${ctr[@]}" images import - >/dev/null
+        docker rmi "$PAUSE_IMAGE" >/dev/null  # only containerd keeps it
     fi
     # the test image: imported again when Docker's copy changed (its id is kept beside it)
     local id
@@ -277,8 +303,8 @@ make_storage() {
         jhgpu-local
     local i
     for i in $(seq -w 1 16); do
-        mkdir -p "$K8S_DIR/volumes/pv-$i"
-        chmod 0777 "$K8S_DIR/volumes/pv-$i"
+        # the server's uid alone (the kubelet, root, bind-mounts it: no one else on the machine reads a student's files)
+        install -d -o 1000 -g 100 -m 0700 "$K8S_DIR/volumes/pv-$i"
         apply /api/v1/persistentvolumes \
             "{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{\"name\":\"jhgpu-pv-$i\"},\"spec\":{\"capacity\":{\"storage\":\"10Gi\"},\"accessModes\":[\"ReadWriteOnce\"],\"persistentVolumeReclaimPolicy\":\"Retain\",\"storageClassName\":\"jhgpu-local\",\"hostPath\":{\"path\":\"$K8S_DIR/volumes/pv-$i\",\"type\":\"Directory\"}}}" \
             "jhgpu-pv-$i"
@@ -294,22 +320,74 @@ gpus = int(node["status"].get("allocatable", {}).get("nvidia.com/gpu", "0"))
 sys.exit(0 if ready and gpus == int(sys.argv[1]) else 1)' "$K8S_GPUS"
 }
 
+# another kubelet on this machine owns the fixed device-plugin directory: ours must not take it over
+foreign_kubelet() {
+    local pid
+    for pid in $(pgrep -x kubelet || true); do
+        [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == *"$K8S_DIR/kubelet.yaml"* ]] || return 0
+    done
+    return 1
+}
+
+save_host_settings() {
+    [[ -s $K8S_DIR/host-sysctls ]] && return 0  # the values from before our first start
+    local name
+    for name in "${SYSCTLS[@]}"; do
+        echo "$name=$(sysctl -n "$name" 2>/dev/null)"
+    done >"$K8S_DIR/host-sysctls"
+}
+
+restore_host_settings() {
+    [[ -s $K8S_DIR/host-sysctls ]] || return 0
+    local line
+    while IFS= read -r line; do
+        [[ $line == *=?* ]] && sysctl -q -w "$line" >/dev/null 2>&1 || true
+    done <"$K8S_DIR/host-sysctls"
+    # the kubelet's own iptables chains (IPv4 and IPv6)
+    local tool chain table
+    for tool in iptables ip6tables; do
+        command -v "$tool" >/dev/null || continue
+        for table in filter nat mangle; do
+            "$tool" -t "$table" -D INPUT -j KUBE-FIREWALL 2>/dev/null || true
+            "$tool" -t "$table" -D OUTPUT -j KUBE-FIREWALL 2>/dev/null || true
+            for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+                "$tool" -t "$table" -F "$chain" 2>/dev/null && "$tool" -t "$table" -X "$chain" 2>/dev/null || true
+            done
+        done
+    done
+}
+
 start() {
     install_packages
     BIN=$(bash "$REPO_ROOT/scripts/k8s-build.sh" | tail -n 1)
-    mkdir -p "$K8S_DIR" "$RUN_DIR" "$LOGS"
+    if foreign_kubelet; then
+        die "another kubelet runs on this machine: the test cluster would take over its device plugins"
+    fi
+    mkdir -p "$K8S_DIR" "$RUN_DIR"
+    chmod 0755 "$K8S_DIR"
+    touch "$K8S_DIR/$MARKER"
+    mkdir -p "$LOGS"
+    save_host_settings
     make_pki
     write_configs
     make_bridge
 
     launch containerd containerd --config "$K8S_DIR/containerd.toml"
+    # etcd speaks TLS and wants a client certificate of the cluster's CA: a local user cannot read the store
     launch etcd "$BIN/etcd" --name jhgpu-sim --data-dir "$K8S_DIR/etcd" \
-        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-        --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
-        --initial-cluster jhgpu-sim=http://127.0.0.1:23800 --listen-metrics-urls "" --log-level warn
-    wait_for etcd 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+        --listen-client-urls "https://127.0.0.1:$ETCD_PORT" --advertise-client-urls "https://127.0.0.1:$ETCD_PORT" \
+        --cert-file "$PKI/etcd-server.crt" --key-file "$PKI/etcd-server.key" \
+        --client-cert-auth --trusted-ca-file "$PKI/ca.crt" \
+        --listen-peer-urls https://127.0.0.1:23800 --initial-advertise-peer-urls https://127.0.0.1:23800 \
+        --peer-cert-file "$PKI/etcd-server.crt" --peer-key-file "$PKI/etcd-server.key" \
+        --peer-client-cert-auth --peer-trusted-ca-file "$PKI/ca.crt" \
+        --initial-cluster jhgpu-sim=https://127.0.0.1:23800 --listen-metrics-urls "" --log-level warn
+    wait_for etcd 30 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/apiserver-etcd-client.crt" \
+        --key "$PKI/apiserver-etcd-client.key" "https://127.0.0.1:$ETCD_PORT/health"
     launch kube-apiserver "$BIN/kube-apiserver" \
-        --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --secure-port "$API_PORT" \
+        --etcd-servers "https://127.0.0.1:$ETCD_PORT" --etcd-cafile "$PKI/ca.crt" \
+        --etcd-certfile "$PKI/apiserver-etcd-client.crt" --etcd-keyfile "$PKI/apiserver-etcd-client.key" \
+        --bind-address 127.0.0.1 --secure-port "$API_PORT" \
         --advertise-address "$NODE_IP" --endpoint-reconciler-type none \
         --client-ca-file "$PKI/ca.crt" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
         --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
@@ -344,6 +422,9 @@ start() {
 
 stop() {
     local name pid
+    if [[ -d $K8S_DIR && ! -e $K8S_DIR/$MARKER ]]; then
+        die "$K8S_DIR is not the test cluster's state (no $MARKER): nothing removed"
+    fi
     # the kubelet first (it would restart what we remove), then the pods' containers, then the control plane
     for name in gpu-device-plugin-sim kubelet; do
         if running "$name"; then kill "$(cat "$RUN_DIR/$name.pid")" 2>/dev/null || true; fi
@@ -366,16 +447,27 @@ stop() {
         if running "$name"; then kill -9 "$(cat "$RUN_DIR/$name.pid")" 2>/dev/null || true; fi
         rm -f "$RUN_DIR/$name.pid"
     done
-    pkill -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
-    # the kubelet's mounts (projected tokens, hostPath) under its root, then the state itself
+    pkill -f "containerd-shim-runc-v2 -namespace k8s.io -address $CONTAINERD_SOCK" 2>/dev/null || true
+    # the kubelet's mounts (projected tokens, hostPath) and the pods' network namespaces, all under our two
+    # directories, then the state itself
     local mounts
-    mounts=$(grep -oE " ($K8S_DIR|$RUN_DIR|/run/netns)/[^ ]*" /proc/mounts | sort -r || true)
+    mounts=$(grep -oE " ($K8S_DIR|$RUN_DIR)/[^ ]*" /proc/mounts | sort -r || true)
     for m in $mounts; do umount -l "$m" 2>/dev/null || true; done
-    rm -f /run/netns/cni-*  # the pods' network namespaces, named by containerd's CRI
     ip link del "$BRIDGE" 2>/dev/null || true
+    # the pods' cgroups (empty now), the CNI plugins' cache of our network
+    local d
+    if ! foreign_kubelet; then
+        for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+            [[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+        done
+    fi
+    rm -f /var/lib/cni/results/jhgpu-* 2>/dev/null || true
+    restore_host_settings
     if [[ ${KEEP_STATE:-0} != 1 ]]; then
-        rm -rf "$K8S_DIR" "$RUN_DIR"
-        rm -f "$PLUGIN_DIR"/gpu-sim-*.sock "$PLUGIN_DIR"/kubelet_internal_checkpoint "$PLUGIN_DIR"/kubelet.sock
+        if ! foreign_kubelet; then
+            rm -f "$PLUGIN_DIR"/gpu-sim-*.sock "$PLUGIN_DIR"/kubelet_internal_checkpoint "$PLUGIN_DIR"/kubelet.sock
+        fi
+        rm -rf --one-file-system "$K8S_DIR" "$RUN_DIR"
     fi
     log "stopped"
 }
@@ -387,9 +479,12 @@ status() {
     done
 }
 
+# one start or stop at a time on this machine (two checkouts share the one cluster)
+mkdir -p "$(dirname "$RUN_DIR")"
+exec 8>"$(dirname "$RUN_DIR")/jhgpu-k8s.lock"
 case "${1:-start}" in
-start) start ;;
-stop) stop ;;
+start) flock 8 && start ;;
+stop) flock 8 && stop ;;
 status) status ;;
 *) die "usage: $0 [start|stop|status]" ;;
 esac

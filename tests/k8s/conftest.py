@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -91,45 +92,60 @@ def kube():
     except requests.RequestException as e:
         pytest.fail(f"the test cluster does not answer ({e}): run `bash scripts/k8s-setup.sh`")
     assert node["status"]["allocatable"].get("nvidia.com/gpu") == str(GPUS), node["status"]["allocatable"]
+    # an interrupted run's namespaces would hold GPUs (the kubelet restarts their pods): remove them first
+    for ns in k.get("/api/v1/namespaces")["items"]:
+        if ns["metadata"]["name"].startswith("jhgpu-t-"):
+            remove_namespace(k, ns["metadata"]["name"])
+    holding = [p["metadata"]["name"] for p in k.get("/api/v1/pods")["items"] if "nvidia.com/gpu" in str(p["spec"])]
+    assert not holding, f"pods outside the tests hold GPUs of the test cluster: {holding}"
     return k
 
 
 @pytest.fixture
 def namespace(kube):
     name = f"jhgpu-t-{uuid.uuid4().hex[:8]}"
-    r = kube.request(
-        "POST", "/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    )
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    r = kube.request("POST", "/api/v1/namespaces", json=body)
     assert r.status_code == 201, r.text
     yield name
-    # pods first, at once, so their GPUs are free for the next test; PVs keep their data (Retain)
-    kube.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": "0"})
+    remove_namespace(kube, name)
+
+
+def remove_namespace(kube: Kube, name: str) -> None:
+    """Delete a test's namespace and wait until its pods are gone (their GPUs free, their containers ended),
+    then hand its volumes back emptied."""
+    # the normal grace period: the kubelet ends the containers before the API forgets the pods
+    kube.request("DELETE", f"/api/v1/namespaces/{name}/pods")
+    wait_for(lambda: not kube.pods(name), timeout=120, what=f"the pods of {name} to go")
     for pvc in kube.get(f"/api/v1/namespaces/{name}/persistentvolumeclaims")["items"]:
         kube.request("DELETE", f"/api/v1/namespaces/{name}/persistentvolumeclaims/{pvc['metadata']['name']}")
     kube.request("DELETE", f"/api/v1/namespaces/{name}")
-    wait_for(lambda: not kube.pods(name), timeout=60, what=f"the pods of {name} to go")
     release_volumes(kube)
 
 
 def release_volumes(kube: Kube) -> None:
-    """Make the test cluster's Released volumes Available again (their claims' namespaces are gone), emptied."""
+    """Make the test cluster's Released volumes Available again, wiped: the directory itself is removed and made
+    anew (empty, the server's uid alone), and only then is its claim cleared, at the version that was read.
+
+    Test clusters only: a production cluster uses a dynamic provisioner whose volumes are deleted with their
+    claims, so no student's data ever reaches another student.
+    """
     for pv in kube.get("/api/v1/persistentvolumes")["items"]:
         if pv["status"].get("phase") != "Released" or not pv["metadata"]["name"].startswith("jhgpu-pv-"):
             continue
         path = Path(pv["spec"]["hostPath"]["path"])
-        for child in path.glob("*"):
-            if child.is_dir():
-                import shutil
-
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
-        kube.request(
+        assert path.parent == K8S_DIR / "volumes", path
+        shutil.rmtree(path)  # symlinks are removed, never followed
+        path.mkdir(mode=0o700)
+        os.chown(path, 1000, 100)
+        assert not any(path.iterdir())
+        r = kube.request(
             "PATCH",
             f"/api/v1/persistentvolumes/{pv['metadata']['name']}",
             headers={"Content-Type": "application/merge-patch+json"},
-            json={"spec": {"claimRef": None}},
+            json={"metadata": {"resourceVersion": pv["metadata"]["resourceVersion"]}, "spec": {"claimRef": None}},
         )
+        assert r.status_code == 200, r.text
 
 
 def kube_hub_config(

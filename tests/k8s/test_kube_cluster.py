@@ -7,6 +7,7 @@ builders. The GPUs are simulated by scripts/k8s-setup.sh's device plugin and lab
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -166,6 +167,17 @@ def test_storage_restart_culling_and_budget_on_real_pods(kube, kube_hub):
     hub.wait_ready("idle", timeout=180)
     hub.wait_ready("bob", timeout=180)
     idle_pod = pod_of(hub, kube, "idle")
+    # when the idle pod goes, seen as it happens (the cull may come during any of the steps below)
+    gone: list[datetime] = []
+
+    def watch_idle_pod():
+        while not gone:
+            if kube.pod(hub.namespace, idle_pod["metadata"]["name"]) is None:
+                gone.append(datetime.now(timezone.utc))
+            time.sleep(1)
+
+    watcher = threading.Thread(target=watch_idle_pod, daemon=True)
+    watcher.start()
 
     # the user's PVC binds to a volume of the cluster, and a file written in one session is there in the next
     headers = token(hub, "bob")
@@ -222,8 +234,8 @@ def test_storage_restart_culling_and_budget_on_real_pods(kube, kube_hub):
 
     # the idle pod is warned, then culled: pod deleted, the ledger's reason, the bill ending at the deletion
     hub.wait_stopped("idle", timeout=240)
-    gone_at = datetime.now(timezone.utc)
-    assert kube.pod(hub.namespace, idle_pod["metadata"]["name"]) is None
+    watcher.join(timeout=60)
+    (gone_at,) = gone
     (record,) = ledger_sessions(hub, "idle")
     assert record.stop_reason == "gpu_idle"
     assert [n for n in ledger.notices("idle") if n.kind == "cull"]  # warned first

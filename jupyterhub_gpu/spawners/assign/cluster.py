@@ -457,7 +457,7 @@ class ClusterAllocator(FairQueue, Allocator):
         self.inventory = inventory
         self.products_override = {k: tuple(sorted(v)) for k, v in (products_override or {}).items()}
         self.shared_resource = shared_resource
-        self.devices: list[GPUDevice] = []  # none is ever simulated; the mixin reads this
+        self.devices: list[GPUDevice] = []  # the hub names no device on a cluster: the device plugin picks them
         self._claims: dict[str, Claim] = {}
         self._poller: asyncio.Task | None = None
         inventory.listeners.append(self._drain)
