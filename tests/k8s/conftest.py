@@ -184,13 +184,14 @@ c.GPUKubeSpawner.image_pull_policy = "Never"
 c.GPUKubeSpawner.cmd = ["jupyterhub-singleuser"]
 c.Spawner.args = []
 c.GPUKubeSpawner.storage_class = "jhgpu-local"
-c.GPUKubeSpawner.start_timeout = 120
-c.GPUKubeSpawner.http_timeout = 90
+c.GPUKubeSpawner.start_timeout = 180
+c.GPUKubeSpawner.http_timeout = 180
 c.GPUKubeSpawner.inventory_ttl = 1
-# cpu 0.25 (requests = limits): the node has 2 CPUs, and 4 GPU pods must fit on it at once
+# no cpu_limit (requests = limits would be the limit): the node has 2 CPUs and 4 GPU pods must fit on it at
+# once; a quarter CPU each throttled JupyterLab's start past the hub's timeout on a loaded machine
 c.GPUKubeSpawner.profiles = [
     {{"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "image": {IMAGE!r},
-      "price_per_gpu_hour": "3.00", "mem_limit": "1G", "cpu_limit": 0.25, "default": True}},
+      "price_per_gpu_hour": "3.00", "mem_limit": "1G", "default": True}},
 ]
 c.JupyterHub.custom_scopes = CUSTOM_SCOPES
 c.JupyterHub.services.append({{
