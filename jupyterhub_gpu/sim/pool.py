@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
 from jupyterhub_gpu.billing import billed_minutes
-from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES, CullRule, MinuteSignal, evaluate
+from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES, CullRule, evaluate
 from jupyterhub_gpu.service.domain.scheduling import (
     END,
     GRANT,
@@ -48,7 +48,7 @@ from jupyterhub_gpu.service.domain.scheduling import (
     schedule,
 )
 from jupyterhub_gpu.session import StopReason
-from jupyterhub_gpu.sim.replay import TraceMinute
+from jupyterhub_gpu.sim.replay import TraceMinute, minute_signals
 
 #: How many past sessions of a profile the wait estimate learns from (the most recent).
 HISTORY = 400
@@ -150,16 +150,7 @@ def cull_length(minutes: Sequence[TraceMinute], rules: Sequence[CullRule] = DEFA
     first = _first_possible_warning(minutes, rules)
     if first >= n:
         return n, None
-    signals = [
-        MinuteSignal(
-            at=_EPOCH + timedelta(minutes=i),
-            gpu_util=m.gpu_util,
-            gpu_mem_frac=m.gpu_mem_frac,
-            kernel_busy=m.kernel_busy,
-            user_active=m.user_active,
-        )
-        for i, m in enumerate(minutes)
-    ]
+    signals = minute_signals(minutes, _EPOCH)
     warned: datetime | None = None
     for i in range(first, n - 1):
         now = _EPOCH + timedelta(minutes=i + 1)

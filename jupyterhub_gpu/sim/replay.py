@@ -283,8 +283,8 @@ def natural_minutes(session: TraceSession) -> int:
     return billed_minutes(session.started, session.natural_end)
 
 
-def _signals(session: TraceSession) -> list[MinuteSignal]:
-    started = session.started
+def minute_signals(minutes, started: datetime) -> list[MinuteSignal]:
+    """The cull rules' view of a run of trace minutes, the first at ``started`` (the pool simulator's too)."""
     return [
         MinuteSignal(
             at=started + timedelta(minutes=i),
@@ -293,8 +293,12 @@ def _signals(session: TraceSession) -> list[MinuteSignal]:
             kernel_busy=m.kernel_busy,
             user_active=m.user_active,
         )
-        for i, m in enumerate(session.minutes)
+        for i, m in enumerate(minutes)
     ]
+
+
+def _signals(session: TraceSession) -> list[MinuteSignal]:
+    return minute_signals(session.minutes, session.started)
 
 
 def replay_rules(session: TraceSession, rules, has_gpu: bool = True) -> Outcome:
