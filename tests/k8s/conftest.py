@@ -107,6 +107,13 @@ def namespace(kube):
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     r = kube.request("POST", "/api/v1/namespaces", json=body)
     assert r.status_code == 201, r.text
+    # the controller manager makes the namespace's "default" service account a moment later; until then the API
+    # server refuses every pod in it (403 "serviceaccount default not found"), as it would on any cluster
+    wait_for(
+        lambda: kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").status_code == 200,
+        timeout=60,
+        what=f"the default service account of {name}",
+    )
     yield name
     remove_namespace(kube, name)
 
