@@ -284,8 +284,15 @@ ZH_CN.update(
         'Spawn options must be a JSON object such as {"profile": "t4"}.': (
             '启动选项必须是一个 JSON 对象，例如 {"profile": "t4"}。'
         ),
-        "Unexpected option(s): {options}. Only 'profile' and 'pool' may be given.": (
-            "意外的选项：{options}。只能提供 'profile' 和 'pool'。"
+        "Unexpected option(s): {options}. Only 'profile', 'pool' and 'resume' may be given.": (
+            "意外的选项：{options}。只能提供 'profile'、'pool' 和 'resume'。"
+        ),
+        "'resume' must be the form's checkbox. Nothing was started.": (
+            "'resume' 必须是表单中的复选框。未启动任何服务器。"
+        ),
+        "'resume' must be true or false, got {value}.": "'resume' 必须为 true 或 false，收到的是 {value}。",
+        "'resume' is for preemptible profiles; {profile} is not one. Nothing was started.": (
+            "'resume' 仅适用于可抢占配置；{profile} 不是。未启动任何服务器。"
         ),
         "No profile is available to you. Ask your instructor or administrator for access.": (
             "您没有可用的配置。请向您的教师或管理员申请权限。"
@@ -531,6 +538,8 @@ ZH_CN.update(
             "计费已随之停止；您的文件仍保留。"
         ),
         "plateau": "训练停滞",
+        "preempted": "被抢占",
+        "reserved": "已为课程预留",
         "GPU memory has been above {percent}% for {minutes} minutes, and no profile with more GPU memory or"
         " more GPUs is open to you: try a smaller batch size or model.": (
             "GPU 显存已连续 {minutes} 分钟高于 {percent}%，而您没有可用的显存更大或 GPU 更多的配置："
@@ -805,6 +814,127 @@ ZH_CN.update(
     }
 )
 
+# issue 16: the scheduler's texts (jupyterhub_gpu/scheduling.py TEXTS) and the gpu service's words of the schedule
+# (service/domain/schedule.py: stop-order notices, GET queue)
+ZH_CN.update(
+    {
+        # why a request stands where it does
+        "requests are served in the order they came": "请求按到达的先后顺序处理",
+        "your group has used {percent}% of its share of {model} GPUs {period}": (
+            "您的组{period}已用掉其 {model} GPU 份额的 {percent}%"
+        ),
+        "your group has used {percent}% of its share of {model} GPUs {period}; your {waited} of waiting moves you up": (
+            "您的组{period}已用掉其 {model} GPU 份额的 {percent}%；您已等待 {waited}，排名因此提前"
+        ),
+        "your group has no share of {model} GPUs: it is served when no group with a share waits,"
+        " and your {waited} of waiting moves you up": (
+            "您的组没有 {model} GPU 份额：没有其他有份额的组在等待时才轮到它；您已等待 {waited}，排名因此提前"
+        ),
+        "preemptible requests wait until no full-price request needs a {model}": (
+            "可抢占请求要等到没有全价请求需要 {model} 时才会启动"
+        ),
+        "{gpus} are reserved for {label} until {end}": "{gpus} 已为 {label} 预留，直到 {end}",
+        "the free {model} GPUs are reserved for {label} from {start}": (
+            "空闲的 {model} GPU 从 {start} 起为 {label} 预留"
+        ),
+        # the headline of a waiting request
+        "Waiting for a free {model} — position {position} of {length} — {wait}": (
+            "正在等待空闲的 {model} — 排队中：第 {position} 位，共 {length} 位 — {wait}"
+        ),
+        "no estimate yet": "暂无预计等待时间",
+        "any moment now": "随时可能开始",
+        "about {duration}": "约 {duration}",
+        "more than a day": "超过一天",
+        # grants
+        "{gpus} free": "{gpus} 空闲",
+        "{gpus} reserved for {label}": "为 {label} 预留的 {gpus}",
+        "may run until {until}: {gpus} are reserved for {label} from {start}": (
+            "最多可运行到 {until}：从 {start} 起 {gpus} 已为 {label} 预留"
+        ),
+        # preemption and reservations
+        "this server will be stopped in {grace} to free its GPU for a full-price request;"
+        " your training is being checkpointed": (
+            "此服务器将在 {grace} 后停止，以便把其 GPU 让给一个全价请求；您的训练正在保存检查点"
+        ),
+        "this server will be stopped in {grace} to free its GPU for a full-price request; save your work now": (
+            "此服务器将在 {grace} 后停止，以便把其 GPU 让给一个全价请求；请立即保存工作"
+        ),
+        "this server was stopped at {at}, as it was told": "此服务器已按通知于 {at} 停止",
+        "this server was stopped at {at} to free its GPU for a full-price request": (
+            "此服务器已于 {at} 停止，以便把其 GPU 让给一个全价请求"
+        ),
+        "this server was stopped at {at}: its GPUs are reserved for a class from then": (
+            "此服务器已于 {at} 停止：从那时起其 GPU 已为一门课程预留"
+        ),
+        # refusals
+        "this pool has no {model} GPUs (it has {models})": "此资源池没有 {model} GPU（它有 {models}）",
+        "{gpus} asked, but the pool has {total}": "申请了 {gpus}，但资源池只有 {total} 块",
+        "a request needs at least one GPU, got {count}": "请求至少需要一块 GPU，收到的是 {count}",
+        "{label} reserves {gpus} from {start} to {end}, but the pool has {total} and {taken} are reserved"
+        " for others then": (
+            "{label} 预留 {start} 至 {end} 的 {gpus}，但资源池只有 {total} 块，且当时已有 {taken} 块为其他组预留"
+        ),
+        # the scheduler's values, worded again (service/domain/schedule.py)
+        "1 {model}": "1 块 {model}",
+        "{count} {model}s": "{count} 块 {model}",
+        "{n} min": "{n} 分钟",
+        "{hours} h": "{hours} 小时",
+        "{hours} h {minutes} min": "{hours} 小时 {minutes} 分钟",
+        "{n} s": "{n} 秒",
+        "this week": "本周",
+        "today": "今天",
+        "in the last {n} days": "最近 {n} 天内",
+        "in the last {n} hours": "最近 {n} 小时内",
+        "{month}/{day} {time}": "{month}月{day}日 {time}",
+        # stop orders' notices (service/domain/schedule.py NOTICE_TEXTS, AFTER_TEXTS, SUBJECTS)
+        "This server will be stopped at {stop_time} to free its GPU for a full-price request; your training"
+        " is being checkpointed (CheckpointAndResume saves on the stop).": (
+            "此服务器将于 {stop_time} 停止，以便把其 GPU 让给一个全价请求；您的训练正在保存检查点"
+            "（CheckpointAndResume 会在停止时保存）。"
+        ),
+        "This server will be stopped at {stop_time} to free its GPU for a full-price request; save your work now.": (
+            "此服务器将于 {stop_time} 停止，以便把其 GPU 让给一个全价请求；请立即保存工作。"
+        ),
+        "This server may run until {until}: {gpus} are reserved for {label} from {start}."
+        " It will be stopped then; save your work.": (
+            "此服务器最多可运行到 {until}：从 {start} 起 {gpus} 已为 {label} 预留。届时它将被停止；请保存您的工作。"
+        ),
+        "This server will be stopped at {stop_time}: its GPUs are reserved for a class from then."
+        " Save your work now.": "此服务器将于 {stop_time} 停止：从那时起其 GPU 已为一门课程预留。请立即保存工作。",
+        "It will be put back in the queue and start again when a {model} is free.": (
+            "之后它会被重新放回队列，等有空闲的 {model} 时再次启动。"
+        ),
+        "It will be put back in the queue and start again when an {model} is free.": (
+            "之后它会被重新放回队列，等有空闲的 {model} 时再次启动。"
+        ),
+        "It will be put back in the queue and start again when a GPU is free.": (
+            "之后它会被重新放回队列，等有空闲的 GPU 时再次启动。"
+        ),
+        "The job will be put back in the queue and run again when a {model} is free; with"
+        " CheckpointAndResume it goes on from its last checkpoint.": (
+            "作业会被重新放回队列，等有空闲的 {model} 时再次运行；使用 CheckpointAndResume 时会从最近的检查点继续。"
+        ),
+        "The job will be put back in the queue and run again when an {model} is free; with"
+        " CheckpointAndResume it goes on from its last checkpoint.": (
+            "作业会被重新放回队列，等有空闲的 {model} 时再次运行；使用 CheckpointAndResume 时会从最近的检查点继续。"
+        ),
+        "The job will be put back in the queue and run again when a GPU is free; with"
+        " CheckpointAndResume it goes on from its last checkpoint.": (
+            "作业会被重新放回队列，等有空闲的 GPU 时再次运行；使用 CheckpointAndResume 时会从最近的检查点继续。"
+        ),
+        "[GPU] Your server {server} will be stopped at {stop_time} to free its GPU": (
+            "[GPU] 您的服务器 {server} 将于 {stop_time} 停止，以便让出其 GPU"
+        ),
+        "[GPU] Your server {server} will be stopped at {stop_time} for a class reservation": (
+            "[GPU] 您的服务器 {server} 将于 {stop_time} 停止：GPU 已为课程预留"
+        ),
+        "[GPU] Your server {server} was not put back in the queue": "[GPU] 您的服务器 {server} 未能重新放回队列",
+        "Your server {server} was stopped to free its GPU and could not be put back in the queue: {reason}": (
+            "您的服务器 {server} 已停止以让出其 GPU，但未能重新放回队列：{reason}"
+        ),
+    }
+)
+
 #: English display texts of codes the pages pass through ``_()`` (stop reasons, units).
 EN: dict[str, str] = {
     "stopped": "stopped by user",
@@ -821,6 +951,8 @@ EN: dict[str, str] = {
     "job_cancelled": "job cancelled",
     "stop_when_done": "stopped when done",
     "plateau": "training plateau",
+    "preempted": "preempted",
+    "reserved": "reserved for a class",
     "gpu_hours": "GPU-hours",
 }
 

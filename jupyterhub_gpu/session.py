@@ -50,6 +50,10 @@ class StopReason(str, Enum):
     STOP_WHEN_DONE = "stop_when_done"
     #: ``PlateauStop(stop_server=True)``: training reached a plateau, a checkpoint was saved (docs/keras.md).
     PLATEAU = "plateau"
+    #: The scheduler (issue 16): its GPU went to a full-price request (the preemptible tier), or a class
+    #: reservation took its GPUs at the window's start (docs/scheduling.md).
+    PREEMPTED = "preempted"
+    RESERVED = "reserved"
 
     def __str__(self) -> str:
         return self.value
@@ -97,6 +101,9 @@ class SessionStart:
     pool: str | None = None
     #: The spawn's language (one of :data:`.i18n.LANGUAGES`; None: unknown): its user's notices and mail speak it.
     language: str | None = None
+    #: The tier (``"preemptible"``; None: full price), and whether its user asked to be requeued when preempted.
+    tier: str | None = None
+    resume: bool = False
 
     def pool_name(self) -> str | None:
         """The group that pays; ValueError for a pool that is not one of the user's groups."""
@@ -129,6 +136,8 @@ class SessionStart:
             started=datetime.fromisoformat(gpu["started"].replace("Z", "+00:00")),
             simulated=bool(gpu.get("simulated", False)),
             language=gpu.get("language") if gpu.get("language") in LANGUAGES else None,
+            tier="preemptible" if gpu.get("tier") == "preemptible" else None,
+            resume=gpu.get("resume") is True,
         )
 
 

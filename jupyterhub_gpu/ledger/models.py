@@ -15,7 +15,7 @@ import json
 from datetime import date, datetime
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Boolean, Date, DateTime, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Date, DateTime, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from jupyterhub_gpu.billing import BudgetRule
@@ -56,6 +56,9 @@ class SessionRecord(Base):
     cull_rule: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # the language of the spawn ("en" | "zh-CN"; None: recorded before issue 19): its user's notices speak it
     language: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    # issue 16: "preemptible" for the cheaper tier (None: full price); resume: put back in the queue when preempted
+    tier: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    resume: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     @property
     def group_list(self) -> list[str]:
@@ -324,7 +327,7 @@ class ReservationRecord(Base):
     """``count`` GPUs of ``gpu_model`` kept for ``group`` from ``start`` to ``end``, once or weekly until a day.
 
     ``weekly_until`` is the last day (in the lab's time zone) a weekly window may start on; None: once.
-    The rules (what may be booked) are :func:`jupyterhub_gpu.service.domain.scheduling.check_reservation`.
+    The rules (what may be booked) are :func:`jupyterhub_gpu.scheduling.check_reservation`.
     """
 
     __tablename__ = "gpu_reservations"
@@ -351,6 +354,54 @@ class GroupShare(Base):
     share: Mapped[int] = mapped_column(Integer)
     updated: Mapped[datetime] = mapped_column(DateTime)
     updated_by: Mapped[str] = mapped_column(String(255))
+
+
+# -- the schedule at work (migration 0015; rows: queries/schedule.py) ------------------------------------------
+
+
+class ScheduleOrder(Base):
+    """A session the hub's scheduler told to stop at ``stop_at``: ``kind`` ``preempted`` or ``reserved``.
+
+    Why, in words: ``reason_key`` (a key of :data:`jupyterhub_gpu.scheduling.TEXTS`) and ``reason_values`` (JSON),
+    so that each reader's language words it. The gpu service sends the notice (``noticed_at``) and stops the
+    server at ``stop_at`` (``done_at``). The ``preempted`` rows are the ledger's preemption records.
+    """
+
+    __tablename__ = "gpu_schedule_orders"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255))
+    server_name: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))
+    stop_at: Mapped[datetime] = mapped_column(DateTime)
+    decided_at: Mapped[datetime] = mapped_column(DateTime)
+    reason_key: Mapped[str] = mapped_column(String(32))
+    reason_values: Mapped[str] = mapped_column(Text)
+    for_user: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    noticed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    done_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, index=True)
+
+
+class QueueEntry(Base):
+    """One waiting request of the hub's queue, as the hub last published it (``key``: ``user/server``)."""
+
+    __tablename__ = "gpu_queue"
+
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    server_name: Mapped[str] = mapped_column(String(255))
+    profile: Mapped[str] = mapped_column(String(64))
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer)
+    tier: Mapped[str] = mapped_column(String(16))
+    group: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    arrived: Mapped[datetime] = mapped_column(DateTime)
+    position: Mapped[int] = mapped_column(Integer)
+    length: Mapped[int] = mapped_column(Integer)
+    wait_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason_key: Mapped[str] = mapped_column(String(32))
+    reason_values: Mapped[str] = mapped_column(Text)
+    updated: Mapped[datetime] = mapped_column(DateTime)
 
 
 metadata = Base.metadata

@@ -142,6 +142,8 @@ class Ledger:
                     currency=start.currency,
                     started=naive_utc(start.started),
                     language=start.language,
+                    tier=start.tier,
+                    resume=start.resume,
                 )
             )
             try:

@@ -11,6 +11,7 @@ the ledger. The mixin's ``options_form`` gathers them and calls
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from decimal import Decimal
 from importlib import resources
 
@@ -19,6 +20,7 @@ import jinja2
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.scheduling import TEXTS, duration_text
 from jupyterhub_gpu.spawners.assign.protocol import Allocator
 from jupyterhub_gpu.spawners.profiles import Profile, choose_profile
 
@@ -240,3 +242,32 @@ def render_options_form(
     return _templates.get_template("options_form.html").render(
         profiles=rows, simulated=simulated, pools=pools, lang=lang, _=translator(lang)
     )
+
+
+def scheduling_text(key: str, values, lang: str = "en") -> str:
+    """One of the scheduler's texts (:data:`jupyterhub_gpu.scheduling.TEXTS`) in ``lang``."""
+    return translator(lang)(TEXTS[key], **values)
+
+
+def wait_words(wait, lang: str = "en") -> str | None:
+    """The estimate in ``lang``: ``about 12 min``; None when there is none."""
+    if wait is None:
+        return None
+    _ = translator(lang)
+    if wait < timedelta(minutes=1):
+        return _(TEXTS["wait.now"])
+    if wait > timedelta(days=1):
+        return _(TEXTS["wait.day"])
+    return _(TEXTS["wait.about"], duration=duration_text(wait))
+
+
+def queue_status(decision, model: str, count: int, simulated: bool, lang: str = "en", *, share=None, mig=None) -> str:
+    """A waiting request as the scheduler sees it: ``Waiting for a free A100 — position 2 of 5 — about 12 min —
+    your group has used 140% of its share of A100 GPUs this week`` (the plain first-come order adds no reason)."""
+    parts = [queue_message(model, count, simulated, decision.position, decision.length, lang, share=share, mig=mig)]
+    wait = wait_words(decision.wait, lang)
+    if wait:
+        parts.append(wait)
+    if decision.key != "fifo":
+        parts.append(scheduling_text(decision.key, decision.values, lang))
+    return " — ".join(parts)

@@ -27,7 +27,7 @@ and :mod:`.startup` (the hub's startup check, prices, orphans).
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -57,8 +57,10 @@ from jupyterhub_gpu.i18n import language_of, translator
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, to_micros
-from jupyterhub_gpu.session import SessionStart, StopReason
+from jupyterhub_gpu.scheduling import FairShare, Fifo, Policy, Preemption, Reservations
+from jupyterhub_gpu.session import SessionStart, StopReason, default_pool
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
+from jupyterhub_gpu.spawners.assign.plan import Ask, Planner, ProfileFacts, unit_of
 from jupyterhub_gpu.spawners.assign.protocol import (
     AllocationError,
     Allocator,
@@ -68,7 +70,14 @@ from jupyterhub_gpu.spawners.assign.protocol import (
 )
 from jupyterhub_gpu.spawners.assign.restore import wait_restored
 from jupyterhub_gpu.spawners.budget import Reservation, check_and_reserve, drop_reservation, profile_binding_groups
-from jupyterhub_gpu.spawners.form import assignment_message, describe_profile, queue_message, render_options_form
+from jupyterhub_gpu.spawners.form import (
+    assignment_message,
+    describe_profile,
+    queue_message,
+    queue_status,
+    render_options_form,
+    scheduling_text,
+)
 from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.profiles import (
     OptionsError,
@@ -82,6 +91,7 @@ from jupyterhub_gpu.spawners.profiles import (
     options_from_form,
     parse_profiles,
     pool_choices,
+    resume_choice,
 )
 from jupyterhub_gpu.spawners.records import evidence_of_life, new_session_state, note_alive, record_start, record_stop
 from jupyterhub_gpu.spawners.singleuser import kernel_cull_args, server_token_scopes
@@ -225,6 +235,70 @@ class GPUSpawnerMixin(Configurable):
         """,
     ).tag(config=True)
 
+    fair_share = Bool(
+        False,
+        help="""
+        Serve the wait queue by fair share between groups (docs/scheduling.md): a waiting request is served by
+        its group's recent GPU use against its share (``jupyterhub-gpu shares``; 1 each by default), with use
+        decayed by ``fair_share_half_life``, first come within a group, and each ``fair_share_ageing`` of
+        waiting moving a request up so that nothing starves. False: first come, first served. Needs
+        ``ledger_db_url``. Reservations and the preemptible tier work either way.
+
+            c.GPUDockerSpawner.fair_share = True
+        """,
+    ).tag(config=True)
+
+    fair_share_half_life = Float(
+        7 * 24 * 3600, help="Seconds after which a GPU-hour counts half in a group's fair-share use (7 days)."
+    ).tag(config=True)
+
+    fair_share_ageing = Float(
+        3600, help="Seconds of waiting that lift a request's rank by one share's worth of use (1 hour)."
+    ).tag(config=True)
+
+    preempt_min_runtime = Float(
+        600,
+        help="""
+        Seconds a preemptible session runs before it may be preempted (10 minutes): it gets past its start-up
+        first. A profile is preemptible with ``"preemptible": True`` (and a ``"price_factor"``).
+        """,
+    ).tag(config=True)
+
+    preempt_grace = Float(
+        120,
+        help="""
+        Seconds between a preemption's notice and the stop (2 minutes; Slurm's GraceTime): the kernels get the
+        interrupt that ``CheckpointAndResume`` answers by saving, when the server is stopped.
+        """,
+    ).tag(config=True)
+
+    reservation_lead = Float(
+        300, help="Seconds before a class reservation's window that other sessions on its GPUs stop (5 minutes)."
+    ).tag(config=True)
+
+    schedule_interval = Float(
+        5,
+        help="""
+        Seconds between the scheduler's cycles while requests wait, reservations exist or stops are ordered (and
+        the most its view of the ledger's shares, use and reservations may be behind).
+        """,
+    ).tag(config=True)
+
+    @validate(
+        "fair_share_half_life",
+        "fair_share_ageing",
+        "preempt_min_runtime",
+        "preempt_grace",
+        "reservation_lead",
+        "schedule_interval",
+    )
+    def _valid_schedule_seconds(self, proposal):
+        value, name = proposal.value, proposal.trait.name
+        low = 0 if name in ("preempt_min_runtime", "preempt_grace", "reservation_lead") else 1
+        if not low <= value <= 366 * 24 * 3600:
+            raise ValueError(f"{name} must be between {low} seconds and a year, got {value}")
+        return value
+
     ledger_db_url = Unicode(
         "",
         help="""
@@ -339,6 +413,39 @@ class GPUSpawnerMixin(Configurable):
         """The hub-wide allocator this spawner takes its GPUs from (a host's devices; Kubernetes: the cluster's)."""
         return shared_allocator(self.gpu_backend, self.static_gpus, self.simulated_gpus)
 
+    def gpu_policy(self):
+        """The scheduling policy these settings make (docs/scheduling.md)."""
+        order = (
+            FairShare(
+                half_life=timedelta(seconds=self.fair_share_half_life), ageing=timedelta(seconds=self.fair_share_ageing)
+            )
+            if self.fair_share
+            else Fifo()
+        )
+        return Policy(
+            "fair-share" if self.fair_share else "fifo",
+            order,
+            Preemption(
+                min_runtime=timedelta(seconds=self.preempt_min_runtime), grace=timedelta(seconds=self.preempt_grace)
+            ),
+            Reservations(lead=timedelta(seconds=self.reservation_lead)),
+        )
+
+    def gpu_planner(self) -> Planner | None:
+        """The hub's scheduler of this allocator's queue, attached on first use (None without a ledger)."""
+        ledger = self.ledger
+        if ledger is None:
+            return None
+        allocator = self.allocator
+        planner = getattr(allocator, "planner", None)
+        policy = self.gpu_policy()
+        if planner is None or planner.ledger is not ledger:
+            planner = Planner(ledger, policy, ZoneInfo(self.budget_timezone), refresh=self.schedule_interval)
+            allocator.use_planner(planner)
+        else:
+            planner.policy = policy
+        return planner
+
     @property
     def ledger(self):
         """The shared ledger of this hub, or None when billing is off."""
@@ -347,6 +454,7 @@ class GPUSpawnerMixin(Configurable):
         return shared_ledger(self.ledger_db_url)
 
     _gpu_pool: str | None = None
+    _gpu_resume = False  # put back in the queue when preempted (a preemptible profile's choice)
 
     async def gpu_choose_pool(self, options, profile: Profile) -> str | None:
         """The one group that pays for this session (``pool`` in the options, else the default; docs/admin.md)."""
@@ -602,6 +710,7 @@ class GPUSpawnerMixin(Configurable):
             self._gpu_job_id = self._gpu_job_option(options)
             profile = choose_profile(options, allowed, everything)
             self._gpu_pool = await self.gpu_choose_pool(options, profile)
+            self._gpu_resume = resume_choice(options, profile)
         except OptionsError as e:
             raise self.gpu_refusal(e.phrase, reason="options") from None
         # the check and the hold of this spawn's minimum are one step for the whole hub (section "Spawn races")
@@ -633,9 +742,13 @@ class GPUSpawnerMixin(Configurable):
 
         waited = False
 
+        planned = False
+
         def on_position(position, length):
             nonlocal waited
             waited = True  # called only for a request that stands in the queue
+            if planned:
+                return  # the scheduler's decision says it, with the estimate and the reason
             self._gpu_say(
                 50,
                 lambda lang: queue_message(
@@ -643,8 +756,40 @@ class GPUSpawnerMixin(Configurable):
                 ),
             )
 
+        def on_decision(decision):
+            # the scheduler's place, why, and the estimate (docs/scheduling.md)
+            self._gpu_say(
+                50,
+                lambda lang: queue_status(decision, profile.gpu_model, profile.gpu_count, simulated, lang, **unit),
+            )
+
         devices: list[GPUDevice] = []
         if profile.gpu_count:
+            planner = self.gpu_planner()
+            if planner is not None:
+                planned = True
+                planner.note_profiles(
+                    {
+                        p.slug: ProfileFacts(p.gpu_model, unit_of(p.gpu_share, p.mig), p.tier)
+                        for p in await self.gpu_profiles()
+                        if p.gpu_count
+                    }
+                )
+                groups = tuple(sorted(self._gpu_group_names()))
+                self.allocator.expect(
+                    key,
+                    Ask(
+                        user=self.user.name,
+                        server_name=self.name,
+                        group=self._gpu_pool or default_pool(groups) or "",
+                        groups=groups,
+                        profile=profile.slug,
+                        tier=profile.tier,
+                        arrived=utcnow(),
+                        unit=unit_of(profile.gpu_share, profile.mig),
+                    ),
+                    on_decision,
+                )
 
             def on_restore():
                 self._gpu_say(
@@ -687,6 +832,10 @@ class GPUSpawnerMixin(Configurable):
             raise
         self._gpu_devices = devices
         self._gpu_granted_at = utcnow()  # the GPUs are held (and billed) from now
+        grant = getattr(self.allocator, "grants", {}).pop(key, None)
+        if grant is not None and grant.at is not None:
+            # "may run until 13:55: 4 T4s are reserved for CS231N from 14:00"
+            self._gpu_say(55, lambda lang: scheduling_text(grant.key, grant.values, lang))
 
     _gpu_job_id: str | None = None
 
@@ -720,6 +869,7 @@ class GPUSpawnerMixin(Configurable):
                 groups=self._gpu_group_names(),
                 pool=self._gpu_pool,
                 language=self._gpu_lang,
+                resume=self._gpu_resume,
             )
             self._gpu_env = make_gpu_env(
                 profile_slug=profile.slug,

@@ -39,6 +39,8 @@ PROFILE_FIELDS = {
     "default",
     "gpu_share",
     "mig",
+    "preemptible",
+    "price_factor",
 }
 #: A MIG profile's name, as ``nvidia-smi mig -lgip`` lists it ("1g.10gb", "3g.20gb", "1g.10gb+me").
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
@@ -85,7 +87,15 @@ class Profile:
     #: how many servers share one physical GPU (2..16; a whole GPU is None), or the MIG slice ("1g.10gb")
     gpu_share: int | None = None
     mig: str | None = None
+    #: the cheaper tier (issue 16): may be stopped after a notice to free its GPU for a full-price request;
+    #: ``price_factor`` is what its configured prices were multiplied by (the prices above are the factored ones)
+    preemptible: bool = False
+    price_factor: Decimal = Decimal(1)
     extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def tier(self) -> str:
+        return "preemptible" if self.preemptible else "standard"
 
     @property
     def unit(self) -> str:
@@ -178,9 +188,10 @@ def parse_profile(raw: object, position: int, require_image: bool = True, curren
         raise ProfileError(f"{where}: 'gpu_count' must be an integer from 0 to 64, got {gpu_count!r}")
     gpu_model = text("gpu_model", "", required=gpu_count > 0)
     image = text("image", "", required=require_image)
+    preemptible, factor = parse_tier(raw, gpu_count, where)
     try:
-        price_gpu = parse_amount(raw.get("price_per_gpu_hour", 0), f"{where}: 'price_per_gpu_hour'")
-        price_flat = parse_amount(raw.get("price_per_hour", 0), f"{where}: 'price_per_hour'")
+        price_gpu = parse_amount(raw.get("price_per_gpu_hour", 0), f"{where}: 'price_per_gpu_hour'") * factor
+        price_flat = parse_amount(raw.get("price_per_hour", 0), f"{where}: 'price_per_hour'") * factor
         if gpu_count > 0 and "price_per_gpu_hour" not in raw:
             raise MoneyError(f"{where}: 'price_per_gpu_hour' is required for a GPU profile")
         rate = profile_rate(gpu_count, price_gpu, price_flat, currency)
@@ -229,7 +240,37 @@ def parse_profile(raw: object, position: int, require_image: bool = True, curren
         default=default,
         gpu_share=gpu_share,
         mig=mig,
+        preemptible=preemptible,
+        price_factor=factor,
     )
+
+
+def parse_tier(raw: dict, gpu_count: int, where: str) -> tuple[bool, Decimal]:
+    """``(preemptible, price_factor)``: the factor, from more than 0 to 1 with at most 4 places, is for the
+    preemptible tier only (its prices are the configured ones times it)."""
+    preemptible = raw.get("preemptible", False)
+    if not isinstance(preemptible, bool):
+        raise ProfileError(f"{where}: 'preemptible' must be true or false, got {preemptible!r}")
+    if preemptible and not gpu_count:
+        raise ProfileError(f"{where}: 'preemptible' is for GPU profiles (a profile with no GPU frees none)")
+    value = raw.get("price_factor")
+    if value is None:
+        return preemptible, Decimal(1)
+    if not preemptible:
+        raise ProfileError(f"{where}: 'price_factor' is for preemptible profiles; add 'preemptible': True")
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, str, Decimal)):
+            raise ValueError
+        factor = Decimal(str(value).strip())
+    except (ValueError, ArithmeticError):
+        raise ProfileError(
+            f"{where}: 'price_factor' must be a number as a string such as '0.4', got {value!r}"
+        ) from None
+    if not factor.is_finite() or not 0 < factor <= 1 or factor.as_tuple().exponent < -4:
+        raise ProfileError(
+            f"{where}: 'price_factor' must be more than 0 and at most 1, with at most 4 places, got {value!r}"
+        )
+    return preemptible, factor
 
 
 def parse_share(raw: dict, gpu_count: int, where: str) -> tuple[int | None, str | None]:
@@ -284,7 +325,7 @@ def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list
 
     ``formdata`` is JupyterHub's form dict (field name -> list of strings).
     """
-    extra = sorted(set(formdata) - {"profile", "pool"} - HUB_FORM_FIELDS)
+    extra = sorted(set(formdata) - {"profile", "pool", "resume"} - HUB_FORM_FIELDS)
     if extra:
         raise OptionsError(
             "Unexpected form field(s): {fields}. Nothing was started.", fields=shown(", ".join(map(str, extra)), 120)
@@ -302,7 +343,27 @@ def options_from_form(formdata: dict, allowed: list[Profile], all_profiles: list
             raise OptionsError("Choose at most one group to pay. Nothing was started.")
         if pools[0]:  # "": the default group
             options["pool"] = pools[0]
+    resume = formdata.get("resume")
+    if resume is not None:
+        # the checkbox of a preemptible profile: "on" when ticked (browsers send nothing otherwise)
+        if not isinstance(resume, list) or len(resume) != 1 or resume[0] not in ("on", ""):
+            raise OptionsError("'resume' must be the form's checkbox. Nothing was started.")
+        if resume[0] == "on":
+            options["resume"] = True
     return options
+
+
+def resume_choice(user_options: object, profile: Profile) -> bool:
+    """Whether to put the server back in the queue when it is preempted (``"resume": true``; preemptible only)."""
+    value = user_options.get("resume", False) if isinstance(user_options, dict) else False
+    if not isinstance(value, bool):
+        raise OptionsError("'resume' must be true or false, got {value}.", value=shown(repr(value)))
+    if value and not profile.preemptible:
+        raise OptionsError(
+            "'resume' is for preemptible profiles; {profile} is not one. Nothing was started.",
+            profile=profile.name_in,
+        )
+    return value
 
 
 def form_language(formdata: dict) -> str | None:
@@ -317,10 +378,10 @@ def choose_profile(user_options: object, allowed: list[Profile], all_profiles: l
     """The profile named by ``user_options`` (or the default one), if the user may use it."""
     if not isinstance(user_options, dict):
         raise OptionsError('Spawn options must be a JSON object such as {"profile": "t4"}.')
-    extra = sorted(set(user_options) - {"profile", "pool"})
+    extra = sorted(set(user_options) - {"profile", "pool", "resume"})
     if extra:
         raise OptionsError(
-            "Unexpected option(s): {options}. Only 'profile' and 'pool' may be given.",
+            "Unexpected option(s): {options}. Only 'profile', 'pool' and 'resume' may be given.",
             options=shown(", ".join(map(str, extra)), 120),
         )
     if not allowed:

@@ -32,6 +32,7 @@ def new_session_state(
     groups,
     pool: str | None,
     language: str = "en",
+    resume: bool = False,
 ) -> dict:
     """The ``gpu`` part of a starting server's state: a new session id, its GPUs, rate and start.
 
@@ -54,6 +55,8 @@ def new_session_state(
         "groups": sorted(groups),
         "pool": pool,
         "language": language,
+        # the preemptible tier (issue 16), and whether to requeue the server when it is preempted
+        **({"tier": "preemptible", "resume": resume} if profile.preemptible else {}),
     }
 
 

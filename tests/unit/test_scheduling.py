@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.service.domain.scheduling import (
+from jupyterhub_gpu.scheduling import (
     END,
     GRANT,
     POLICIES,

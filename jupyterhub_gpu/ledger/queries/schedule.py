@@ -1,6 +1,8 @@
-"""The schedule kept in the ledger: class reservations (``gpu_reservations``) and group shares (``gpu_group_shares``).
+"""The schedule kept in the ledger: class reservations (``gpu_reservations``), group shares (``gpu_group_shares``),
+the stop orders of the hub's scheduler (``gpu_schedule_orders``: preemptions and reservation ends), the queue the
+hub publishes (``gpu_queue``), and what a scheduling cycle reads of past sessions (usage and lengths).
 
-What may be booked is :func:`jupyterhub_gpu.service.domain.scheduling.check_reservation`; here rows are read and
+What may be booked is :func:`jupyterhub_gpu.scheduling.check_reservation`; here rows are read and
 written. :func:`add_reservation` runs the caller's check on the bookings as they are inside the same step as the
 insert, so two concurrent bookings cannot together pass the pool's size. Times are stored as naive UTC and come
 back aware, in the zone the caller names (the lab's: weekly windows repeat at its wall-clock time).
@@ -8,15 +10,23 @@ back aware, in the zone the caller names (the lab's: weekly windows repeat at it
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, or_, select, text
 
 from jupyterhub_gpu.clock import aware_utc, naive_utc
-from jupyterhub_gpu.ledger.models import GroupShare, ReservationRecord
+from jupyterhub_gpu.ledger.models import (
+    GroupShare,
+    QueueEntry,
+    ReservationRecord,
+    ScheduleOrder,
+    SessionRecord,
+    UsageMinute,
+)
 from jupyterhub_gpu.ledger.store import Ledger
 
 #: Serializes check-then-insert of :func:`add_reservation` in this process.
@@ -149,7 +159,7 @@ def shares(ledger: Ledger, groups: Sequence[str] | None = None) -> list[StoredSh
 
 
 def share_table(ledger: Ledger) -> dict[str, dict[str, int]]:
-    """group -> model -> share, the shape of :attr:`~jupyterhub_gpu.service.domain.scheduling.Snapshot.shares`."""
+    """group -> model -> share, the shape of :attr:`~jupyterhub_gpu.scheduling.Snapshot.shares`."""
     table: dict[str, dict[str, int]] = {}
     for s in shares(ledger):
         table.setdefault(s.group, {})[s.gpu_model] = s.share
@@ -173,3 +183,229 @@ def set_share(ledger: Ledger, group: str, gpu_model: str, share: int | None, now
             row.updated_by = by
         db.commit()
         return existed
+
+
+# -- stop orders: preemptions and reservation ends (the hub decides, the gpu service notices and stops) -----------
+
+#: The kinds of stop order, which are also the sessions' stop reasons.
+PREEMPTED = "preempted"
+RESERVED = "reserved"
+ORDER_KINDS = (PREEMPTED, RESERVED)
+
+
+@dataclass(frozen=True)
+class StopOrder:
+    """A session told to stop at ``stop_at`` (aware UTC), why (``reason_key`` of ``scheduling.TEXTS``, ``values``)."""
+
+    session_id: str
+    user: str
+    server_name: str
+    kind: str
+    stop_at: datetime
+    decided_at: datetime
+    reason_key: str
+    values: dict
+    for_user: str | None
+    noticed_at: datetime | None
+    done_at: datetime | None
+
+
+def _order(row: ScheduleOrder) -> StopOrder:
+    return StopOrder(
+        session_id=row.session_id,
+        user=row.user,
+        server_name=row.server_name,
+        kind=row.kind,
+        stop_at=aware_utc(row.stop_at),
+        decided_at=aware_utc(row.decided_at),
+        reason_key=row.reason_key,
+        values=json.loads(row.reason_values or "{}"),
+        for_user=row.for_user,
+        noticed_at=aware_utc(row.noticed_at) if row.noticed_at else None,
+        done_at=aware_utc(row.done_at) if row.done_at else None,
+    )
+
+
+def order_stop(
+    ledger: Ledger,
+    session: SessionRecord,
+    kind: str,
+    stop_at: datetime,
+    reason_key: str,
+    values: dict,
+    now: datetime,
+    for_user: str | None = None,
+) -> bool:
+    """Tell an open session to stop at ``stop_at``. An order already there stays unless this one is earlier: then
+    it moves (time, kind, reason) and its notice goes out again. Whether anything changed."""
+    if kind not in ORDER_KINDS:
+        raise ValueError(f"unknown stop order {kind!r}")
+    with ledger.Session() as db:
+        row = db.get(ScheduleOrder, session.id)
+        if row is not None and (row.done_at is not None or aware_utc(row.stop_at) <= stop_at):
+            return False
+        if row is None:
+            row = ScheduleOrder(session_id=session.id, user=session.user, server_name=session.server_name)
+            db.add(row)
+        row.kind = kind
+        row.stop_at = naive_utc(stop_at)
+        row.decided_at = naive_utc(now)
+        row.reason_key = reason_key
+        row.reason_values = json.dumps(values, sort_keys=True)
+        row.for_user = for_user
+        row.noticed_at = None
+        db.commit()
+        return True
+
+
+def stop_orders(ledger: Ledger, session_ids: Sequence[str] | None = None, *, pending: bool = True) -> list[StopOrder]:
+    """The orders not done yet (``pending``), or every one; of ``session_ids`` when given; by stop time."""
+    query = select(ScheduleOrder).order_by(ScheduleOrder.stop_at, ScheduleOrder.session_id)
+    if pending:
+        query = query.where(ScheduleOrder.done_at.is_(None))
+    if session_ids is not None:
+        query = query.where(ScheduleOrder.session_id.in_(list(session_ids)))
+    with ledger.Session() as db:
+        return [_order(row) for row in db.scalars(query)]
+
+
+def preemptions(ledger: Ledger, since: datetime, user: str | None = None) -> list[StopOrder]:
+    """The preemption records decided since ``since`` (of ``user``), newest first."""
+    query = (
+        select(ScheduleOrder)
+        .where(ScheduleOrder.kind == PREEMPTED, ScheduleOrder.decided_at >= naive_utc(since))
+        .order_by(ScheduleOrder.decided_at.desc())
+    )
+    if user is not None:
+        query = query.where(ScheduleOrder.user == user)
+    with ledger.Session() as db:
+        return [_order(row) for row in db.scalars(query)]
+
+
+def mark_order(
+    ledger: Ledger, session_id: str, *, noticed: datetime | None = None, done: datetime | None = None
+) -> None:
+    """Note that an order's notice went out, or that it was carried out (or its session ended before)."""
+    with ledger.Session() as db:
+        row = db.get(ScheduleOrder, session_id)
+        if row is None:
+            return
+        if noticed is not None:
+            row.noticed_at = naive_utc(noticed)
+        if done is not None and row.done_at is None:
+            row.done_at = naive_utc(done)
+        db.commit()
+
+
+# -- the queue the hub publishes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Queued:
+    """One waiting request as the hub published it: where it stands, why (key and values), the estimate."""
+
+    key: str
+    user: str
+    server_name: str
+    profile: str
+    gpu_model: str
+    count: int
+    tier: str
+    group: str | None
+    arrived: datetime
+    position: int
+    length: int
+    wait_seconds: int | None
+    reason_key: str
+    values: dict
+    updated: datetime
+
+
+def publish_queue(ledger: Ledger, entries: Sequence[Queued]) -> None:
+    """Replace the published queue with ``entries`` (one step: a reader sees the old queue or the new)."""
+    with ledger.Session() as db:
+        db.execute(delete(QueueEntry))
+        for e in entries:
+            db.add(
+                QueueEntry(
+                    key=e.key,
+                    user=e.user,
+                    server_name=e.server_name,
+                    profile=e.profile,
+                    gpu_model=e.gpu_model,
+                    count=e.count,
+                    tier=e.tier,
+                    group=e.group,
+                    arrived=naive_utc(e.arrived),
+                    position=e.position,
+                    length=e.length,
+                    wait_seconds=e.wait_seconds,
+                    reason_key=e.reason_key,
+                    reason_values=json.dumps(e.values, sort_keys=True),
+                    updated=naive_utc(e.updated),
+                )
+            )
+        db.commit()
+
+
+def queue(ledger: Ledger, user: str | None = None) -> list[Queued]:
+    """The published queue (of ``user``), by model and position."""
+    query = select(QueueEntry).order_by(QueueEntry.gpu_model, QueueEntry.position, QueueEntry.key)
+    if user is not None:
+        query = query.where(QueueEntry.user == user)
+    with ledger.Session() as db:
+        return [
+            Queued(
+                key=r.key,
+                user=r.user,
+                server_name=r.server_name,
+                profile=r.profile,
+                gpu_model=r.gpu_model,
+                count=r.count,
+                tier=r.tier,
+                group=r.group,
+                arrived=aware_utc(r.arrived),
+                position=r.position,
+                length=r.length,
+                wait_seconds=r.wait_seconds,
+                reason_key=r.reason_key,
+                values=json.loads(r.reason_values or "{}"),
+                updated=aware_utc(r.updated),
+            )
+            for r in db.scalars(query)
+        ]
+
+
+# -- what a scheduling cycle reads of past sessions ---------------------------------------------------------------
+
+
+def sessions_since(ledger: Ledger, since: datetime) -> list[tuple[str | None, str, int, datetime, datetime | None]]:
+    """``(pool, profile, gpu_count, started, stopped or None)`` of the GPU sessions open at or after ``since``."""
+    query = select(
+        SessionRecord.pool, SessionRecord.profile, SessionRecord.gpu_count, SessionRecord.started, SessionRecord.stopped
+    ).where(
+        SessionRecord.gpu_count > 0,
+        or_(SessionRecord.stopped.is_(None), SessionRecord.stopped >= naive_utc(since)),
+    )
+    with ledger.Session() as db:
+        return [
+            (pool, profile, count, aware_utc(started), aware_utc(stopped) if stopped else None)
+            for pool, profile, count, started, stopped in db.execute(query)
+        ]
+
+
+def last_gpu_use(ledger: Ledger, session_ids: Sequence[str], since: datetime, busy_percent: float = 5.0) -> dict:
+    """session id -> the end of its last minute since ``since`` whose mean GPU use reached ``busy_percent``."""
+    if not session_ids:
+        return {}
+    query = select(
+        UsageMinute.session_id, UsageMinute.minute, UsageMinute.utilization_tenths_sum, UsageMinute.samples
+    ).where(UsageMinute.session_id.in_(list(session_ids)), UsageMinute.minute >= naive_utc(since))
+    found: dict[str, datetime] = {}
+    with ledger.Session() as db:
+        for sid, minute, tenths, samples in db.execute(query):
+            if samples and tenths / samples / 10 >= busy_percent:
+                moment = aware_utc(minute) + timedelta(minutes=1)
+                if sid not in found or found[sid] < moment:
+                    found[sid] = moment
+    return found

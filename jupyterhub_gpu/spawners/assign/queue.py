@@ -8,6 +8,12 @@ starved by a stream of one-GPU requests.
 :class:`FairQueue` keeps the order, reports positions, times out and cancels; each
 allocator (:class:`.host.GPUAllocator`, :class:`.cluster.ClusterAllocator`) says only
 what a request waits in, when it fits and how it is granted.
+
+With a :class:`.plan.Planner` attached (the spawners attach one when the ledger is configured), the lab's
+scheduler decides instead of arrival alone: who is granted, in which order the rest waits (fair share, the
+preemptible tier behind full-price requests, reservations), why, and how long the wait will be
+(docs/scheduling.md). A request then always takes a turn through the planner, even into an empty queue, so that
+GPUs reserved for a class are not handed to someone else.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 from jupyterhub_gpu.gpus.device import GPUDevice
+from jupyterhub_gpu.scheduling import GRANT, QUEUE
 from jupyterhub_gpu.spawners import metrics
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, QueueCancelled, QueueTimeout
 from jupyterhub_gpu.spawners.messages import Phrase
@@ -43,6 +50,9 @@ class Waiter:
     cancelled: bool = False  # taken out by cancel(), not by a cancellation of the waiting task
     timeout: float | None = None
     since: float = field(default_factory=time.monotonic)  # when it began to wait (for /hub/metrics)
+    ask: object = None  # what the planner knows of it (plan.Ask)
+    on_decision: Callable[[object], None] | None = None  # the planner's queue decision, whenever it changes
+    last_decision: tuple | None = None
 
 
 class FairQueue:
@@ -56,11 +66,36 @@ class FairQueue:
 
     log = log
 
+    #: the lab's scheduler (:class:`.plan.Planner`), when one is attached
+    planner = None
+
     def __init__(self):
         self._queues: dict[Hashable, list[Waiter]] = {}
         self._seq = itertools.count()
         self._models: set[str] = set()
+        self._expected: dict[str, tuple] = {}
+        self.grants: dict[str, object] = {}  # key -> the planner's grant decision (a limit before a reservation)
         metrics.watch(self)
+
+    def use_planner(self, planner) -> None:
+        """Let ``planner`` decide this queue from now on (docs/scheduling.md)."""
+        self.planner = planner
+        planner.counts = self._unit_counts
+        planner.start(self)
+
+    def expect(self, key: str, ask, on_decision: Callable[[object], None] | None = None) -> None:
+        """What the planner should know of ``key``'s next request (the spawner calls it right before acquire)."""
+        self._expected[key] = (ask, on_decision)
+
+    def _unit_counts(self, model: str, unit: str) -> tuple[int, int]:
+        """(free, total) units of ``model`` in the planner's unit ("", "share-K", "mig-SLICE")."""
+        share = int(unit.split("-", 1)[1]) if unit.startswith("share-") else None
+        mig = unit.split("-", 1)[1] if unit.startswith("mig-") else None
+        counts = self.counts(model, share=share, mig=mig)
+        return counts["free"], counts["total"]
+
+    def _holds(self, key: str) -> bool:
+        return bool(self.held_by(key))
 
     def models(self) -> set[str]:
         """The GPU models requested of this queue so far (each shows in /hub/metrics, 0 while none waits)."""
@@ -110,15 +145,28 @@ class FairQueue:
         """
         if self.position(key) is not None:
             raise AllocationError("{key} is already waiting for a GPU", key=key)
+        ask, on_decision = self._expected.pop(key, (None, None))
+        planner = self.planner
+        if planner is not None:
+            await planner.fresh()  # the shares, use and reservations as they are now (at most `refresh` s old)
+            if ask is None:
+                ask = planner.default_ask(key, model)
+            if self.position(key) is not None:
+                raise AllocationError("{key} is already waiting for a GPU", key=key)
         waiters = self._queues.setdefault(queue, [])
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, queue, model, count, next(self._seq), future, on_position, claim, timeout=timeout)
+        waiter.ask, waiter.on_decision = ask, on_decision
         if model not in self._models:
             self._models.add(model)
             metrics.requested(model)
-        if not waiters and self._fits(waiter):
+        if planner is None and not waiters and self._fits(waiter):
             return self._grant(waiter)
         waiters.append(waiter)
+        if planner is not None:
+            self._drain()
+            if future.done():
+                return future.result()
         self.log.info("%s waits for %d× %s (position %d)", key, count, model, len(waiters))
         self._report_positions()
         self._on_wait()
@@ -162,7 +210,9 @@ class FairQueue:
             self._drain()
 
     def _drain(self) -> None:
-        """Grant queue heads that now fit, earliest arrival first."""
+        """Grant queue heads that now fit, earliest arrival first (with a planner: what it grants, in its order)."""
+        if self.planner is not None and self._plan():
+            return
         while True:
             heads = sorted((q[0] for q in self._queues.values() if q), key=lambda w: w.seq)
             head = next((w for w in heads if self._fits(w)), None)
@@ -174,16 +224,55 @@ class FairQueue:
             self.log.info("%s leaves the queue with %s", head.key, ", ".join(d.uuid for d in devices))
         self._report_positions()
 
-    def _report_positions(self) -> None:
+    def _plan(self) -> bool:
+        """One cycle of the planner: grant what it grants (when the units are there), order the rest as it says.
+
+        False when the planner could not decide (the plain order then serves this time).
+        """
+        waiting = list(self.waiters())
+        decisions = self.planner.cycle(waiting, self._holds)
+        if not decisions and waiting:
+            return False
+        by_key = {w.key: w for w in waiting}
+        for d in decisions:
+            if d.kind != GRANT or d.request not in by_key:
+                continue
+            w = by_key[d.request]
+            if w.future.done() or not self._fits(w):
+                continue  # its units free when the sessions told to stop are gone: a later cycle grants it
+            self._queues[w.queue].remove(w)
+            devices = self._grant(w)
+            self.grants[w.key] = d
+            w.future.set_result(devices)
+            self.log.info("%s leaves the queue with %s", w.key, ", ".join(d.uuid for d in devices))
+        place = {d.request: d for d in decisions if d.kind == QUEUE and d.request}
+        for queue in self._queues.values():
+            queue.sort(key=lambda w: (w.key not in place, place[w.key].position if w.key in place else 0, w.seq))
+        self._report_positions(place)
+        return True
+
+    def _report_positions(self, decisions: dict | None = None) -> None:
         for queue in self._queues.values():
             for i, w in enumerate(queue):
                 place = (i + 1, len(queue))
+                d = (decisions or {}).get(w.key)
+                if d is not None:
+                    place = (d.position, d.length)
                 if w.on_position and w.last_reported != place:
                     w.last_reported = place
                     try:
                         w.on_position(*place)
                     except Exception:  # a reporting bug must not break the queue
                         self.log.exception("position callback for %s failed", w.key)
+                if d is not None and w.on_decision:
+                    wait = None if d.wait is None else round(d.wait.total_seconds() / 60)
+                    shape = (d.position, d.length, d.key, tuple(sorted(d.values.items())), wait)
+                    if shape != w.last_decision:
+                        w.last_decision = shape
+                        try:
+                            w.on_decision(d)
+                        except Exception:
+                            self.log.exception("decision callback for %s failed", w.key)
 
 
 def wait_limit_text(timeout: float | None) -> Phrase:

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES
-from jupyterhub_gpu.service.domain.scheduling import (
+from jupyterhub_gpu.scheduling import (
     POLICIES,
     PREEMPTIBLE,
     FairShare,
@@ -18,6 +17,7 @@ from jupyterhub_gpu.service.domain.scheduling import (
     Reservation,
     decayed_usage,
 )
+from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES
 from jupyterhub_gpu.sim import __main__ as cli
 from jupyterhub_gpu.sim.pool import (
     HORIZON,

@@ -569,7 +569,7 @@ def test_choose_non_string_slug(students, slug):
 
 def test_choose_extra_options(students):
     assert choice_error({"profile": "t4", "image": "evil", "gpu_count": 8}, students) == (
-        "Unexpected option(s): gpu_count, image. Only 'profile' and 'pool' may be given."
+        "Unexpected option(s): gpu_count, image. Only 'profile', 'pool' and 'resume' may be given."
     )
 
 
@@ -606,7 +606,7 @@ def test_a_huge_value_is_named_not_echoed(students):
     assert nested.startswith("'profile' must be a profile name, got {'xxx") and len(nested) < 120
     flood = choice_error({"profile": "t4", **{f"option-{i}": 1 for i in range(200)}}, students)
     assert flood.startswith("Unexpected option(s): option-0, option-1") and len(flood) < 200
-    assert flood.endswith("…. Only 'profile' and 'pool' may be given.")
+    assert flood.endswith("…. Only 'profile', 'pool' and 'resume' may be given.")
 
 
 # -- issue 17: gpu_share and mig ---------------------------------------------------

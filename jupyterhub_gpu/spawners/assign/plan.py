@@ -1,0 +1,371 @@
+"""The hub's wait queue run by the lab's scheduler (issue 16, docs/scheduling.md).
+
+A :class:`Planner` sits beside a :class:`.queue.FairQueue`. Each cycle it describes the pool in a
+:class:`jupyterhub_gpu.scheduling.Snapshot`: the waiting requests (from the queue), the free and total units of
+each model (from the allocator), the running sessions (the ledger's open sessions the allocator holds GPUs for),
+the groups' shares and decayed use, the reservations, the stop orders already given and the profiles' past session
+lengths (the ledger, read in the background at most every ``refresh`` seconds, and at each arrival when older).
+:func:`~jupyterhub_gpu.scheduling.schedule` says what to do, and the queue does it:
+
+- ``grant``: the queue grants exactly those requests, in that order, when the allocator has their units;
+- ``queue``: each waiting request gets its place (the queue is reordered), why, and the estimate; the spawn page
+  shows them, and the queue is published to the ledger for ``GET queue``;
+- ``preempt`` and ``end``: a stop order in the ledger (``gpu_schedule_orders``); the gpu service sends the notice
+  (JupyterLab, mail, webhook) and stops the server at its time with the reason ``preempted`` or ``reserved``.
+
+The cycle itself is pure and runs on the hub's event loop without waiting: nothing can change between reading the
+allocator and granting. The ledger is written by one thread in order, so a later write never loses to an
+earlier one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+
+from jupyterhub_gpu import scheduling
+from jupyterhub_gpu.clock import aware_utc, utcnow
+from jupyterhub_gpu.ledger.queries import schedule as rows
+from jupyterhub_gpu.scheduling import (
+    END,
+    GRANT,
+    PREEMPT,
+    PREEMPTIBLE,
+    QUEUE,
+    STANDARD,
+    Decision,
+    Policy,
+    Request,
+    Reservation,
+    Running,
+    SessionLengths,
+    Snapshot,
+)
+
+log = logging.getLogger("jupyterhub_gpu.scheduler")
+
+#: How far back the history of session lengths reaches, and how many lengths per profile are kept.
+HISTORY = timedelta(days=30)
+HISTORY_LENGTHS = 500
+#: How far back a session's last GPU use is looked for.
+GPU_USE_SINCE = timedelta(hours=2)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the scheduler knows of one waiting spawn: who, for which group's share, which profile and tier."""
+
+    user: str
+    server_name: str
+    group: str
+    groups: tuple[str, ...]
+    profile: str
+    tier: str
+    arrived: datetime
+    unit: str = ""  # "" for whole GPUs; "share-4" or "mig-1g.10gb" for a share or a MIG slice of the model
+
+
+@dataclass(frozen=True)
+class ProfileFacts:
+    """A profile as the planner needs it: its model, unit and tier."""
+
+    model: str
+    unit: str = ""
+    tier: str = STANDARD
+
+
+@dataclass
+class LedgerView:
+    """What the planner last read of the ledger."""
+
+    read_at: datetime | None = None
+    shares: dict = field(default_factory=dict)
+    usage: dict = field(default_factory=dict)
+    reservations: list[Reservation] = field(default_factory=list)
+    history: dict[str, SessionLengths] = field(default_factory=dict)
+    open: dict = field(default_factory=dict)  # "user/server" -> the ledger's open SessionRecord
+    orders: dict = field(default_factory=dict)  # session id -> (stop_at, kind)
+    last_use: dict = field(default_factory=dict)  # session id -> datetime
+
+
+def model_key(model: str, unit: str) -> str:
+    """The model the scheduler counts in: a share or a MIG slice is a unit of its own ("T4/share-4")."""
+    return f"{model}/{unit}" if unit else model
+
+
+def unit_of(share: int | None, mig: str | None) -> str:
+    return f"share-{share}" if share else f"mig-{mig}" if mig else ""
+
+
+class Planner:
+    """Runs the scheduler over one queue (see the module's doc)."""
+
+    def __init__(
+        self,
+        ledger,
+        policy: Policy,
+        tz: tzinfo,
+        *,
+        refresh: float = 5.0,
+        counts: Callable[[str, str], tuple[int, int]] | None = None,
+    ):
+        self.ledger = ledger
+        self.policy = policy
+        self.tz = tz
+        self.refresh = refresh
+        self.view = LedgerView()
+        self.profiles: dict[str, ProfileFacts] = {}
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jhgpu-schedule")
+        self._reading: asyncio.Task | None = None
+        self._loop_task: asyncio.Task | None = None
+        self._published: list | None = None
+        self._pending: set = set()
+        self.decisions: dict[str, Decision] = {}  # request id -> its last grant or queue decision
+        self.counts = counts
+
+    # -- what the spawners tell it ------------------------------------------------------------------------------
+    def note_profiles(self, profiles: Mapping[str, ProfileFacts]) -> None:
+        """The profiles of the hub (slug -> facts), as a spawner read them; sessions are counted by them."""
+        self.profiles.update(profiles)
+
+    def default_ask(self, key: str, model: str) -> Ask:
+        """What the planner assumes of a request no spawner described: its own user, no group, full price."""
+        user, _, server = key.partition("/")
+        return Ask(user, server, "", (), "", STANDARD, utcnow())
+
+    # -- reading the ledger -------------------------------------------------------------------------------------
+    def _read(self, now: datetime) -> LedgerView:
+        """Blocking: one read of everything a cycle needs (run in a thread)."""
+        view = LedgerView(read_at=now)
+        view.shares = rows.share_table(self.ledger)
+        view.reservations = [
+            Reservation(
+                id=str(r.id),
+                group=r.group,
+                model=r.gpu_model,
+                count=r.count,
+                start=r.start,
+                end=r.end,
+                weekly_until=r.weekly_until,
+                label=r.note,
+            )
+            for r in rows.reservations(self.ledger, self.tz)
+        ]
+        order = self.policy.order
+        half_life = getattr(order, "half_life", timedelta(days=7))
+        since = now - max(HISTORY, 4 * half_life)
+        past = rows.sessions_since(self.ledger, since)
+        usage_rows = []
+        lengths: dict[str, list[float]] = {}
+        for pool, profile, count, started, stopped in past:
+            facts = self.profiles.get(profile)
+            if facts is not None and pool:
+                usage_rows.append((pool, model_key(facts.model, facts.unit), count, started, stopped))
+            if stopped is not None and stopped >= now - HISTORY:
+                lengths.setdefault(profile, []).append((stopped - started) / timedelta(minutes=1))
+        view.usage = scheduling.decayed_usage(usage_rows, now, half_life)
+        view.history = {p: SessionLengths(v[-HISTORY_LENGTHS:]) for p, v in lengths.items()}
+        opened = self.ledger.open_sessions()
+        view.open = {f"{s.user}/{s.server_name}": s for s in opened}
+        view.orders = {o.session_id: (o.stop_at, o.kind) for o in rows.stop_orders(self.ledger)}
+        view.last_use = rows.last_gpu_use(self.ledger, [s.id for s in opened], now - GPU_USE_SINCE)
+        return view
+
+    async def fresh(self, max_age: float | None = None) -> None:
+        """Read the ledger again when the last read is older than ``max_age`` (default: ``refresh``) seconds."""
+        age = self.refresh if max_age is None else max_age
+        read_at = self.view.read_at
+        if read_at is not None and (utcnow() - read_at).total_seconds() < age:
+            return
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.ensure_future(self._read_now())
+        await asyncio.shield(self._reading)
+
+    async def _read_now(self) -> None:
+        now = utcnow()
+        try:
+            view = await asyncio.get_running_loop().run_in_executor(self._writer, self._read, now)
+        except Exception:
+            log.exception("the scheduler could not read the ledger; it keeps what it read before")
+            return
+        # orders given since the read began are kept: the ledger may not have had them yet
+        for session_id, order in self.view.orders.items():
+            if session_id not in view.orders and order[0] >= now:
+                view.orders[session_id] = order
+        self.view = view
+
+    def start(self, queue) -> None:
+        """Run a cycle every ``refresh`` seconds while the hub runs (reservation windows, ageing, preemption)."""
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.ensure_future(self._loop(queue))
+
+    async def _loop(self, queue) -> None:
+        while True:
+            await asyncio.sleep(self.refresh)
+            try:
+                await self.fresh(0)
+                if any(True for _ in queue.waiters()) or self.view.reservations or self.view.orders:
+                    queue._drain()
+            except Exception:
+                log.exception("scheduling cycle failed")
+
+    # -- one cycle ---------------------------------------------------------------------------------------------
+    def snapshot(self, waiters, held: Callable[[str], bool], now: datetime) -> Snapshot:
+        view = self.view
+        waiting = []
+        models: set[str] = set()
+        for w in waiters:
+            ask: Ask | None = w.ask
+            if ask is None:
+                continue
+            model = model_key(w.model, ask.unit)
+            models.add(model)
+            waiting.append(
+                Request(
+                    id=w.key,
+                    user=ask.user,
+                    group=ask.group,
+                    model=model,
+                    arrived=ask.arrived,
+                    count=w.count,
+                    profile=ask.profile,
+                    tier=ask.tier,
+                    groups=ask.groups,
+                )
+            )
+        running = []
+        for key, s in view.open.items():
+            facts = self.profiles.get(s.profile)
+            if facts is None or not s.gpu_count or not held(key):
+                continue
+            model = model_key(facts.model, facts.unit)
+            models.add(model)
+            stop = view.orders.get(s.id)
+            groups = tuple(s.group_list)
+            running.append(
+                Running(
+                    id=s.id,
+                    user=s.user,
+                    group=s.pool or (groups[0] if groups else ""),
+                    model=model,
+                    started=aware_utc(s.started),
+                    count=s.gpu_count if not facts.unit else 1,
+                    profile=s.profile,
+                    tier=PREEMPTIBLE if (s.tier or facts.tier) == PREEMPTIBLE else STANDARD,
+                    last_gpu_use=view.last_use.get(s.id),
+                    checkpoints=(s.tier or facts.tier) == PREEMPTIBLE,
+                    groups=groups,
+                    stop_at=stop[0] if stop else None,
+                    stop_key=stop[1] if stop else None,
+                )
+            )
+        models |= {r.model for r in view.reservations}
+        free, pool = {}, {}
+        for model in models:
+            base, _, unit = model.partition("/")
+            free[model], pool[model] = self.counts(base, unit) if self.counts else (0, 0)
+        return Snapshot(
+            now=now,
+            free=free,
+            waiting=waiting,
+            running=running,
+            pool=pool,
+            shares=view.shares,
+            usage=view.usage,
+            reservations=view.reservations,
+            history=view.history,
+            tz=self.tz,
+        )
+
+    def cycle(self, waiters, held: Callable[[str], bool]) -> list[Decision]:
+        """The decisions for the queue as it is; stop orders and the published queue are written behind."""
+        now = utcnow()
+        waiters = list(waiters)
+        snapshot = self.snapshot(waiters, held, now)
+        try:
+            decisions = scheduling.schedule(snapshot, self.policy)
+        except Exception:
+            log.exception("the scheduler failed: the queue keeps its order this cycle")
+            return []
+        by_key = {w.key: w for w in waiters}
+        for d in decisions:
+            if d.kind in (PREEMPT, END) and d.session and d.at is not None:
+                self._order(d, now, snapshot)
+            elif d.kind in (GRANT, QUEUE) and d.request:
+                self.decisions[d.request] = d
+        self._publish([d for d in decisions if d.kind == QUEUE and d.request in by_key], by_key, snapshot.waiting, now)
+        return decisions
+
+    def _order(self, decision: Decision, now: datetime, snapshot: Snapshot) -> None:
+        session = next((s for s in self.view.open.values() if s.id == decision.session), None)
+        if session is None:
+            return
+        kind = rows.PREEMPTED if decision.kind == PREEMPT else rows.RESERVED
+        known = self.view.orders.get(session.id)
+        if known is not None and known[0] <= decision.at:
+            return
+        self.view.orders[session.id] = (decision.at, kind)
+        for_user = None
+        if decision.for_request:
+            for_user = next((r.user for r in snapshot.waiting if r.id == decision.for_request), None)
+        log.info("%s/%s: %s at %s (%s)", session.user, session.server_name, kind, decision.at, decision.reason)
+        values = dict(decision.values)
+        self._write(rows.order_stop, self.ledger, session, kind, decision.at, decision.key, values, now, for_user)
+
+    def _publish(self, queued: list[Decision], by_key: dict, requests: list[Request], now: datetime) -> None:
+        request_of = {r.id: r for r in requests}
+        entries = []
+        for d in queued:
+            w, r = by_key[d.request], request_of[d.request]
+            ask: Ask = w.ask
+            entries.append(
+                rows.Queued(
+                    key=w.key,
+                    user=ask.user,
+                    server_name=ask.server_name,
+                    profile=ask.profile,
+                    gpu_model=w.model,
+                    count=w.count,
+                    tier=ask.tier,
+                    group=ask.group or None,
+                    arrived=r.arrived,
+                    position=d.position or 0,
+                    length=d.length or 0,
+                    wait_seconds=None if d.wait is None else int(d.wait.total_seconds()),
+                    reason_key=d.key,
+                    values=dict(d.values),
+                    updated=now,
+                )
+            )
+        shape = [(e.key, e.position, e.length, e.wait_seconds, e.reason_key, sorted(e.values.items())) for e in entries]
+        if shape == self._published:
+            return
+        self._published = shape
+        self._write(rows.publish_queue, self.ledger, entries)
+
+    def _write(self, fn, *args) -> None:
+        """Write to the ledger behind the cycle, in order; a failure is logged (the next cycle decides again)."""
+
+        def run():
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("the scheduler could not write to the ledger (%s)", fn.__name__)
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            run()
+            return
+        future = loop.run_in_executor(self._writer, run)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+    async def settled(self) -> None:
+        """Wait until every write so far is in the ledger (tests, and a hub shutting down)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
