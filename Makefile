@@ -38,7 +38,9 @@ demo: venv
 	@echo "  jupyterhub-gpu demo: open http://127.0.0.1:8000"
 	@echo "  Log in with any user name and the password 'demo' ('alice' is in the thesis group, 'admin' is an admin)."
 	@echo "  GPUs are simulated (2x Simulated T4, 1x Simulated A100). Ctrl-C stops everything."
+	@echo "  'bob' and 'carol' are in cs231n, which has 1 T4 reserved on Tuesdays 14:00-16:00 (docs/scheduling.md)."
 	@echo
+	$(BIN)/python config/demo_reservation.py
 	$(BIN)/jupyterhub -f config/demo_config.py
 
 docker-setup:

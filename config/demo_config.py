@@ -40,6 +40,7 @@ c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.template_paths = jupyterhub_gpu.hubpages.template_paths()
 c.JupyterHub.load_groups = {
     "thesis": {"users": ["alice"]},
+    "cs231n": {"users": ["bob", "carol"]},
 }
 
 c.JupyterHub.spawner_class = "gpu-local"
@@ -88,6 +89,18 @@ c.GPULocalSpawner.profiles = [
         "price_per_gpu_hour": "0.75",
     },
     {
+        # issue 16: the cheaper tier; a full-price request that finds no T4 free takes one back after 2 minutes
+        "slug": "t4-preemptible",
+        "display_name": {"en": "1× T4 preemptible (simulated)", "zh-CN": "1 块 T4 可抢占（模拟）"},
+        "description": "40% of the price. May be stopped (after a 2-minute notice) when a full-price request"
+        " needs the GPU: use CheckpointAndResume, and tick 'put it back in the queue' to resume on its own.",
+        "gpu_model": "T4",
+        "gpu_count": 1,
+        "price_per_gpu_hour": "3.00",
+        "preemptible": True,
+        "price_factor": "0.4",
+    },
+    {
         "slug": "cpu",
         "display_name": "CPU only",
         "description": "Editing notebooks and reading results; no GPU.",
@@ -96,6 +109,9 @@ c.GPULocalSpawner.profiles = [
     },
 ]
 c.GPULocalSpawner.queue_timeout = 1800
+# issue 16 (docs/scheduling.md): the queue serves groups by fair share (jupyterhub-gpu shares); `make demo` books a
+# sample class reservation first (config/demo_reservation.py)
+c.GPULocalSpawner.fair_share = True
 c.GPULocalSpawner.home_dir_template = os.path.join(state, "home", "{username}")
 # -- billing: the ledger and the hub-managed "gpu" service ------------------------
 ledger_url = f"sqlite:///{os.path.join(state, 'jupyterhub_gpu.sqlite')}"
@@ -114,6 +130,9 @@ c.JupyterHub.services = [
             f"--db-url={ledger_url}",
             "--currency=CNY",
             "--timezone=Asia/Shanghai",
+            # the GPUs reservations are checked against (the simulated inventory above)
+            "--GPUService.gpu_pool=T4=2",
+            "--GPUService.gpu_pool=A100=1",
         ],
         "oauth_no_confirm": True,
         "oauth_client_allowed_scopes": sorted(c.JupyterHub.custom_scopes),

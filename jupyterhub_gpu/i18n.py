@@ -249,6 +249,13 @@ ZH_CN.update(
         "free GPUs unknown right now": "暂时无法获知空闲 GPU 数量",
         "no such GPU on this host": "本机没有这种 GPU",
         "no such GPU in the cluster": "集群中没有这种 GPU",
+        "preemptible": "可抢占",
+        "may be interrupted, your work is checkpointed": "可能被中断，您的工作会保存检查点",
+        "{count} reserved for {label} until {time}": "{count} 块为 {label} 预留至 {time}",
+        "{count} reserved for {label} from {time}": "{count} 块自 {time} 起为 {label} 预留",
+        "If a preemptible server is interrupted, put it back in the queue and start it again when a GPU is free": (
+            "可抢占的服务器被中断后，将其重新排入队列，在有空闲 GPU 时再次启动"
+        ),
         "none free": "无空闲",
         "none free ({waiting} waiting)": "无空闲（{waiting} 人排队）",
         "{free} of {total} free": "空闲 {free} 块，共 {total} 块",

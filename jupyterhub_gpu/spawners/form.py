@@ -20,7 +20,7 @@ import jinja2
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.scheduling import TEXTS, duration_text
+from jupyterhub_gpu.scheduling import TEXTS, clock_text, duration_text
 from jupyterhub_gpu.spawners.assign.protocol import Allocator
 from jupyterhub_gpu.spawners.profiles import Profile, choose_profile
 
@@ -93,6 +93,11 @@ def profile_line(
     if profile.gpu_count == 0 or counts is None:
         return _("CPU only — {price}", price=price)
     head = f"{unit_head(profile, model, memory, lang)} — {price}"
+    if profile.preemptible:
+        # the cheaper tier (docs/scheduling.md): "1× T4 preemptible — ¥0.02/min — may be interrupted, ..."
+        head = f"{unit_head(profile, model, memory, lang)} {_('preemptible')} — {price} — " + _(
+            "may be interrupted, your work is checkpointed"
+        )
     if not counts.get("known", True):
         return f"{head} — {_('free GPUs unknown right now')}"
     if counts["total"] == 0:
@@ -235,12 +240,18 @@ def render_options_form(
             "description": p.description_in(lang),
             "summary": summary(p),
             "unit": p.unit,  # "gpu", "share" or "mig"
+            "preemptible": p.preemptible,
             "checked": chosen is not None and p.slug == chosen.slug,
         }
         for p in allowed
     ]
     return _templates.get_template("options_form.html").render(
-        profiles=rows, simulated=simulated, pools=pools, lang=lang, _=translator(lang)
+        profiles=rows,
+        simulated=simulated,
+        pools=pools,
+        lang=lang,
+        _=translator(lang),
+        preemptible=any(p.preemptible for p in allowed),
     )
 
 
@@ -271,3 +282,36 @@ def queue_status(decision, model: str, count: int, simulated: bool, lang: str = 
     if decision.key != "fifo":
         parts.append(scheduling_text(decision.key, decision.values, lang))
     return " — ".join(parts)
+
+
+def reserved_note(reservations, model: str, now, tz, lang: str = "en", within=timedelta(hours=12)) -> str | None:
+    """``2 reserved for CS231N from 14:00`` (or ``until 16:00`` during the window): the reservations of ``model``
+    in force now or starting within ``within``, for the form's line; None when there are none."""
+    _ = translator(lang)
+    notes = []
+    for r in reservations:
+        if r.model != model:
+            continue
+        window = r.window_at(now) or next(iter(r.windows(now, now + within)), None)
+        if window is None:
+            continue
+        start, end = window
+        if start <= now:
+            notes.append(
+                _(
+                    "{count} reserved for {label} until {time}",
+                    count=r.count,
+                    label=r.name,
+                    time=clock_text(end, tz, now),
+                )
+            )
+        else:
+            notes.append(
+                _(
+                    "{count} reserved for {label} from {time}",
+                    count=r.count,
+                    label=r.name,
+                    time=clock_text(start, tz, now),
+                )
+            )
+    return " · ".join(notes) or None

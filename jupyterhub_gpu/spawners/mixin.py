@@ -76,6 +76,7 @@ from jupyterhub_gpu.spawners.form import (
     queue_message,
     queue_status,
     render_options_form,
+    reserved_note,
     scheduling_text,
 )
 from jupyterhub_gpu.spawners.messages import Phrase
@@ -562,10 +563,20 @@ class GPUSpawnerMixin(Configurable):
         allowed, _ = await self.allowed_profiles()
         currency = self.gpu_currency
         previous = (self.orm_spawner.user_options or {}).get("profile") if self.orm_spawner else None
+        planner = self.gpu_planner()
+        if planner is not None:
+            await planner.fresh()
+        zone, now = ZoneInfo(self.budget_timezone), utcnow()
+
+        def summary(p: Profile) -> str:
+            line = self.gpu_profile_summary(p, currency, lang)
+            note = reserved_note(planner.view.reservations, p.gpu_model, now, zone, lang) if planner else None
+            return f"{line} · {note}" if note and p.gpu_count else line
+
         return render_options_form(
             allowed,
             previous,
-            lambda p: self.gpu_profile_summary(p, currency, lang),
+            summary,
             simulated=self.allocator.simulated(),
             pools=await self._gpu_pool_options(allowed),
             lang=lang,

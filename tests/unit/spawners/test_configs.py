@@ -21,7 +21,8 @@ def test_demo_config_is_valid_and_simulated(tmp_path, monkeypatch):
     assert c.JupyterHub.spawner_class == "gpu-local"
     assert c.GPULocalSpawner.gpu_backend == "simulated"
     assert check_config(c, GPULocalSpawner) == []
-    assert {p["slug"] for p in c.GPULocalSpawner.profiles} == {"t4", "a100", "t4x2", "t4-quarter", "cpu"}
+    slugs = {p["slug"] for p in c.GPULocalSpawner.profiles}
+    assert slugs == {"t4", "a100", "t4x2", "t4-quarter", "t4-preemptible", "cpu"}
     assert str(tmp_path) in c.JupyterHub.db_url
 
 

@@ -1,0 +1,212 @@
+"""The hub's queue run by the scheduler (spawners/assign/plan.py): a real allocator, a real sqlite ledger.
+
+What the queue grants, in which order the rest waits and why, and which stop orders it writes for the gpu
+service (preemptions, reservation ends), with the sessions as the spawner records them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.gpus.simulated import simulated_inventory
+from jupyterhub_gpu.ledger.queries import schedule as rows
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.scheduling import FairShare, Fifo, Policy, Preemption, Reservations
+from jupyterhub_gpu.session import SessionStart
+from jupyterhub_gpu.spawners.assign.host import GPUAllocator
+from jupyterhub_gpu.spawners.assign.plan import Ask, Planner, ProfileFacts
+from jupyterhub_gpu.spawners.assign.protocol import QueueCancelled
+
+ZONE = ZoneInfo("Asia/Shanghai")
+PROFILES = {"t4": ProfileFacts("T4"), "t4p": ProfileFacts("T4", tier="preemptible")}
+
+
+def policy(fair=False, grace=120, min_runtime=600):
+    return Policy(
+        "test",
+        FairShare() if fair else Fifo(),
+        Preemption(min_runtime=timedelta(seconds=min_runtime), grace=timedelta(seconds=grace)),
+        Reservations(),
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+
+
+def make(ledger, t4=1, **kwargs) -> tuple[GPUAllocator, Planner]:
+    allocator = GPUAllocator(simulated_inventory([{"model": "T4", "count": t4, "memory_gb": 16}]))
+    planner = Planner(ledger, policy(**kwargs), ZONE, refresh=3600)
+    planner.note_profiles(PROFILES)
+    allocator.use_planner(planner)
+    return allocator, planner
+
+
+def ask(user, group, profile="t4", tier="standard", ago=0):
+    return Ask(user, "", group, (group,), profile, tier, utcnow() - timedelta(seconds=ago))
+
+
+def running(ledger, allocator, user, group, profile="t4", minutes_ago=30, tier=None):
+    """A session as the spawner records it, holding its GPU in the allocator."""
+    devices = allocator.free("T4")[:1]
+    allocator._assign(f"{user}/", devices)
+    start = SessionStart(
+        id=f"s-{user}",
+        user=user,
+        server_name="",
+        groups=(group,),
+        profile=profile,
+        gpus=tuple(d.uuid for d in devices),
+        rate_micros=50_000,
+        currency="CNY",
+        started=utcnow() - timedelta(minutes=minutes_ago),
+        pool=group,
+        tier=tier,
+    )
+    assert ledger.record_start(start)
+    return start
+
+
+async def wait_in_queue(allocator, key, model="T4"):
+    for _ in range(200):
+        if allocator.position(key) is not None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{key} never queued")
+
+
+def test_fifo_policy_keeps_the_order_of_arrival_and_grants_on_release(ledger):
+    async def main():
+        allocator, planner = make(ledger)
+        holder = await allocator.acquire("h/", "T4", 1)
+        assert holder
+        seen = {}
+        allocator.expect("a/", ask("a", "g1"), lambda d: seen.setdefault("a", []).append(d))
+        first = asyncio.ensure_future(allocator.acquire("a/", "T4", 1))
+        await wait_in_queue(allocator, "a/")
+        allocator.expect("b/", ask("b", "g2"))
+        second = asyncio.ensure_future(allocator.acquire("b/", "T4", 1))
+        await wait_in_queue(allocator, "b/")
+        assert allocator.position("a/") == (1, 2) and allocator.position("b/") == (2, 2)
+        assert seen["a"][-1].key == "fifo" and (seen["a"][-1].position, seen["a"][-1].length) == (1, 2)
+        allocator.release("h/")
+        assert (await first) and not second.done()
+        assert allocator.position("b/") == (1, 1)
+        allocator.cancel("b/")
+        with pytest.raises(QueueCancelled):
+            await second
+        await planner.settled()
+
+    asyncio.run(main())
+
+
+def test_fair_share_puts_the_group_under_its_share_first_and_publishes_the_queue(ledger):
+    now = utcnow()
+    for user, group, hours in (("t", "thesis", 3), ("c", "course", 1)):
+        start = SessionStart(
+            f"past-{user}",
+            user,
+            "",
+            (group,),
+            "t4",
+            ("GPU-x",),
+            50_000,
+            "CNY",
+            now - timedelta(hours=hours + 1),
+            pool=group,
+        )
+        ledger.record_start(start)
+        ledger.record_stop(start.id, now - timedelta(hours=1), "stopped", start)
+
+    async def main():
+        allocator, planner = make(ledger, fair=True)
+        await allocator.acquire("h/", "T4", 1)
+        told = {}
+        allocator.expect("theo/", ask("theo", "thesis", ago=60), lambda d: told.__setitem__("theo", d))
+        theo = asyncio.ensure_future(allocator.acquire("theo/", "T4", 1))
+        await wait_in_queue(allocator, "theo/")
+        allocator.expect("ava/", ask("ava", "course"), lambda d: told.__setitem__("ava", d))
+        ava = asyncio.ensure_future(allocator.acquire("ava/", "T4", 1))
+        await wait_in_queue(allocator, "ava/")
+        assert allocator.position("ava/") == (1, 2) and allocator.position("theo/") == (2, 2)
+        assert told["theo"].key == "share" and told["theo"].values["percent"] == "150"
+        assert told["ava"].values["percent"] == "50"
+        await planner.settled()
+        published = {q.user: q for q in rows.queue(ledger)}
+        assert (published["ava"].position, published["theo"].position) == (1, 2)
+        assert published["theo"].reason_key == "share" and published["theo"].group == "thesis"
+        allocator.release("h/")
+        assert await ava
+        assert not theo.done()
+        allocator.cancel("theo/")
+        with pytest.raises(QueueCancelled):
+            await theo
+        await planner.settled()
+        assert rows.queue(ledger) == []
+
+    asyncio.run(main())
+
+
+def test_a_full_price_request_preempts_the_preemptible_session_never_a_young_one(ledger):
+    async def main():
+        allocator, planner = make(ledger, t4=2, grace=120, min_runtime=600)
+        old = running(ledger, allocator, "old", "g", "t4p", minutes_ago=30, tier="preemptible")
+        running(ledger, allocator, "young", "g", "t4p", minutes_ago=2, tier="preemptible")
+        await planner.fresh(0)
+        allocator.expect("full/", ask("full", "g2"))
+        waiting = asyncio.ensure_future(allocator.acquire("full/", "T4", 1))
+        await wait_in_queue(allocator, "full/")
+        await planner.settled()
+        orders = rows.stop_orders(ledger)
+        assert [(o.session_id, o.kind, o.for_user) for o in orders] == [(old.id, "preempted", "full")]
+        stop_in = (orders[0].stop_at - orders[0].decided_at).total_seconds()
+        assert 119 <= stop_in <= 121, stop_in
+        assert orders[0].reason_key == "preempt"  # a preemptible session is told its training is checkpointed
+        # the next cycle does not preempt again (nor the young one): one order stays
+        allocator._drain()
+        await planner.settled()
+        assert len(rows.stop_orders(ledger)) == 1
+        # the victim's server stops (the service does it at stop_at): its GPU goes to the full-price request
+        allocator.release("old/")
+        assert await waiting
+
+    asyncio.run(main())
+
+
+def test_a_reserved_gpu_is_kept_for_the_class_and_a_strangers_session_is_told_its_end(ledger):
+    now = utcnow()
+
+    def book(start, end, count=1):
+        draft = rows.Draft("cs231n", "T4", count, start, end, note="CS231N")
+        return rows.add_reservation(ledger, draft, lambda existing: None, ZONE, now, "admin")
+
+    async def main():
+        allocator, planner = make(ledger, t4=2)
+        # one T4 is reserved for CS231N now; the other is held by a stranger whose session would still run when a
+        # second window starts in an hour
+        book(now - timedelta(minutes=10), now + timedelta(hours=2))
+        stranger = running(ledger, allocator, "sam", "other", minutes_ago=20)
+        book(now + timedelta(hours=1), now + timedelta(hours=3))
+        await planner.fresh(0)
+        told = {}
+        allocator.expect("eve/", ask("eve", "other"), lambda d: told.__setitem__("eve", d))
+        eve = asyncio.ensure_future(allocator.acquire("eve/", "T4", 1))
+        await wait_in_queue(allocator, "eve/")
+        assert told["eve"].key == "reserved" and told["eve"].values["label"] == "CS231N"
+        allocator.expect("cara/", Ask("cara", "", "cs231n", ("cs231n",), "t4", "standard", utcnow()))
+        assert await allocator.acquire("cara/", "T4", 1)  # a member gets the reserved GPU at once
+        await planner.settled()
+        orders = {o.session_id: o for o in rows.stop_orders(ledger)}
+        assert orders[stranger.id].kind == "reserved" and orders[stranger.id].reason_key == "end"
+        assert orders[stranger.id].stop_at == now + timedelta(hours=1) - timedelta(minutes=5)
+        allocator.cancel("eve/")
+        with pytest.raises(QueueCancelled):
+            await eve
+
+    asyncio.run(main())
