@@ -15,6 +15,8 @@
     jupyterhub-gpu reservations list
     jupyterhub-gpu reservations delete 7
     jupyterhub-gpu shares set --group cs231n --model T4 --share 3
+    jupyterhub-gpu queue                    # your requests waiting for a GPU (instructors: their groups'; admins: all)
+    jupyterhub-gpu queue preemptions
     jupyterhub-gpu doctor -f /etc/jupyterhub/jupyterhub_config.py   # before opening the hub (docs/admin.md)
 
 The service's URL comes from ``--url`` or ``$JUPYTERHUB_GPU_URL``, the token from
@@ -193,6 +195,20 @@ def _subject(parser: argparse.ArgumentParser) -> None:
     who.add_argument("--group", type=name_type, help="a JupyterHub group")
 
 
+def _queue_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """``queue`` and ``queue list`` take the same options (before or after ``list``)."""
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument("--user", type=name_type, default=default, help="one user's requests (admins, instructors)")
+    parser.add_argument("--group", type=name_type, default=default, help="one group's requests (its instructors)")
+    parser.add_argument(
+        "--lang", choices=("en", "zh-CN"), default=default, help="the language of the status and reasons"
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print the API's JSON"
+    )
+    _connection_options(parser, top=False)  # the top parser has them: a subcommand's default must not hide them
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu",
@@ -297,6 +313,18 @@ def make_parser() -> argparse.ArgumentParser:
         if action == "set":
             one.add_argument("--share", required=True, type=share_type, help="a whole-number weight (0: none)")
         _connection_options(one, top=False)
+    queue = commands.add_parser(
+        "queue", help="requests waiting for a GPU: your own (instructors: their groups'; admins: all); preemptions"
+    )
+    _queue_options(queue, top=True)
+    queue_commands = queue.add_subparsers(dest="action", metavar="ACTION")  # none: list
+    qlist = queue_commands.add_parser("list", help="the waiting requests you may see, by GPU model and position")
+    _queue_options(qlist, top=False)
+    qpre = queue_commands.add_parser("preemptions", help="preemption records of the last 30 days")
+    qpre.add_argument("--user", type=name_type, default=argparse.SUPPRESS, help="another user's (admins)")
+    qpre.add_argument("--lang", choices=("en", "zh-CN"), default=argparse.SUPPRESS, help="the language of the reasons")
+    qpre.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+    _connection_options(qpre, top=False)
     # subcommands that do not call the service go below, each with set_defaults(run=...) (see API_COMMANDS)
     add_doctor_parser(commands)
     return parser
@@ -710,6 +738,60 @@ def cmd_shares(client: Client, args, out) -> None:
         print(_table(rows), file=out)
 
 
+def _wait(seconds) -> str:
+    if seconds is None:
+        return "unknown"
+    minutes = max(1, round(seconds / 60))
+    return f"~{minutes} min" if minutes < 60 else f"~{minutes // 60} h {minutes % 60:02d} min"
+
+
+def cmd_queue(client: Client, args, out) -> None:
+    params = {name: getattr(args, name) for name in ("user", "lang") if getattr(args, name, None)}
+    if args.action == "preemptions":
+        data = client.json("GET", "preemptions", params=params)
+        if args.json:
+            print(json.dumps(data, indent=2), file=out)
+            return
+        if not data["preemptions"]:
+            print("No preemptions in the last 30 days.", file=out)
+            return
+        zone = _zone(args, data)
+        rows = [["USER", "SERVER", f"STOP AT ({zone.key})", "STOPPED", "REASON"]]
+        for p in data["preemptions"]:
+            done = _moment(p["done_at"], zone, "%Y-%m-%d %H:%M") if p["done_at"] else "not yet"
+            stop_at = _moment(p["stop_at"], zone, "%Y-%m-%d %H:%M")
+            rows.append([p["user"], p["server_name"] or "-", stop_at, done, p["reason"]])
+        print(_table(rows), file=out)
+        return
+    if getattr(args, "group", None):
+        params["group"] = args.group
+    data = client.json("GET", "queue", params=params)
+    if args.json:
+        print(json.dumps(data, indent=2), file=out)
+        return
+    if not data["queue"]:
+        print("No requests waiting for a GPU.", file=out)
+        return
+    zone = _zone(args, data)
+    rows = [["POSITION", "GPUS", "USER", "SERVER", "PROFILE", "TIER", "GROUP", "WAIT", f"SINCE ({zone.key})", "WHY"]]
+    for e in data["queue"]:
+        rows.append(
+            [
+                f"{e['position']} of {e['length']}",
+                f"{e['count']}x {e['gpu_model']}",
+                e.get("user", ""),
+                e["server_name"] or "-",
+                e["profile"],
+                e["tier"],
+                e["group"] or "-",
+                _wait(e["wait_seconds"]),
+                _moment(e["arrived"], zone, "%Y-%m-%d %H:%M"),
+                e["reason"],
+            ]
+        )
+    print(_table(rows), file=out)
+
+
 # the subcommands that talk to the gpu service; one that does not (such as ``doctor``) is not listed here and
 # sets ``run=`` on its subparser (``parser.set_defaults(run=function)``): main calls ``run(args, out)`` -> status
 API_COMMANDS = {
@@ -718,6 +800,7 @@ API_COMMANDS = {
     "job": cmd_job,
     "reservations": cmd_reservations,
     "shares": cmd_shares,
+    "queue": cmd_queue,
 }
 
 

@@ -42,6 +42,7 @@ from jupyterhub_gpu.service.notify import (
 )
 from jupyterhub_gpu.service.tick import (
     Reconciler,
+    ScheduleFollow,
     TickHealth,
     advise_sessions,
     announce_finished_runs,
@@ -49,6 +50,7 @@ from jupyterhub_gpu.service.tick import (
     enforce_budgets,
     enforce_culling,
     enforce_jobs,
+    enforce_schedule,
     run_announcer,
     send_digests,
 )
@@ -424,6 +426,7 @@ class GPUService(Application):
     ).tag(config=True)
 
     gpu_pool = Dict(
+        value_trait=Int(),  # so that the command line's --GPUService.gpu_pool=T4=4 gives a number
         help="""
         The lab's GPUs by model, for the schedule (docs/scheduling.md): a class
         reservation is refused when it would need more GPUs of a model than this at
@@ -634,6 +637,8 @@ class GPUService(Application):
         self.last_reconcile = None
         self.ticks = 0
         self.tick_health = TickHealth(interval=self.tick_interval)
+        # the preemptions carried out whose sessions have not closed yet (read from the ledger at the first tick)
+        self.schedule_follow = ScheduleFollow()
 
     def _configured_channels(self) -> tuple:
         """The ``notify_*`` channels, each checked by Apprise (ValueError naming the setting otherwise)."""
@@ -724,6 +729,10 @@ class GPUService(Application):
                     currency=self.currency_info,
                     advice_settings=self.advice_settings,
                 ),
+            ),
+            (
+                "schedule",
+                lambda: enforce_schedule(self.ledger, self.hub, now, self.notifier, self.tz, self.schedule_follow),
             ),
             ("jobs", lambda: enforce_jobs(self.ledger, self.hub, now)),
             ("run notices", lambda: announce_finished_runs(self.ledger, now, self.announce_run, self.alert_channels)),

@@ -218,7 +218,7 @@ class HubClient:
             _server_path(user, server_name),
             body=body,
             needs=("start:servers",),
-            purpose="to start a server (a notebook job's, or one restarted on a bigger profile)",
+            purpose="to start a server (a notebook job's, one restarted on a bigger profile, or one preempted)",
             language=language if language in LANGUAGES else None,
         )
 

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -40,6 +40,7 @@ from jupyterhub_gpu.ledger.queries.jobs import (
 )
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import memory_unknown, session_minutes, sessions_minutes
+from jupyterhub_gpu.ledger.queries.schedule import StopOrder, mark_order, preemptions, stop_orders
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.advice import (
@@ -78,6 +79,15 @@ from jupyterhub_gpu.service.domain.jobs import (
 )
 from jupyterhub_gpu.service.domain.notices import CHANNELS, AlertSettings, Once
 from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
+from jupyterhub_gpu.service.domain.schedule import (
+    PREEMPTED,
+    RESUME_CLAIM,
+    order_message,
+    order_once,
+    resume_once,
+    resume_options,
+    resume_refused_message,
+)
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
 from jupyterhub_gpu.service.notify import Notifier, lab_notice, passed, send_once
 from jupyterhub_gpu.session import SessionStart, StopReason
@@ -140,7 +150,7 @@ Notify = Callable[[str, tuple[str, ...], BudgetStatus, int], Awaitable[None]]
 class TickHealth:
     """How the service's ticks went since it started, for ``/metrics``: counts by outcome and the last good one.
 
-    A tick is ``ok`` when every part of it (reconciliation, budgets, culling, jobs, run notices, advice) ran
+    A tick is ``ok`` when every part of it (reconciliation, budgets, culling, schedule, jobs, run notices, advice) ran
     without an error, else ``failed``; ``last_ok`` is the Unix time of the last ``ok`` one, ``started`` the
     service's start.
     """
@@ -547,9 +557,11 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
     """End the jobs the runner could not: over the time limit, never started, or whose server went away.
 
     A job reported ended whose server still runs a margin later is stopped too: an ended
-    job holds no slot and no time limit, so its server must not keep running.
+    job holds no slot and no time limit, so its server must not keep running. A job whose server was
+    preempted (issue 16) is not lost: it goes back to ``starting`` and its server is started again, once
+    (:func:`requeue_job`); the runner then resumes it (from its checkpoint with ``CheckpointAndResume``).
     """
-    summary = {"time_limit": [], "lost": [], "ended_still_running": []}
+    summary = {"time_limit": [], "lost": [], "ended_still_running": [], "requeued": []}
     for job, session in ended_jobs_still_running(ledger, now, TIME_LIMIT_MARGIN):
         ledger.set_pending_stop_reason(session.id, StopReason.JOB_FINISHED)
         try:
@@ -560,6 +572,13 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
         summary["ended_still_running"].append(job.id)
     for job in active_jobs(ledger):
         session = job_session(ledger, job)
+        if session is not None and session.stopped is not None and session.stop_reason == StopReason.PREEMPTED:
+            outcome = await requeue_job(ledger, hub, job, session, now)
+            if outcome == "requeued":
+                summary["requeued"].append(job.id)
+            elif outcome == "failed":
+                summary["lost"].append(job.id)
+            continue
         if session is not None and session.stopped is not None:
             # the server is gone and the runner never reported the end (killed, crashed, stopped by hand)
             reason = session.stop_reason or StopReason.STOPPED
@@ -587,6 +606,194 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
                 update_job(ledger, job.id, state="failed", finished=now, error="The job's server did not start.")
                 summary["lost"].append(job.id)
     return summary
+
+
+# -- the schedule: stop orders, resumes (issue 16) ----------------------------------------------------
+
+
+#: How long after a preemption's stop its server is still put back in the queue: the hub stops a server within
+#: a minute; a service that was down longer than this leaves the restart to the user.
+RESUME_WITHIN = timedelta(hours=6)
+
+
+@dataclass
+class ScheduleFollow:
+    """What :func:`enforce_schedule` keeps between ticks: the preemptions it carried out whose sessions have not
+    closed yet (by session id), to put them back in the queue once they have.
+
+    A restarted service reads them again from the ledger's preemption records (``loaded``); each is resumed once
+    whatever the restarts (its claim in ``gpu_alerts``).
+    """
+
+    waiting: dict[str, StopOrder] = field(default_factory=dict)
+    loaded: bool = False
+
+
+def _claim(ledger: Ledger, key: Once, now: datetime) -> bool:
+    return ledger.claim_alert(key.user, key.key, key.period_start, key.threshold, RESUME_CLAIM, now, key.revision)
+
+
+def _unclaim(ledger: Ledger, key: Once) -> None:
+    ledger.release_alert(key.user, key.key, key.period_start, key.threshold, RESUME_CLAIM, key.revision)
+
+
+async def _back_already(ledger: Ledger, hub: HubClient, user: str, server_name: str, since: datetime) -> bool:
+    """Whether the server is back (started again after ``since``, or waiting in the hub's queue) without us."""
+    if any(s.server_name == server_name and aware_utc(s.started) > since for s in ledger.open_sessions_of(user)):
+        return True
+    model = await hub.user(user)
+    server = ((model or {}).get("servers") or {}).get(server_name)
+    return server is not None and bool(server.get("pending") or server.get("ready"))
+
+
+async def requeue_job(ledger: Ledger, hub: HubClient, job: JobRecord, session: SessionRecord, now: datetime) -> str:
+    """Put a job whose server was preempted back in the queue, once: ``requeued``, ``waiting`` (requeued before:
+    its server waits in the hub's queue), ``retry`` (the hub did not answer: next tick) or ``failed``.
+
+    The job goes back to ``starting`` (its time limit counts again from the new run's start) and its server
+    ``job-<id>`` is started again with the job's profile: it waits in the hub's queue like any request, and its
+    runner runs the notebook again (``CheckpointAndResume`` goes on from its last checkpoint). A refusal by the
+    hub (a budget that cannot pay, a profile gone) fails the job with the hub's message.
+    """
+    key = resume_once(session)
+    if _claim(ledger, key, now):
+        update_job(ledger, job.id, state="starting", started=None, session_id=session.id, error=None)
+        options = {"profile": job.profile, "job_id": job.id}
+        try:
+            await hub.start_server(job.user, job.server_name, options, display_name=job.id, language=session.language)
+        except HubAPIError as e:
+            status, message = e.refusal()
+            if status >= 500:
+                _unclaim(ledger, key)
+                job_log.warning("job %s: its server was preempted and could not be started again yet: %s", job.id, e)
+                return "retry"
+            error = f"The job's server was preempted and could not be started again: {message}"
+            update_job(ledger, job.id, state="failed", finished=now, error=error)
+            job_log.error("job %s: %s", job.id, error)
+            return "failed"
+        job_log.info("job %s: its server was preempted; back in the queue to run again", job.id)
+        return "requeued"
+    if job.state == "starting" and now - aware_utc(session.stopped) > START_TIMEOUT:
+        if not await _back_already(ledger, hub, job.user, job.server_name, aware_utc(session.stopped)):
+            error = "The job's server did not start again after it was preempted."
+            update_job(ledger, job.id, state="failed", finished=now, error=error)
+            return "failed"
+    return "waiting"
+
+
+async def enforce_schedule(
+    ledger: Ledger,
+    hub: HubClient,
+    now: datetime,
+    notifier: Notifier,
+    tz: ZoneInfo,
+    follow: ScheduleFollow | None = None,
+) -> dict:
+    """Carry out the hub scheduler's stop orders (preemptions, reservation ends), and resume what asked for it.
+
+    Each order (:func:`~jupyterhub_gpu.ledger.queries.schedule.stop_orders`, the pending ones, one query):
+
+    - whose session has closed (stopped by its user, culled...): done, nothing else;
+    - not noticed yet (new, or moved earlier by the hub): its notice goes out at once through the gateway
+      (JupyterLab, and mail and webhooks where configured; event ``preemption`` or ``cull``:
+      :func:`.domain.schedule.order_message`), once per channel for its time, and it is noticed;
+    - whose time has come, noticed in an earlier tick (the notice comes before the stop, as an idle warning
+      does: invariant 6): the session's pending stop reason becomes the order's kind (``preempted`` or
+      ``reserved``), the hub stops the server, and the order is done. A hub that fails is tried next tick.
+
+    A preempted session whose user asked to be put back in the queue (``resume``) is started again through the
+    hub once its session has closed, with the same profile and pool, once (its claim in ``gpu_alerts``): it
+    then waits in the hub's queue like any request. A notebook job's server is put back by
+    :func:`enforce_jobs` (the job goes back to ``starting``). ``follow`` keeps the preemptions whose sessions
+    have not closed yet between ticks (None: read them from the ledger each time).
+    """
+    result = {"noticed": [], "stopped": [], "closed": [], "resumed": [], "refused": []}
+    follow = follow if follow is not None else ScheduleFollow()
+    if not follow.loaded:
+        for order in preemptions(ledger, now - RESUME_WITHIN):
+            if order.done_at is not None and now - order.done_at <= RESUME_WITHIN:
+                follow.waiting.setdefault(order.session_id, order)
+        follow.loaded = True
+    orders = stop_orders(ledger)
+    models: dict[str, str] | None = None  # profile -> GPU model, read at the first notice
+    for order in orders:
+        session = ledger.get_session(order.session_id)
+        if session is None or session.stopped is not None:
+            mark_order(ledger, order.session_id, done=now)
+            result["closed"].append(order.session_id)
+            continue
+        if order.noticed_at is None:
+            if models is None:
+                models = {p["slug"]: p["gpu_model"] for p in ledger.pricing() if p.get("gpu_model")}
+            job_id = _job_id(ledger, session)
+            message = order_message(order, session, tz, now, notifier.settings, models.get(session.profile), job_id)
+            await notifier.send(message, CHANNELS, once=order_once(order), now=now)
+            mark_order(ledger, order.session_id, noticed=now)
+            result["noticed"].append(order.session_id)
+            log.info("%s/%s told: %s at %s", order.user, order.server_name, order.kind, order.stop_at)
+            continue
+        if order.stop_at > now:
+            continue
+        ledger.set_pending_stop_reason(session.id, order.kind)
+        try:
+            await hub.stop_server(session.user, session.server_name)
+        except HubAPIError as e:
+            log.error("could not stop %s/%s (%s): %s", session.user, session.server_name, order.kind, e)
+            continue
+        mark_order(ledger, order.session_id, done=now)
+        log.info("stopped %s/%s: %s", session.user, session.server_name, order.kind)
+        result["stopped"].append((session.user, session.server_name))
+        if order.kind == PREEMPTED:
+            follow.waiting[order.session_id] = replace(order, done_at=now)
+    for session_id, order in list(follow.waiting.items()):
+        session = ledger.get_session(session_id)
+        if session is None or (session.stopped is None and now - (order.done_at or now) > RESUME_WITHIN):
+            follow.waiting.pop(session_id, None)
+            continue
+        if session.stopped is None:
+            continue  # the hub is stopping it
+        follow.waiting.pop(session_id, None)
+        if session.stop_reason != StopReason.PREEMPTED or not session.resume:
+            continue
+        if session.server_name.startswith(SERVER_PREFIX):
+            continue  # a job's server: enforce_jobs puts its job back in the queue
+        outcome = await resume_server(ledger, hub, session, now, notifier)
+        if outcome == "retry":
+            follow.waiting[session_id] = order
+        elif outcome in ("resumed", "refused"):
+            result[outcome].append(session_id)
+    return result
+
+
+def _job_id(ledger: Ledger, session: SessionRecord) -> str | None:
+    """The notebook job a session's server runs (its own: the user's server ``job-<id>``), or None."""
+    if not session.server_name.startswith(SERVER_PREFIX):
+        return None
+    job = get_job(ledger, session.server_name[len(SERVER_PREFIX) :])
+    return job.id if job is not None and job.user == session.user else None
+
+
+async def resume_server(ledger: Ledger, hub: HubClient, session: SessionRecord, now: datetime, notifier: Notifier):
+    """Start a preempted server again, once: ``resumed``, ``back`` (its user started it already), ``told``
+    (resumed before), ``retry`` (the hub did not answer) or ``refused`` (the hub said no: its user is told)."""
+    key = resume_once(session)
+    if not _claim(ledger, key, now):
+        return "told"
+    try:
+        if await _back_already(ledger, hub, session.user, session.server_name, aware_utc(session.stopped)):
+            return "back"
+        await hub.start_server(session.user, session.server_name, resume_options(session), language=session.language)
+    except HubAPIError as e:
+        status, message = e.refusal()
+        if status >= 500:
+            _unclaim(ledger, key)
+            log.warning("could not put %s/%s back in the queue yet: %s", session.user, session.server_name, e)
+            return "retry"
+        log.error("the hub would not put %s/%s back in the queue: %s", session.user, session.server_name, message)
+        await notifier.send(resume_refused_message(session, message, notifier.settings), CHANNELS, now=now)
+        return "refused"
+    log.info("preempted %s/%s is back in the queue", session.user, session.server_name)
+    return "resumed"
 
 
 #: Called once per finished run and channel: (session, job or None, channel) -> delivered.

@@ -48,6 +48,8 @@ def test_stop_reasons_are_the_ledgers_strings():
         "job_cancelled",
         "stop_when_done",
         "plateau",
+        "preempted",
+        "reserved",
     ]
     reason = StopReason.GPU_IDLE
     assert reason == "gpu_idle" and f"{reason}" == str(reason) == "gpu_idle" and json.dumps(reason) == '"gpu_idle"'

@@ -27,6 +27,7 @@ from jupyterhub_gpu.service.web.api.jobs import (
 from jupyterhub_gpu.service.web.api.me import MeHandler, NoticeDismissHandler
 from jupyterhub_gpu.service.web.api.openapi import NotFoundHandler, OpenAPIHandler
 from jupyterhub_gpu.service.web.api.pricing import PricingHandler
+from jupyterhub_gpu.service.web.api.queue import PreemptionsHandler, QueueHandler
 from jupyterhub_gpu.service.web.api.samples import SamplesHandler
 from jupyterhub_gpu.service.web.api.schedule import ReservationHandler, ReservationsHandler, SharesHandler
 from jupyterhub_gpu.service.web.api.usage import UsageHandler
@@ -80,6 +81,8 @@ def make_handlers(prefix: str, ctx: WebContext) -> list:
         (url_path_join(api, "reservations"), ReservationsHandler, c),
         (url_path_join(api, r"reservations/([^/]+)"), ReservationHandler, c),
         (url_path_join(api, "shares"), SharesHandler, c),
+        (url_path_join(api, "queue"), QueueHandler, c),
+        (url_path_join(api, "preemptions"), PreemptionsHandler, c),
         # the usage pages (pages.py), outside api/v1/
         (url_path_join(prefix, r"static/(.*)"), StaticHandler, {"path": str(STATIC)}),
         (prefix.rstrip("/") + "/?", UserPage, c),

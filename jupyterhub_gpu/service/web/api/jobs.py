@@ -191,6 +191,13 @@ class JobFinishedHandler(JobBase):
         error = body.get("error")
         if error is not None and not isinstance(error, str):
             raise web.HTTPError(400, "error must be a string or null")
+        preempted = StopReason.PREEMPTED in (session.pending_stop_reason, session.stop_reason)
+        if preempted and state != "succeeded":
+            # its kernel died because the service is stopping the server for a preemption: the job is not over,
+            # it goes back to the queue and runs again (the tick's enforce_jobs)
+            raise web.HTTPError(
+                409, f"Job {job.id}'s server is being preempted: the job goes back to the queue and runs again."
+            )
         if not update_job(
             self.ledger,
             job.id,
