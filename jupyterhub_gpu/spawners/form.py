@@ -20,7 +20,7 @@ import jinja2
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.scheduling import TEXTS, clock_text, duration_text
+from jupyterhub_gpu.schedule_words import clock_words, reason_words, wait_words
 from jupyterhub_gpu.spawners.assign.protocol import Allocator
 from jupyterhub_gpu.spawners.profiles import Profile, choose_profile
 
@@ -256,29 +256,16 @@ def render_options_form(
 
 
 def scheduling_text(key: str, values, lang: str = "en") -> str:
-    """One of the scheduler's texts (:data:`jupyterhub_gpu.scheduling.TEXTS`) in ``lang``."""
-    return translator(lang)(TEXTS[key], **values)
-
-
-def wait_words(wait, lang: str = "en") -> str | None:
-    """The estimate in ``lang``: ``about 12 min``; None when there is none."""
-    if wait is None:
-        return None
-    _ = translator(lang)
-    if wait < timedelta(minutes=1):
-        return _(TEXTS["wait.now"])
-    if wait > timedelta(days=1):
-        return _(TEXTS["wait.day"])
-    return _(TEXTS["wait.about"], duration=duration_text(wait))
+    """One of the scheduler's texts (:data:`jupyterhub_gpu.scheduling.TEXTS`) in ``lang``, its values too."""
+    return reason_words(key, values, lang)
 
 
 def queue_status(decision, model: str, count: int, simulated: bool, lang: str = "en", *, share=None, mig=None) -> str:
     """A waiting request as the scheduler sees it: ``Waiting for a free A100 — position 2 of 5 — about 12 min —
     your group has used 140% of its share of A100 GPUs this week`` (the plain first-come order adds no reason)."""
     parts = [queue_message(model, count, simulated, decision.position, decision.length, lang, share=share, mig=mig)]
-    wait = wait_words(decision.wait, lang)
-    if wait:
-        parts.append(wait)
+    if decision.wait is not None:  # no estimate yet: nothing is said
+        parts.append(wait_words(int(decision.wait.total_seconds()), lang))
     if decision.key != "fifo":
         parts.append(scheduling_text(decision.key, decision.values, lang))
     return " — ".join(parts)
@@ -302,7 +289,7 @@ def reserved_note(reservations, model: str, now, tz, lang: str = "en", within=ti
                     "{count} reserved for {label} until {time}",
                     count=r.count,
                     label=r.name,
-                    time=clock_text(end, tz, now),
+                    time=clock_words(end, tz, now, lang),
                 )
             )
         else:
@@ -311,7 +298,7 @@ def reserved_note(reservations, model: str, now, tz, lang: str = "en", within=ti
                     "{count} reserved for {label} from {time}",
                     count=r.count,
                     label=r.name,
-                    time=clock_text(start, tz, now),
+                    time=clock_words(start, tz, now, lang),
                 )
             )
     return " · ".join(notes) or None

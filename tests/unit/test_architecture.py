@@ -23,7 +23,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
 NAME = "jupyterhub_gpu"
 
-CORE = ("clock", "money", "billing", "session", "env", "gpus", "lab", "i18n", "scheduling")
+CORE = ("clock", "money", "billing", "session", "env", "gpus", "lab", "i18n", "scheduling", "schedule_words")
 
 # Which layer a module may import from, by prefix (the module's own package is always allowed).
 ALLOWED = {
@@ -36,6 +36,7 @@ ALLOWED = {
     "lab": CORE,
     "i18n": CORE,
     "scheduling": CORE,
+    "schedule_words": CORE,
     "ledger": (*CORE, "ledger"),
     "spawners": (*CORE, "ledger", "spawners", "hubpages"),  # hubpages: installs the pages' language hook
     "hubpages": (*CORE, "hubpages"),  # hub side: JupyterHub's own pages in the reader's language

@@ -210,3 +210,37 @@ def test_a_reserved_gpu_is_kept_for_the_class_and_a_strangers_session_is_told_it
             await eve
 
     asyncio.run(main())
+
+
+def test_the_spawn_page_words_the_schedulers_decisions_in_the_readers_language():
+    from datetime import datetime
+
+    from jupyterhub_gpu.scheduling import QUEUE, Decision, Reservation
+    from jupyterhub_gpu.spawners.form import queue_status, reserved_note
+
+    decision = Decision(
+        QUEUE,
+        "share.aged",
+        {"model": "T4", "percent": "140", "period": "this week", "waited": "1 h 5 min"},
+        position=2,
+        length=5,
+        wait=timedelta(minutes=12),
+    )
+    assert queue_status(decision, "T4", 1, True, "en") == (
+        "Waiting for a free Simulated T4 — position 2 of 5 — about 12 min — your group has used 140% of its share"
+        " of T4 GPUs this week; your 1 h 5 min of waiting moves you up"
+    )
+    zh = queue_status(decision, "T4", 1, True, "zh-CN")
+    assert "140%" in zh and "12 分钟" in zh and "this week" not in zh and "waiting" not in zh, zh
+    fifo = Decision(QUEUE, "fifo", {}, position=1, length=1, wait=None)
+    assert queue_status(fifo, "A100", 1, False, "en") == "Waiting for a free A100 — position 1 of 1"
+
+    now = datetime(2026, 12, 8, 13, 0, tzinfo=ZONE)
+    weekly = Reservation("1", "cs231n", "T4", 2, now.replace(hour=14), now.replace(hour=16), now.date(), "CS231N")
+    assert reserved_note([weekly], "T4", now, ZONE) == "2 reserved for CS231N from 14:00"
+    assert reserved_note([weekly], "T4", now.replace(hour=15), ZONE) == "2 reserved for CS231N until 16:00"
+    assert reserved_note([weekly], "A100", now, ZONE) is None
+    assert reserved_note([weekly], "T4", now.replace(hour=17), ZONE) is None  # over, and no later window
+    assert "CS231N" in reserved_note([weekly], "T4", now, ZONE, "zh-CN") and "预留" in reserved_note(
+        [weekly], "T4", now, ZONE, "zh-CN"
+    )
