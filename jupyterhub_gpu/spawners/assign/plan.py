@@ -53,6 +53,9 @@ HISTORY = timedelta(days=30)
 HISTORY_LENGTHS = 500
 #: How far back a session's last GPU use is looked for.
 GPU_USE_SINCE = timedelta(hours=2)
+#: How old the shares, reservations, decayed use and session lengths may be (they change slowly; reading 30 days
+#: of sessions at every cycle would load a big ledger for nothing).
+SLOW_REFRESH = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class LedgerView:
     """What the planner last read of the ledger."""
 
     read_at: datetime | None = None
+    slow_at: datetime | None = None  # when the shares, reservations, use and lengths were read
     shares: dict = field(default_factory=dict)
     usage: dict = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
@@ -126,6 +130,7 @@ class Planner:
         self._pending: set = set()
         self.decisions: dict[str, Decision] = {}  # request id -> its last grant or queue decision
         self.counts = counts
+        self._read_all = False
 
     # -- what the spawners tell it ------------------------------------------------------------------------------
     def note_profiles(self, profiles: Mapping[str, ProfileFacts]) -> None:
@@ -139,8 +144,32 @@ class Planner:
 
     # -- reading the ledger -------------------------------------------------------------------------------------
     def _read(self, now: datetime) -> LedgerView:
-        """Blocking: one read of everything a cycle needs (run in a thread)."""
+        """Blocking: one read of everything a cycle needs (run in a thread).
+
+        The open sessions, stop orders and GPU use are read each time; the shares, reservations, decayed use and
+        session lengths (the past 30 days of sessions) at most every :data:`SLOW_REFRESH`, and at once after a
+        change the service may have made is likely (:meth:`fresh` with ``max_age=0`` reads everything).
+        """
         view = LedgerView(read_at=now)
+        old = self.view
+        if old.slow_at is not None and (now - old.slow_at) < SLOW_REFRESH and not self._read_all:
+            view.slow_at = old.slow_at
+            view.shares, view.reservations, view.usage, view.history = (
+                old.shares,
+                old.reservations,
+                old.usage,
+                old.history,
+            )
+        else:
+            self._read_slow(view, now)
+        opened = self.ledger.open_sessions()
+        view.open = {f"{s.user}/{s.server_name}": s for s in opened}
+        view.orders = {o.session_id: (o.stop_at, o.kind) for o in rows.stop_orders(self.ledger)}
+        view.last_use = rows.last_gpu_use(self.ledger, [s.id for s in opened], now - GPU_USE_SINCE)
+        return view
+
+    def _read_slow(self, view: LedgerView, now: datetime) -> None:
+        view.slow_at = now
         view.shares = rows.share_table(self.ledger)
         view.reservations = [
             Reservation(
@@ -169,15 +198,11 @@ class Planner:
                 lengths.setdefault(profile, []).append((stopped - started) / timedelta(minutes=1))
         view.usage = scheduling.decayed_usage(usage_rows, now, half_life)
         view.history = {p: SessionLengths(v[-HISTORY_LENGTHS:]) for p, v in lengths.items()}
-        opened = self.ledger.open_sessions()
-        view.open = {f"{s.user}/{s.server_name}": s for s in opened}
-        view.orders = {o.session_id: (o.stop_at, o.kind) for o in rows.stop_orders(self.ledger)}
-        view.last_use = rows.last_gpu_use(self.ledger, [s.id for s in opened], now - GPU_USE_SINCE)
-        return view
 
     async def fresh(self, max_age: float | None = None) -> None:
         """Read the ledger again when the last read is older than ``max_age`` (default: ``refresh``) seconds."""
         age = self.refresh if max_age is None else max_age
+        self._read_all = self._read_all or age == 0
         read_at = self.view.read_at
         if read_at is not None and (utcnow() - read_at).total_seconds() < age:
             return
@@ -189,6 +214,7 @@ class Planner:
         now = utcnow()
         try:
             view = await asyncio.get_running_loop().run_in_executor(self._writer, self._read, now)
+            self._read_all = False
         except Exception:
             log.exception("the scheduler could not read the ledger; it keeps what it read before")
             return
@@ -207,7 +233,7 @@ class Planner:
         while True:
             await asyncio.sleep(self.refresh)
             try:
-                await self.fresh(0)
+                await self.fresh(self.refresh / 2)
                 if any(True for _ in queue.waiters()) or self.view.reservations or self.view.orders:
                     queue._drain()
             except Exception:
