@@ -53,8 +53,8 @@ HISTORY = timedelta(days=30)
 HISTORY_LENGTHS = 500
 #: How far back a session's last GPU use is looked for.
 GPU_USE_SINCE = timedelta(hours=2)
-#: How old the shares, reservations, decayed use and session lengths may be (they change slowly; reading 30 days
-#: of sessions at every cycle would load a big ledger for nothing).
+#: How old the decayed use and the session lengths may be (they change slowly; reading 30 days of sessions at
+#: every cycle would load a big ledger for nothing).
 SLOW_REFRESH = timedelta(seconds=60)
 
 
@@ -86,7 +86,7 @@ class LedgerView:
     """What the planner last read of the ledger."""
 
     read_at: datetime | None = None
-    slow_at: datetime | None = None  # when the shares, reservations, use and lengths were read
+    slow_at: datetime | None = None  # when the decayed use and the session lengths were read
     shares: dict = field(default_factory=dict)
     usage: dict = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
@@ -146,30 +146,16 @@ class Planner:
     def _read(self, now: datetime) -> LedgerView:
         """Blocking: one read of everything a cycle needs (run in a thread).
 
-        The open sessions, stop orders and GPU use are read each time; the shares, reservations, decayed use and
-        session lengths (the past 30 days of sessions) at most every :data:`SLOW_REFRESH`, and at once after a
-        change the service may have made is likely (:meth:`fresh` with ``max_age=0`` reads everything).
+        The open sessions, stop orders, GPU use, shares and reservations are read each time; the decayed use and
+        the session lengths (the past 30 days of sessions) at most every :data:`SLOW_REFRESH` (:meth:`fresh` with
+        ``max_age=0`` reads them too).
         """
         view = LedgerView(read_at=now)
         old = self.view
         if old.slow_at is not None and (now - old.slow_at) < SLOW_REFRESH and not self._read_all:
-            view.slow_at = old.slow_at
-            view.shares, view.reservations, view.usage, view.history = (
-                old.shares,
-                old.reservations,
-                old.usage,
-                old.history,
-            )
+            view.slow_at, view.usage, view.history = old.slow_at, old.usage, old.history
         else:
             self._read_slow(view, now)
-        opened = self.ledger.open_sessions()
-        view.open = {f"{s.user}/{s.server_name}": s for s in opened}
-        view.orders = {o.session_id: (o.stop_at, o.kind) for o in rows.stop_orders(self.ledger)}
-        view.last_use = rows.last_gpu_use(self.ledger, [s.id for s in opened], now - GPU_USE_SINCE)
-        return view
-
-    def _read_slow(self, view: LedgerView, now: datetime) -> None:
-        view.slow_at = now
         view.shares = rows.share_table(self.ledger)
         view.reservations = [
             Reservation(
@@ -184,6 +170,14 @@ class Planner:
             )
             for r in rows.reservations(self.ledger, self.tz)
         ]
+        opened = self.ledger.open_sessions()
+        view.open = {f"{s.user}/{s.server_name}": s for s in opened}
+        view.orders = {o.session_id: (o.stop_at, o.kind) for o in rows.stop_orders(self.ledger)}
+        view.last_use = rows.last_gpu_use(self.ledger, [s.id for s in opened], now - GPU_USE_SINCE)
+        return view
+
+    def _read_slow(self, view: LedgerView, now: datetime) -> None:
+        view.slow_at = now
         order = self.policy.order
         half_life = getattr(order, "half_life", timedelta(days=7))
         since = now - max(HISTORY, 4 * half_life)
