@@ -827,6 +827,7 @@ ZH_CN.update(
     {
         # why a request stands where it does
         "requests are served in the order they came": "请求按到达的先后顺序处理",
+        "a {model} frees as soon as the server told to stop has ended": "被通知停止的服务器结束后，{model} 即会空出",
         "your group has used {percent}% of its share of {model} GPUs {period}": (
             "您的组{period}已用掉其 {model} GPU 份额的 {percent}%"
         ),
@@ -936,9 +937,71 @@ ZH_CN.update(
             "[GPU] 您的服务器 {server} 将于 {stop_time} 停止：GPU 已为课程预留"
         ),
         "[GPU] Your server {server} was not put back in the queue": "[GPU] 您的服务器 {server} 未能重新放回队列",
+        # a withdrawn order's follow-up (service/domain/schedule.py WITHDRAWN_TEXTS, SUBJECTS)
+        "The stop of this server at {stop_time} is off: the GPU is no longer needed.": (
+            "此服务器原定于 {stop_time} 的停止已取消：不再需要其 GPU。"
+        ),
+        "The stop of this server at {stop_time} is off: the reservation was cancelled.": (
+            "此服务器原定于 {stop_time} 的停止已取消：预留已被取消。"
+        ),
+        "[GPU] The stop of your server {server} at {stop_time} is off": (
+            "[GPU] 您的服务器 {server} 原定于 {stop_time} 的停止已取消"
+        ),
         "Your server {server} was stopped to free its GPU and could not be put back in the queue: {reason}": (
             "您的服务器 {server} 已停止以让出其 GPU，但未能重新放回队列：{reason}"
         ),
+    }
+)
+
+# the schedule on the usage pages (service/web/pages.py, templates/schedule.html; docs/scheduling.md)
+ZH_CN.update(
+    {
+        "Schedule": "调度",
+        "Reservations": "预留",
+        "Every reservation": "全部预留",
+        "Model": "型号",
+        "Window": "时段",
+        "Weekly until": "每周重复至",
+        "Note": "备注",
+        "Booked by": "预订人",
+        "Cancel": "取消",
+        "Cancelled.": "已取消。",
+        "No reservations.": "暂无预留。",
+        "Book GPUs for this group": "为本组预留 GPU",
+        "Begins": "开始时间",
+        "Ends": "结束时间",
+        "Book": "预留",
+        "The lab's GPUs: {pool}. Times are in {tz}.": "实验室的 GPU：{pool}。时间均为 {tz} 时间。",
+        "The gpu service does not know the lab's GPUs (c.GPUService.gpu_pool): nothing can be booked until an"
+        " administrator sets them.": (
+            "gpu 服务不知道实验室有哪些 GPU（c.GPUService.gpu_pool）：在管理员设置之前无法预留。"
+        ),
+        "Leave “Weekly until” empty for a single window. During a window the group's members get its GPUs"
+        " first.": "“每周重复至”留空表示只预留一个时段。在预留时段内，本组成员优先使用预留的 GPU。",
+        "Book for a group on its group page.": "请在组页面上为该组预留。",
+        "Shares": "份额",
+        "Share": "份额",
+        "Set by": "设置人",
+        "default": "默认",
+        "No shares are set: every group has the default.": "尚未设置份额：每个组都使用默认份额。",
+        "Under fair share, a group's use of a model is weighed against its share; admins set shares on the"
+        " administration page.": "公平共享调度会把一个组对某型号的用量与其份额相比较；份额由管理员在管理页面上设置。",
+        "Set share": "设置份额",
+        "Clear": "清除",
+        "A share is a whole number from 0 (only waiting lifts the group) up; a group without one has the"
+        " default.": "份额是从 0 开始的整数（为 0 时只有等待时间能提升该组的排位）；未设置份额的组使用默认值。",
+        "Queue": "排队",
+        "Waiting for a GPU": "等待 GPU",
+        "Position": "位置",
+        "Estimate": "预计等待",
+        "{position} of {length}": "第 {position} 位，共 {length} 位",
+        "Nothing is waiting.": "没有等待中的请求。",
+        "Preemptions in the last {days} days": "最近 {days} 天的抢占",
+        "None in the last {days} days.": "最近 {days} 天内没有。",
+        "Decided": "决定时间",
+        "Stop at": "停止时间",
+        "For user": "让给的用户",
+        "pending": "待执行",
     }
 )
 

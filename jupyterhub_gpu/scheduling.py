@@ -85,6 +85,7 @@ TEXTS: dict[str, str] = {
     "grant": "{gpus} free",
     "grant.reserved": "{gpus} reserved for {label}",
     "grant.until": "may run until {until}: {gpus} are reserved for {label} from {start}",
+    "stopping": "a {model} frees as soon as the server told to stop has ended",
     # preemption
     "preempt": "this server will be stopped in {grace} to free its GPU for a full-price request;"
     " your training is being checkpointed",
@@ -869,7 +870,9 @@ def _end_warnings(cycle: _Cycle, preempted: Collection[str | None]) -> list[Deci
         if session.stop_at is not None and session.stop_at <= until:
             continue  # told already, or told to stop sooner
         values = _limit_values(until, moment, res, zone, now)
-        out.append(Decision(END, "end", values, session=session_id, model=session.model, at=until))
+        out.append(
+            Decision(END, "end", values, session=session_id, reservation=res.id, model=session.model, at=until)
+        )
     return out
 
 

@@ -380,6 +380,9 @@ class ScheduleOrder(Base):
     for_user: Mapped[str | None] = mapped_column(String(255), nullable=True)
     noticed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     done_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, index=True)
+    # what the stop serves ("request:<user/server>", "reservation:<id>"); withdrawn when it is gone before the time
+    cause: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
 
 class QueueEntry(Base):

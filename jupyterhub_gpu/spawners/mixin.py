@@ -827,6 +827,7 @@ class GPUSpawnerMixin(Configurable):
                 raise self._gpu_stopped_while_starting() from None
             except AllocationError as e:
                 raise self.gpu_refusal(e.phrase, reason="gpu_unavailable", status_code=503) from None
+        grant = getattr(self.allocator, "grants", {}).pop(key, None)  # the scheduler's word on it (a time limit)
         try:
             if self._gpu_abort:
                 raise self._gpu_stopped_while_starting()
@@ -843,7 +844,6 @@ class GPUSpawnerMixin(Configurable):
             raise
         self._gpu_devices = devices
         self._gpu_granted_at = utcnow()  # the GPUs are held (and billed) from now
-        grant = getattr(self.allocator, "grants", {}).pop(key, None)
         if grant is not None and grant.at is not None:
             # "may run until 13:55: 4 T4s are reserved for CS231N from 14:00"
             self._gpu_say(55, lambda lang: scheduling_text(grant.key, grant.values, lang))

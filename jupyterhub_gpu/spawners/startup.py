@@ -80,6 +80,16 @@ def check_config(config, spawner_class) -> list[str]:
             profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image, currency=currency)
         except ProfileError as e:
             problems.append(str(e))
+    if not probe.ledger_db_url:
+        # the scheduler runs on the ledger's shares, use, reservations and stop orders (docs/scheduling.md)
+        if probe.fair_share:
+            problems.append("fair_share needs ledger_db_url: the queue weighs the groups' use kept in the ledger")
+        tiered = [p.slug for p in profiles if p.preemptible]
+        if tiered:
+            problems.append(
+                f"preemptible profile(s) {', '.join(tiered)} need ledger_db_url: preemptions are stop orders the gpu"
+                " service carries out from the ledger"
+            )
     try:
         allocator = shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
     except InventoryError as e:

@@ -208,6 +208,8 @@ class StopOrder:
     for_user: str | None
     noticed_at: datetime | None
     done_at: datetime | None
+    cause: str | None = None
+    withdrawn_at: datetime | None = None
 
 
 def _order(row: ScheduleOrder) -> StopOrder:
@@ -223,6 +225,8 @@ def _order(row: ScheduleOrder) -> StopOrder:
         for_user=row.for_user,
         noticed_at=aware_utc(row.noticed_at) if row.noticed_at else None,
         done_at=aware_utc(row.done_at) if row.done_at else None,
+        cause=row.cause,
+        withdrawn_at=aware_utc(row.withdrawn_at) if row.withdrawn_at else None,
     )
 
 
@@ -235,14 +239,18 @@ def order_stop(
     values: dict,
     now: datetime,
     for_user: str | None = None,
+    cause: str | None = None,
 ) -> bool:
-    """Tell an open session to stop at ``stop_at``. An order already there stays unless this one is earlier: then
-    it moves (time, kind, reason) and its notice goes out again. Whether anything changed."""
+    """Tell an open session to stop at ``stop_at``. An order already there stays unless this one is earlier (or the
+    one there was withdrawn): then it moves (time, kind, reason, cause) and its notice goes out again. Whether
+    anything changed."""
     if kind not in ORDER_KINDS:
         raise ValueError(f"unknown stop order {kind!r}")
     with ledger.Session() as db:
         row = db.get(ScheduleOrder, session.id)
-        if row is not None and (row.done_at is not None or aware_utc(row.stop_at) <= stop_at):
+        if row is not None and row.done_at is not None:
+            return False
+        if row is not None and row.withdrawn_at is None and aware_utc(row.stop_at) <= stop_at:
             return False
         if row is None:
             row = ScheduleOrder(session_id=session.id, user=session.user, server_name=session.server_name)
@@ -253,7 +261,23 @@ def order_stop(
         row.reason_key = reason_key
         row.reason_values = json.dumps(values, sort_keys=True)
         row.for_user = for_user
+        row.cause = cause
+        row.withdrawn_at = None
         row.noticed_at = None
+        db.commit()
+        return True
+
+
+def withdraw_order(ledger: Ledger, session_id: str, now: datetime, not_before: datetime) -> bool:
+    """Withdraw a pending order whose cause is gone, if its time is still after ``not_before`` (a stop that is due
+    may be under way). The gpu service tells the user the stop is off and closes it. Whether it was withdrawn."""
+    with ledger.Session() as db:
+        row = db.get(ScheduleOrder, session_id)
+        if row is None or row.done_at is not None or row.withdrawn_at is not None:
+            return False
+        if aware_utc(row.stop_at) <= not_before:
+            return False
+        row.withdrawn_at = naive_utc(now)
         db.commit()
         return True
 

@@ -32,10 +32,8 @@ from jupyterhub_gpu.clock import aware_utc, utcnow
 from jupyterhub_gpu.ledger.queries import schedule as rows
 from jupyterhub_gpu.scheduling import (
     END,
-    GRANT,
     PREEMPT,
     PREEMPTIBLE,
-    QUEUE,
     STANDARD,
     Decision,
     Policy,
@@ -56,6 +54,8 @@ GPU_USE_SINCE = timedelta(hours=2)
 #: How old the decayed use and the session lengths may be (they change slowly; reading 30 days of sessions at
 #: every cycle would load a big ledger for nothing).
 SLOW_REFRESH = timedelta(seconds=60)
+#: An order due within this is never withdrawn: the service may be stopping its server already.
+WITHDRAW_MARGIN = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,9 @@ class Planner:
         self._loop_task: asyncio.Task | None = None
         self._published: list | None = None
         self._pending: set = set()
-        self.decisions: dict[str, Decision] = {}  # request id -> its last grant or queue decision
         self.counts = counts
         self._read_all = False
+        self._withdrawn: set[str] = set()  # withdrawn here, perhaps not yet in the ledger
 
     # -- what the spawners tell it ------------------------------------------------------------------------------
     def note_profiles(self, profiles: Mapping[str, ProfileFacts]) -> None:
@@ -172,7 +172,7 @@ class Planner:
         ]
         opened = self.ledger.open_sessions()
         view.open = {f"{s.user}/{s.server_name}": s for s in opened}
-        view.orders = {o.session_id: (o.stop_at, o.kind) for o in rows.stop_orders(self.ledger)}
+        view.orders = {o.session_id: o for o in rows.stop_orders(self.ledger) if o.withdrawn_at is None}
         view.last_use = rows.last_gpu_use(self.ledger, [s.id for s in opened], now - GPU_USE_SINCE)
         return view
 
@@ -214,7 +214,7 @@ class Planner:
             return
         # orders given since the read began are kept: the ledger may not have had them yet
         for session_id, order in self.view.orders.items():
-            if session_id not in view.orders and order[0] >= now:
+            if session_id not in view.orders and order.stop_at >= now and session_id not in self._withdrawn:
                 view.orders[session_id] = order
         self.view = view
 
@@ -224,12 +224,17 @@ class Planner:
             self._loop_task = asyncio.ensure_future(self._loop(queue))
 
     async def _loop(self, queue) -> None:
+        idle_reads = 0
         while True:
             await asyncio.sleep(self.refresh)
             try:
+                busy = any(True for _ in queue.waiters()) or self.view.reservations or self.view.orders
+                idle_reads += 1
+                if not busy and idle_reads * self.refresh < SLOW_REFRESH.total_seconds():
+                    continue  # nothing waits, nothing is booked or ordered: read the ledger once a minute only
+                idle_reads = 0
                 await self.fresh(self.refresh / 2)
-                if any(True for _ in queue.waiters()) or self.view.reservations or self.view.orders:
-                    queue._drain()
+                queue._drain()
             except Exception:
                 log.exception("scheduling cycle failed")
 
@@ -238,11 +243,18 @@ class Planner:
         view = self.view
         waiting = []
         models: set[str] = set()
+        # a share or a MIG slice of a model some class has reserved counts as a whole GPU of it: it holds (part of)
+        # a physical GPU the class may need, so it must neither take a reserved one nor run into a window
+        reserved = {r.model for r in view.reservations}
+
+        def key_of(model: str, unit: str) -> str:
+            return model if model in reserved else model_key(model, unit)
+
         for w in waiters:
             ask: Ask | None = w.ask
             if ask is None:
                 continue
-            model = model_key(w.model, ask.unit)
+            model = key_of(w.model, ask.unit)
             models.add(model)
             waiting.append(
                 Request(
@@ -262,7 +274,7 @@ class Planner:
             facts = self.profiles.get(s.profile)
             if facts is None or not s.gpu_count or not held(key):
                 continue
-            model = model_key(facts.model, facts.unit)
+            model = key_of(facts.model, facts.unit)
             models.add(model)
             stop = view.orders.get(s.id)
             groups = tuple(s.group_list)
@@ -275,12 +287,12 @@ class Planner:
                     started=aware_utc(s.started),
                     count=s.gpu_count if not facts.unit else 1,
                     profile=s.profile,
-                    tier=PREEMPTIBLE if (s.tier or facts.tier) == PREEMPTIBLE else STANDARD,
+                    tier=PREEMPTIBLE if s.tier == PREEMPTIBLE else STANDARD,
                     last_gpu_use=view.last_use.get(s.id),
-                    checkpoints=(s.tier or facts.tier) == PREEMPTIBLE,
+                    checkpoints=s.tier == PREEMPTIBLE,
                     groups=groups,
-                    stop_at=stop[0] if stop else None,
-                    stop_key=stop[1] if stop else None,
+                    stop_at=stop.stop_at if stop else None,
+                    stop_key=stop.kind if stop else None,
                 )
             )
         models |= {r.model for r in view.reservations}
@@ -315,9 +327,7 @@ class Planner:
         for d in decisions:
             if d.kind in (PREEMPT, END) and d.session and d.at is not None:
                 self._order(d, now, snapshot)
-            elif d.kind in (GRANT, QUEUE) and d.request:
-                self.decisions[d.request] = d
-        self._publish([d for d in decisions if d.kind == QUEUE and d.request in by_key], by_key, snapshot.waiting, now)
+        self._withdraw(by_key, now)
         return decisions
 
     def _order(self, decision: Decision, now: datetime, snapshot: Snapshot) -> None:
@@ -326,21 +336,50 @@ class Planner:
             return
         kind = rows.PREEMPTED if decision.kind == PREEMPT else rows.RESERVED
         known = self.view.orders.get(session.id)
-        if known is not None and known[0] <= decision.at:
+        if known is not None and known.stop_at <= decision.at:
             return
-        self.view.orders[session.id] = (decision.at, kind)
         for_user = None
         if decision.for_request:
             for_user = next((r.user for r in snapshot.waiting if r.id == decision.for_request), None)
-        log.info("%s/%s: %s at %s (%s)", session.user, session.server_name, kind, decision.at, decision.reason)
+            cause = f"request:{decision.for_request}"
+        else:
+            cause = f"reservation:{decision.reservation}" if decision.reservation else None
         values = dict(decision.values)
-        self._write(rows.order_stop, self.ledger, session, kind, decision.at, decision.key, values, now, for_user)
+        self.view.orders[session.id] = rows.StopOrder(
+            session.id, session.user, session.server_name, kind, decision.at, now, decision.key, values, for_user,
+            None, None, cause,
+        )  # fmt: skip
+        self._withdrawn.discard(session.id)
+        log.info("%s/%s: %s at %s (%s)", session.user, session.server_name, kind, decision.at, decision.reason)
+        self._write(
+            rows.order_stop, self.ledger, session, kind, decision.at, decision.key, values, now, for_user, cause
+        )
 
-    def _publish(self, queued: list[Decision], by_key: dict, requests: list[Request], now: datetime) -> None:
-        request_of = {r.id: r for r in requests}
+    def _withdraw(self, waiting: Mapping[str, object], now: datetime) -> None:
+        """Withdraw the orders whose cause is gone before their time: the request they served left the queue
+        (cancelled, timed out, or granted another GPU), or the reservation was cancelled. A stop that is due (or
+        nearly: it may be under way in the service) stays."""
+        reservations = {r.id for r in self.view.reservations}
+        for session_id, order in list(self.view.orders.items()):
+            cause = order.cause or ""
+            kind, _, name = cause.partition(":")
+            gone = (kind == "request" and name not in waiting) or (kind == "reservation" and name not in reservations)
+            if not gone or order.stop_at <= now + WITHDRAW_MARGIN:
+                continue
+            del self.view.orders[session_id]
+            self._withdrawn.add(session_id)
+            log.info("%s/%s: the %s stop at %s is withdrawn (%s is gone)", order.user, order.server_name, order.kind,
+                     order.stop_at, cause)  # fmt: skip
+            self._write(rows.withdraw_order, self.ledger, session_id, now, now + WITHDRAW_MARGIN)
+
+    def publish(self, queued: list[Decision], waiters) -> None:
+        """Publish the queue as the spawn pages see it (``GET queue`` reads it), when it changed."""
+        now = utcnow()
+        by_key = {w.key: w for w in waiters}
+        queued = [d for d in queued if d.request in by_key]
         entries = []
         for d in queued:
-            w, r = by_key[d.request], request_of[d.request]
+            w = by_key[d.request]
             ask: Ask = w.ask
             entries.append(
                 rows.Queued(
@@ -352,7 +391,7 @@ class Planner:
                     count=w.count,
                     tier=ask.tier,
                     group=ask.group or None,
-                    arrived=r.arrived,
+                    arrived=ask.arrived,
                     position=d.position or 0,
                     length=d.length or 0,
                     wait_seconds=None if d.wait is None else int(d.wait.total_seconds()),

@@ -23,15 +23,19 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 from jupyterhub_gpu.gpus.device import GPUDevice
-from jupyterhub_gpu.scheduling import GRANT, QUEUE
+from jupyterhub_gpu.scheduling import GRANT, QUEUE, Decision
 from jupyterhub_gpu.spawners import metrics
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, QueueCancelled, QueueTimeout
 from jupyterhub_gpu.spawners.messages import Phrase
 
 log = logging.getLogger("jupyterhub_gpu.allocator")
+
+#: Seconds a request waits for the scheduler's view of the ledger before it is decided on the view it has.
+FRESH_TIMEOUT = 10
 
 
 @dataclass(eq=False)
@@ -148,7 +152,11 @@ class FairQueue:
         ask, on_decision = self._expected.pop(key, (None, None))
         planner = self.planner
         if planner is not None:
-            await planner.fresh()  # the shares, use and reservations as they are now (at most `refresh` s old)
+            try:  # the shares, use and reservations as they are now (at most `refresh` s old)
+                await asyncio.wait_for(planner.fresh(), FRESH_TIMEOUT)
+            except asyncio.TimeoutError:
+                self.log.warning("the ledger did not answer the scheduler in %s s: it decides on what it read before",
+                                 FRESH_TIMEOUT)  # fmt: skip
             if ask is None:
                 ask = planner.default_ask(key, model)
             if self.position(key) is not None:
@@ -175,6 +183,7 @@ class FairQueue:
             metrics.observe_wait(model, "granted", time.monotonic() - waiter.since)
             return devices
         except (asyncio.TimeoutError, asyncio.CancelledError) as e:
+            self.grants.pop(key, None)
             outcome = "timeout" if isinstance(e, asyncio.TimeoutError) else "cancelled"
             metrics.observe_wait(model, outcome, time.monotonic() - waiter.since)
             if waiter.future.done() and not waiter.future.cancelled():
@@ -234,21 +243,42 @@ class FairQueue:
         if not decisions and waiting:
             return False
         by_key = {w.key: w for w in waiting}
+        place = {d.request: d for d in decisions if d.kind == QUEUE and d.request}
+        held_back = []
         for d in decisions:
             if d.kind != GRANT or d.request not in by_key:
                 continue
             w = by_key[d.request]
-            if w.future.done() or not self._fits(w):
-                continue  # its units free when the sessions told to stop are gone: a later cycle grants it
+            if w.future.done():
+                continue
+            if not self._fits(w):
+                # the scheduler counts the units of sessions whose stop is due; the allocator frees them when the
+                # servers have ended: it waits for that, first of its model, and is told so
+                held_back.append((w, d))
+                continue
             self._queues[w.queue].remove(w)
             devices = self._grant(w)
             self.grants[w.key] = d
             w.future.set_result(devices)
             self.log.info("%s leaves the queue with %s", w.key, ", ".join(d.uuid for d in devices))
-        place = {d.request: d for d in decisions if d.kind == QUEUE and d.request}
+        for i, (w, d) in enumerate(held_back):
+            same = [x for x in place.values() if x.model == d.model]
+            for x in same:
+                place[x.request] = replace(x, position=x.position + len(held_back), length=x.length + len(held_back))
+            place[w.key] = Decision(
+                QUEUE,
+                "stopping",
+                {"model": d.model.partition("/")[0]},
+                request=w.key,
+                model=d.model,
+                position=i + 1,
+                length=len(same) + len(held_back),
+                wait=timedelta(0),
+            )
         for queue in self._queues.values():
             queue.sort(key=lambda w: (w.key not in place, place[w.key].position if w.key in place else 0, w.seq))
         self._report_positions(place)
+        self.planner.publish(list(place.values()), self.waiters())
         return True
 
     def _report_positions(self, decisions: dict | None = None) -> None:

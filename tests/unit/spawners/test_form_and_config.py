@@ -634,3 +634,15 @@ def test_the_form_marks_each_profiles_unit():
     assert 'data-profile="a100-small" data-unit="mig"' in html
     assert 'data-profile="t4" data-unit="gpu"' in html
     assert "share 1/4 of a Simulated T4 4 GB — CN¥0.0125/min — 8 of 8 shares free" in html
+
+
+def test_the_scheduler_s_settings_need_the_ledger_and_bad_ones_stop_the_hub():
+    preemptible = [*GOOD, {"slug": "t4p", "gpu_model": "T4", "price_per_gpu_hour": "3.00", "preemptible": True}]
+    problems = check_config(config(profiles=preemptible, fair_share=True), GPULocalSpawner)
+    assert "fair_share needs ledger_db_url" in problems[0]
+    assert "preemptible profile(s) t4p need ledger_db_url" in problems[1]
+    with_ledger = config(profiles=preemptible, fair_share=True, ledger_db_url="sqlite:////tmp/x.sqlite")
+    assert check_config(with_ledger, GPULocalSpawner) == []
+    for name, value in (("preempt_grace", -1), ("schedule_interval", 0), ("fair_share_half_life", 0)):
+        problems = check_config(config(profiles=GOOD, **{name: value}), GPULocalSpawner)
+        assert any(name in p for p in problems), (name, problems)

@@ -244,3 +244,79 @@ def test_the_spawn_page_words_the_schedulers_decisions_in_the_readers_language()
     assert "CS231N" in reserved_note([weekly], "T4", now, ZONE, "zh-CN") and "预留" in reserved_note(
         [weekly], "T4", now, ZONE, "zh-CN"
     )
+
+
+def test_a_share_of_a_reserved_model_counts_as_its_gpu_so_a_stranger_cannot_take_the_class_s(ledger):
+    now = utcnow()
+    draft = rows.Draft("cs231n", "T4", 1, now - timedelta(minutes=10), now + timedelta(hours=2), note="CS231N")
+    rows.add_reservation(ledger, draft, lambda existing: None, ZONE, now, "admin")
+
+    async def main():
+        allocator, planner = make(ledger, t4=1)
+        planner.note_profiles({"t4s": ProfileFacts("T4", unit="share-4")})
+        await planner.fresh(0)
+        told = {}
+        stranger = Ask("eve", "s", "other", ("other",), "t4s", "standard", utcnow(), unit="share-4")
+        allocator.expect("eve/s", stranger, lambda d: told.__setitem__("eve", d))
+        eve = asyncio.ensure_future(allocator.acquire("eve/s", "T4", 1, share=4))
+        await wait_in_queue(allocator, "eve/s")
+        assert told["eve"].key == "reserved"
+        member = Ask("cara", "", "cs231n", ("cs231n",), "t4", "standard", utcnow())
+        allocator.expect("cara/", member)
+        assert await asyncio.wait_for(allocator.acquire("cara/", "T4", 1), 5)
+        allocator.cancel("eve/s")
+        with pytest.raises(QueueCancelled):
+            await eve
+
+    asyncio.run(main())
+
+
+def test_an_order_whose_request_left_the_queue_is_withdrawn_before_its_time(ledger):
+    async def main():
+        allocator, planner = make(ledger, t4=1, grace=120, min_runtime=0)
+        victim = running(ledger, allocator, "vic", "g", "t4p", minutes_ago=30, tier="preemptible")
+        await planner.fresh(0)
+        allocator.expect("mal/", ask("mal", "g2"))
+        waiting = asyncio.ensure_future(allocator.acquire("mal/", "T4", 1))
+        await wait_in_queue(allocator, "mal/")
+        await planner.settled()
+        (order,) = rows.stop_orders(ledger)
+        assert (order.session_id, order.cause, order.withdrawn_at) == (victim.id, "request:mal/", None)
+        allocator.cancel("mal/")  # asked and left at once: the victim must not be stopped for nothing
+        with pytest.raises(QueueCancelled):
+            await waiting
+        await planner.settled()
+        (order,) = rows.stop_orders(ledger)
+        assert order.withdrawn_at is not None and order.done_at is None
+        # a later full-price request preempts again, with an order of its own
+        allocator.expect("next/", ask("next", "g2"))
+        again = asyncio.ensure_future(allocator.acquire("next/", "T4", 1))
+        await wait_in_queue(allocator, "next/")
+        await planner.settled()
+        (order,) = rows.stop_orders(ledger)
+        assert (order.cause, order.withdrawn_at) == ("request:next/", None)
+        allocator.cancel("next/")
+        with pytest.raises(QueueCancelled):
+            await again
+
+    asyncio.run(main())
+
+
+def test_a_grant_whose_gpu_is_still_held_by_a_session_told_to_stop_waits_and_is_told_why(ledger):
+    async def main():
+        allocator, planner = make(ledger, t4=1)
+        held = running(ledger, allocator, "old", "g", minutes_ago=30)
+        past = utcnow() - timedelta(seconds=30)  # due, but the service has not stopped it yet
+        rows.order_stop(ledger, ledger.get_session(held.id), "reserved", past, "end", {}, past - timedelta(hours=1))
+        await planner.fresh(0)
+        told = []
+        allocator.expect("new/", ask("new", "g2"), told.append)
+        waiting = asyncio.ensure_future(allocator.acquire("new/", "T4", 1))
+        await wait_in_queue(allocator, "new/")
+        assert told[-1].key == "stopping" and (told[-1].position, told[-1].length) == (1, 1)
+        await planner.settled()
+        assert [(q.user, q.reason_key) for q in rows.queue(ledger)] == [("new", "stopping")]
+        allocator.release("old/")  # the server ended: its GPU goes to the waiting request
+        assert await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(main())

@@ -6,7 +6,9 @@ Revises: 0014
 ``gpu_schedule_orders``: one row per session the hub's scheduler told to stop at a time: ``kind`` ``preempted``
 (its GPU goes to a full-price request) or ``reserved`` (a class reservation starts), why in words (a key of
 ``scheduling.TEXTS`` and its values, so each reader's language words it), when the notice went out and when the
-stop was done. These rows are the ledger's preemption records. ``gpu_queue``: the hub's wait queue as it last
+stop was done; ``cause`` (``request:<user/server>`` or ``reservation:<id>``) and ``withdrawn_at``: the hub withdraws
+an order whose cause is gone before its time (the request left the queue, the booking was cancelled). These rows
+are the ledger's preemption records. ``gpu_queue``: the hub's wait queue as it last
 published it (the gpu service's ``GET queue`` reads it). ``gpu_sessions.tier``: ``preemptible`` for a session of
 the cheaper tier (NULL: full price); ``gpu_sessions.resume``: its user asked to be put back in the queue when it
 is preempted.
@@ -38,6 +40,8 @@ def upgrade():
         sa.Column("for_user", sa.String(length=255), nullable=True),
         sa.Column("noticed_at", sa.DateTime(), nullable=True),
         sa.Column("done_at", sa.DateTime(), nullable=True),
+        sa.Column("cause", sa.String(length=255), nullable=True),
+        sa.Column("withdrawn_at", sa.DateTime(), nullable=True),
     )
     op.create_index("ix_gpu_schedule_orders_done_at", "gpu_schedule_orders", ["done_at"])
     op.create_table(
