@@ -870,9 +870,7 @@ def _end_warnings(cycle: _Cycle, preempted: Collection[str | None]) -> list[Deci
         if session.stop_at is not None and session.stop_at <= until:
             continue  # told already, or told to stop sooner
         values = _limit_values(until, moment, res, zone, now)
-        out.append(
-            Decision(END, "end", values, session=session_id, reservation=res.id, model=session.model, at=until)
-        )
+        out.append(Decision(END, "end", values, session=session_id, reservation=res.id, model=session.model, at=until))
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import math
 import os
 import secrets
 import signal
@@ -435,6 +436,34 @@ class GPUService(Application):
             c.GPUService.gpu_pool = {"T4": 4, "A100": 4}
         """,
     ).tag(config=True)
+
+    reservation_max_hours = Float(
+        4,
+        help="""
+        The longest window an instructor may book for their group (hours; each
+        window of a weekly booking). Admins are not limited. A longer one is
+        refused with a 400 naming this setting.
+
+            c.GPUService.reservation_max_hours = 4
+        """,
+    ).tag(config=True)
+    reservation_notice_hours = Float(
+        24,
+        help="""
+        How far ahead an instructor must book (hours from now to the window's
+        start), so that students on the group's GPUs are not pushed off at short
+        notice. Admins are not limited. A sooner start is refused with a 400.
+
+            c.GPUService.reservation_notice_hours = 24
+        """,
+    ).tag(config=True)
+
+    @validate("reservation_max_hours", "reservation_notice_hours")
+    def _valid_reservation_limits(self, proposal):
+        value = proposal.value
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"GPUService.{proposal.trait.name} must be a positive number of hours, got {value!r}")
+        return value
 
     @validate("gpu_pool")
     def _valid_gpu_pool(self, proposal):

@@ -87,6 +87,8 @@ from jupyterhub_gpu.service.domain.schedule import (
     resume_once,
     resume_options,
     resume_refused_message,
+    withdrawn_message,
+    withdrawn_once,
 )
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
 from jupyterhub_gpu.service.notify import Notifier, lab_notice, passed, send_once
@@ -648,7 +650,8 @@ async def _back_already(ledger: Ledger, hub: HubClient, user: str, server_name: 
 
 async def requeue_job(ledger: Ledger, hub: HubClient, job: JobRecord, session: SessionRecord, now: datetime) -> str:
     """Put a job whose server was preempted back in the queue, once: ``requeued``, ``waiting`` (requeued before:
-    its server waits in the hub's queue), ``retry`` (the hub did not answer: next tick) or ``failed``.
+    its server waits in the hub's queue; or the job moved on since ``job`` was read, cancelled say: its server is
+    not started, and the next tick judges it afresh), ``retry`` (the hub did not answer: next tick) or ``failed``.
 
     The job goes back to ``starting`` (its time limit counts again from the new run's start) and its server
     ``job-<id>`` is started again with the job's profile: it waits in the hub's queue like any request, and its
@@ -657,7 +660,15 @@ async def requeue_job(ledger: Ledger, hub: HubClient, job: JobRecord, session: S
     """
     key = resume_once(session)
     if _claim(ledger, key, now):
-        update_job(ledger, job.id, state="starting", started=None, session_id=session.id, error=None)
+        # only from the state read before this tick's awaits: a job cancelled (or ended) since is not started again
+        if not update_job(
+            ledger, job.id, only_if=(job.state,), state="starting", started=None, session_id=session.id, error=None
+        ):
+            _unclaim(ledger, key)  # the next tick judges the job as it is now
+            job_log.info(
+                "job %s moved on (%s before) while its server was preempted: not started again", job.id, job.state
+            )
+            return "waiting"
         options = {"profile": job.profile, "job_id": job.id}
         try:
             await hub.start_server(job.user, job.server_name, options, display_name=job.id, language=session.language)
@@ -693,13 +704,19 @@ async def enforce_schedule(
 
     Each order (:func:`~jupyterhub_gpu.ledger.queries.schedule.stop_orders`, the pending ones, one query):
 
-    - whose session has closed (stopped by its user, culled...): done, nothing else;
+    - whose session has closed (stopped by its user, culled...): done, nothing else (but a session the hub
+      stopped for this very preemption, the service gone before it marked the order done, is still resumed);
+    - withdrawn by the hub (its cause is gone: the waiting request left the queue, the booking was cancelled):
+      it never stops the server; if its notice went out, its user is told the stop is off, through the same
+      gateway and events (:func:`.domain.schedule.withdrawn_message`); then it is done;
     - not noticed yet (new, or moved earlier by the hub): its notice goes out at once through the gateway
       (JupyterLab, and mail and webhooks where configured; event ``preemption`` or ``cull``:
       :func:`.domain.schedule.order_message`), once per channel for its time, and it is noticed;
-    - whose time has come, noticed in an earlier tick (the notice comes before the stop, as an idle warning
-      does: invariant 6): the session's pending stop reason becomes the order's kind (``preempted`` or
-      ``reserved``), the hub stops the server, and the order is done. A hub that fails is tried next tick.
+    - whose time has come (:func:`due_at`: a preemption gives its whole grace from its notice, even a late one),
+      noticed in an earlier tick (the notice comes before the stop, as an idle warning does: invariant 6): read
+      again (the hub may have withdrawn it during this tick's awaits), the session's pending stop reason becomes
+      the order's kind (``preempted`` or ``reserved``), the hub stops the server, and the order is done. A hub
+      that fails is tried next tick.
 
     A preempted session whose user asked to be put back in the queue (``resume``) is started again through the
     hub once its session has closed, with the same profile and pool, once (its claim in ``gpu_alerts``): it
@@ -707,7 +724,7 @@ async def enforce_schedule(
     :func:`enforce_jobs` (the job goes back to ``starting``). ``follow`` keeps the preemptions whose sessions
     have not closed yet between ticks (None: read them from the ledger each time).
     """
-    result = {"noticed": [], "stopped": [], "closed": [], "resumed": [], "refused": []}
+    result = {"noticed": [], "stopped": [], "closed": [], "withdrawn": [], "resumed": [], "refused": []}
     follow = follow if follow is not None else ScheduleFollow()
     if not follow.loaded:
         for order in preemptions(ledger, now - RESUME_WITHIN):
@@ -721,30 +738,44 @@ async def enforce_schedule(
         if session is None or session.stopped is not None:
             mark_order(ledger, order.session_id, done=now)
             result["closed"].append(order.session_id)
+            if _preempted_for_this(order, session, now):
+                # stopped by the hub for this order, the service gone before it marked it done: resume all the same
+                follow.waiting.setdefault(order.session_id, replace(order, done_at=now))
+            continue
+        if order.withdrawn_at is not None:
+            await _close_withdrawn(ledger, order, tz, now, notifier, result)
             continue
         if order.noticed_at is None:
             if models is None:
                 models = {p["slug"]: p["gpu_model"] for p in ledger.pricing() if p.get("gpu_model")}
             job_id = _job_id(ledger, session)
-            message = order_message(order, session, tz, now, notifier.settings, models.get(session.profile), job_id)
+            told = replace(order, stop_at=due_at(order, now))  # a late preemption's notice names the later stop
+            message = order_message(told, session, tz, now, notifier.settings, models.get(session.profile), job_id)
             await notifier.send(message, CHANNELS, once=order_once(order), now=now)
             mark_order(ledger, order.session_id, noticed=now)
             result["noticed"].append(order.session_id)
-            log.info("%s/%s told: %s at %s", order.user, order.server_name, order.kind, order.stop_at)
+            log.info("%s/%s told: %s at %s", order.user, order.server_name, order.kind, told.stop_at)
             continue
-        if order.stop_at > now:
+        if due_at(order, order.noticed_at) > now:
             continue
-        ledger.set_pending_stop_reason(session.id, order.kind)
+        # the notices and stops above awaited: the hub may have withdrawn (or moved) this order meanwhile
+        current = next(iter(stop_orders(ledger, [order.session_id])), None)
+        if current is None or current.noticed_at is None or due_at(current, current.noticed_at) > now:
+            continue  # done, or moved later or earlier (told again first)
+        if current.withdrawn_at is not None:
+            await _close_withdrawn(ledger, current, tz, now, notifier, result)
+            continue
+        ledger.set_pending_stop_reason(session.id, current.kind)
         try:
             await hub.stop_server(session.user, session.server_name)
         except HubAPIError as e:
-            log.error("could not stop %s/%s (%s): %s", session.user, session.server_name, order.kind, e)
+            log.error("could not stop %s/%s (%s): %s", session.user, session.server_name, current.kind, e)
             continue
         mark_order(ledger, order.session_id, done=now)
-        log.info("stopped %s/%s: %s", session.user, session.server_name, order.kind)
+        log.info("stopped %s/%s: %s", session.user, session.server_name, current.kind)
         result["stopped"].append((session.user, session.server_name))
-        if order.kind == PREEMPTED:
-            follow.waiting[order.session_id] = replace(order, done_at=now)
+        if current.kind == PREEMPTED:
+            follow.waiting[order.session_id] = replace(current, done_at=now)
     for session_id, order in list(follow.waiting.items()):
         session = ledger.get_session(session_id)
         if session is None or (session.stopped is None and now - (order.done_at or now) > RESUME_WITHIN):
@@ -763,6 +794,39 @@ async def enforce_schedule(
         elif outcome in ("resumed", "refused"):
             result[outcome].append(session_id)
     return result
+
+
+def due_at(order: StopOrder, noticed: datetime) -> datetime:
+    """When an order noticed at ``noticed`` may be carried out: a preemption no sooner than the grace the hub
+    promised (``stop_at - decided_at``) after its notice, so a notice that went out late (the service was down)
+    still gives the whole grace; a reservation's end at its time (the class needs its GPUs), a tick after its
+    notice at the earliest."""
+    if order.kind != PREEMPTED:
+        return order.stop_at
+    return max(order.stop_at, noticed + (order.stop_at - order.decided_at))
+
+
+def _preempted_for_this(order: StopOrder, session: SessionRecord | None, now: datetime) -> bool:
+    """Whether a closed session was stopped by its preemption order (and recently enough to be resumed)."""
+    return (
+        session is not None
+        and order.kind == PREEMPTED
+        and session.stop_reason == StopReason.PREEMPTED
+        and now - aware_utc(session.stopped) <= RESUME_WITHIN
+    )
+
+
+async def _close_withdrawn(
+    ledger: Ledger, order: StopOrder, tz: ZoneInfo, now: datetime, notifier: Notifier, result: dict
+) -> None:
+    """A withdrawn order never stops its server: its user, if told of the stop, is told it is off; then it is done."""
+    if order.noticed_at is not None:
+        told = replace(order, stop_at=due_at(order, order.noticed_at))  # the time its notice named
+        message = withdrawn_message(told, tz, now, notifier.settings)
+        await notifier.send(message, CHANNELS, once=withdrawn_once(order), now=now)
+    mark_order(ledger, order.session_id, done=now)
+    result["withdrawn"].append(order.session_id)
+    log.info("%s/%s: the %s stop at %s is withdrawn", order.user, order.server_name, order.kind, order.stop_at)
 
 
 def _job_id(ledger: Ledger, session: SessionRecord) -> str | None:

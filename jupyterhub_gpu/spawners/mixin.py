@@ -447,6 +447,23 @@ class GPUSpawnerMixin(Configurable):
             planner.policy = policy
         return planner
 
+    async def gpu_attach_planner(self) -> Planner | None:
+        """:meth:`gpu_planner`, told the hub's GPU profiles (the running sessions are counted by them).
+
+        At a spawn, at the form, and at the hub's start for the servers it restored: a hub restarted while servers
+        run schedules at once, so a reservation booked meanwhile tells them their end before anyone spawns.
+        """
+        planner = self.gpu_planner()
+        if planner is not None:
+            planner.note_profiles(
+                {
+                    p.slug: ProfileFacts(p.gpu_model, unit_of(p.gpu_share, p.mig), p.tier)
+                    for p in await self.gpu_profiles()
+                    if p.gpu_count
+                }
+            )
+        return planner
+
     @property
     def ledger(self):
         """The shared ledger of this hub, or None when billing is off."""
@@ -563,7 +580,7 @@ class GPUSpawnerMixin(Configurable):
         allowed, _ = await self.allowed_profiles()
         currency = self.gpu_currency
         previous = (self.orm_spawner.user_options or {}).get("profile") if self.orm_spawner else None
-        planner = self.gpu_planner()
+        planner = await self.gpu_attach_planner()
         if planner is not None:
             await planner.fresh()
         zone, now = ZoneInfo(self.budget_timezone), utcnow()
@@ -776,16 +793,9 @@ class GPUSpawnerMixin(Configurable):
 
         devices: list[GPUDevice] = []
         if profile.gpu_count:
-            planner = self.gpu_planner()
+            planner = await self.gpu_attach_planner()
             if planner is not None:
                 planned = True
-                planner.note_profiles(
-                    {
-                        p.slug: ProfileFacts(p.gpu_model, unit_of(p.gpu_share, p.mig), p.tier)
-                        for p in await self.gpu_profiles()
-                        if p.gpu_count
-                    }
-                )
                 groups = tuple(sorted(self._gpu_group_names()))
                 self.allocator.expect(
                     key,

@@ -10,7 +10,8 @@ wraps ``JupyterHub.init_spawners`` (once), where the config is complete:
   their rates to the ledger;
 - before the hub loads its spawners, :func:`reap_orphans` stops the servers a
   hub killed in the middle of a spawn left behind (and bills what they held);
-  until the spawners are loaded, spawns wait for GPUs (:mod:`.assign.restore`).
+  until the spawners are loaded, spawns wait for GPUs (:mod:`.assign.restore`);
+- once they are, :func:`start_scheduler` starts the lab's scheduler if servers run.
 
 ``jupyterhub.app`` is imported here at module level: it imports no spawner
 module itself (it loads the configured spawner class by entry point when it
@@ -371,6 +372,21 @@ async def clean_up_failed_start(app) -> None:
         app.log.exception("jupyterhub-gpu: could not clean up after the failed start")
 
 
+async def start_scheduler(app) -> None:
+    """Start the hub's scheduler now when servers run on GPUs, not at the next spawn: a class reservation
+    booked before or while the hub was down must tell them their end in time (docs/scheduling.md)."""
+    for user in list(app.users.values()):
+        for spawner in list(user.spawners.values()):
+            if isinstance(spawner, GPUSpawnerMixin) and spawner.server is not None:
+                try:
+                    planner = await spawner.gpu_attach_planner()
+                    if planner is not None:
+                        await planner.fresh(0)  # the bookings and orders as they are, before the first cycle
+                except Exception:
+                    app.log.exception("jupyterhub-gpu: the scheduler did not start; it starts at the next spawn")
+                return
+
+
 def install_startup_check() -> None:
     """Run :func:`startup_check` and :func:`reap_orphans` when the hub initialises its spawners, and
     :func:`clean_up_failed_start` when the hub's start fails."""
@@ -395,7 +411,9 @@ def install_startup_check() -> None:
         try:
             # before the spawners load: the saved states (in the hub's database) say which sessions it knows
             await reap_orphans(self)
-            return await original(self)
+            result = await original(self)
+            await start_scheduler(self)
+            return result
         finally:
             end_restore()
 

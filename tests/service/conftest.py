@@ -194,8 +194,13 @@ def gpu_hub_config(
     reconcile: float = 600,
     grace: float = 300,
     min_minutes: int = 10,
+    gpu_pool: dict[str, int] | None = None,
 ) -> str:
-    """A hub config with gpu-local over simulated GPUs, the ledger, and the managed gpu service."""
+    """A hub config with gpu-local over simulated GPUs, the ledger, and the managed gpu service.
+
+    ``gpu_pool``: the service's ``c.GPUService.gpu_pool`` (the lab's GPUs a reservation is checked against);
+    None leaves it unset. A test that changes ``simulated_gpus`` gives the same counts here.
+    """
     db_url = db_url or f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     service_config = tmp_path / "gpu_service_config.py"
     service_config.write_text(
@@ -208,6 +213,7 @@ def gpu_hub_config(
             "smtp_port": smtp_port,
             "webhook_url": webhook_url,
         }
+        + (f"c.GPUService.gpu_pool = {dict(gpu_pool)!r}\n" if gpu_pool is not None else "")
     )
     return GPU_SERVICE_CONFIG % {
         "db_url": db_url,

@@ -10,6 +10,7 @@ without a hub.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import re
 import signal
@@ -177,7 +178,7 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("pages")
-    hub = Hub(root / "hub", gpu_hub_config(root) + INSTRUCTOR)
+    hub = Hub(root / "hub", gpu_hub_config(root, gpu_pool={"T4": 4, "A100": 1}) + INSTRUCTOR)
     hub.start()
     try:
         hub.create_users("admin", "stu1", "stu2", "thea", "prof")
@@ -354,6 +355,65 @@ def test_price_and_access_edits_reach_the_pricing_api_and_the_spawn_form(env):
     r = env.post("admin", "admin/profiles/t4", {"price_per_gpu_hour": "", "restrict": "config"})
     assert r.status_code == 303 and not load_overrides(env.ledger)
     assert 'data-profile="a100"' in env.hub.login("stu1").get(f"{env.hub.url}/hub/spawn", timeout=30).text
+
+
+def xsrf_of(page: requests.Response) -> str:
+    return re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
+
+
+@pytest.mark.hub
+def test_schedule_forms_book_cancel_and_set_shares_through_the_hubs_login(env):
+    """The forms of docs/scheduling.md through real logins: XSRF, the API's rules, the API's answers."""
+    prof, admin = env.browsers["prof"], env.browsers["admin"]
+    group_page = env.get("prof", "groups/cs231n")
+    assert group_page.status_code == 200 and 'id="reservation-form"' in group_page.text
+    form = {"gpu_model": "T4", "count": "3", "start": "2030-01-08T14:00", "end": "2030-01-08T16:00", "note": "hub"}
+    url = env.url + "groups/cs231n/reservations"
+    # without the page's XSRF token the login does not count: refused, nothing stored
+    r = prof.post(url, data=form, timeout=30, allow_redirects=False)
+    assert r.status_code == 403 and "reload the page" in r.text
+    assert prof.get(env.url + "api/v1/reservations", timeout=10).json()["reservations"] == []
+    r = prof.post(url, data={**form, "_xsrf": xsrf_of(group_page)}, timeout=30, allow_redirects=False)
+    assert r.status_code == 303, env.hub.log_text()[-5000:]
+    assert r.headers["Location"].endswith("groups/cs231n?saved=reservation#reservations")
+    (made,) = prof.get(env.url + "api/v1/reservations", timeout=10).json()["reservations"]
+    assert (made["start"], made["created_by"], made["note"]) == ("2030-01-08T14:00:00+08:00", "prof", "hub")
+    # the same group's booking over its own: the API's 409, on the page, nothing stored
+    r = prof.post(url, data={**form, "count": "1", "_xsrf": xsrf_of(group_page)}, timeout=30, allow_redirects=False)
+    assert r.status_code == 409 and "overlaps cs231n's reservation of 3 T4s" in html.unescape(r.text)
+    assert len(prof.get(env.url + "api/v1/reservations", timeout=10).json()["reservations"]) == 1
+    # another group's form: 403 for the instructor of cs231n
+    r = prof.post(env.url + "groups/thesis/reservations", data={**form, "_xsrf": xsrf_of(group_page)}, timeout=30)
+    assert r.status_code == 403
+    # the admin page lists it with a cancel button; the admin sets a share there
+    page = env.get("admin", "admin")
+    assert f'data-reservation="{made["id"]}"' in page.text and 'id="share-form"' in page.text
+    r = admin.post(
+        env.url + "admin/shares",
+        data={"group": "thesis", "gpu_model": "A100", "share": "2", "_xsrf": xsrf_of(page)},
+        timeout=30,
+        allow_redirects=False,
+    )
+    assert r.status_code == 303, r.text[:300]
+    shares = admin.get(env.url + "api/v1/shares", timeout=10).json()["shares"]
+    assert [(s["group"], s["gpu_model"], s["share"]) for s in shares] == [("thesis", "A100", 2)]
+    r = admin.post(
+        env.url + "admin/shares",
+        data={"group": "thesis", "gpu_model": "A100", "action": "clear", "_xsrf": xsrf_of(page)},
+        timeout=30,
+        allow_redirects=False,
+    )
+    assert r.status_code == 303 and admin.get(env.url + "api/v1/shares", timeout=10).json()["shares"] == []
+    # the instructor cancels the booking from the group page
+    r = prof.post(
+        url,
+        data={"action": "cancel", "id": made["id"], "_xsrf": xsrf_of(group_page)},
+        timeout=30,
+        allow_redirects=False,
+    )
+    assert r.status_code == 303 and prof.get(env.url + "api/v1/reservations", timeout=10).json()["reservations"] == []
+    # a student's own page has their (empty) queue
+    assert "Nothing is waiting." in env.get("stu1", "").text
 
 
 @pytest.mark.hub

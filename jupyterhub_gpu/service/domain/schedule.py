@@ -12,6 +12,8 @@ the tick carries the orders out (:func:`..tick.enforce_schedule`) and the REST A
 - :func:`status_words` and :func:`reason_words`: a waiting request's headline ("Waiting for a free A100 —
   position 2 of 5 — about 12 min") and why it stands there, from the scheduler's templates
   (:data:`~jupyterhub_gpu.scheduling.TEXTS`) and the values the hub stored with them;
+- :func:`withdrawn_message`: a stop order the hub withdrew after its notice went out (the waiting request left
+  the queue, the booking was cancelled): "The stop of this server at 14:02 is off: the GPU is no longer needed.";
 - :func:`resume_refused_message`: a preempted server that the hub would not put back in the queue.
 
 The scheduler words some values in English before they are stored (``this week``, ``1 h 5 min``, ``4 T4s``,
@@ -71,10 +73,16 @@ AFTER_TEXTS = {
     "job.gpu": "The job will be put back in the queue and run again when a GPU is free; with"
     " CheckpointAndResume it goes on from its last checkpoint.",
 }
+#: The follow-up of a withdrawn order whose notice went out, by the order's kind.
+WITHDRAWN_TEXTS = {
+    PREEMPTED: "The stop of this server at {stop_time} is off: the GPU is no longer needed.",
+    RESERVED: "The stop of this server at {stop_time} is off: the reservation was cancelled.",
+}
 SUBJECTS = {
     PREEMPTED: "[GPU] Your server {server} will be stopped at {stop_time} to free its GPU",
     RESERVED: "[GPU] Your server {server} will be stopped at {stop_time} for a class reservation",
     "refused": "[GPU] Your server {server} was not put back in the queue",
+    "withdrawn": "[GPU] The stop of your server {server} at {stop_time} is off",
 }
 REFUSED_TEXT = "Your server {server} was stopped to free its GPU and could not be put back in the queue: {reason}"
 
@@ -161,6 +169,46 @@ def order_message(
         event="preemption" if preempted else "cull",
         lang=lang,
         words=lambda other: order_message(order, session, tz, now, settings, model, job_id, other),
+    )
+
+
+def withdrawn_once(order) -> Once:
+    """A withdrawn order's follow-up goes out once per channel (whatever the restarts before the order is done)."""
+    return Once(order.user, f"order-off:{order.session_id}", order.stop_at, 0, order.kind)
+
+
+def withdrawn_message(order, tz: tzinfo, now: datetime, settings: AlertSettings, lang: str = "en") -> Message:
+    """The follow-up of a stop order (a ``StopOrder``) withdrawn after its notice went out: the stop is off. The
+    same event as the notice (``preemption`` or ``cull``), so the channels that carried the one carry the other."""
+    _ = translator(lang)
+    preempted = order.kind == PREEMPTED
+    stop_time = clock_words(order.stop_at, tz, now, lang)
+    server = order.server_name or _("(default)")
+    text = _(WITHDRAWN_TEXTS[PREEMPTED if preempted else RESERVED], stop_time=stop_time)
+    subject = _(SUBJECTS["withdrawn"], server=server, stop_time=stop_time)
+    address = user_address(settings, order.user)
+    return Message(
+        user=order.user,
+        kind="preemption" if preempted else "reservation",
+        text=text,
+        level="info",
+        session_id=order.session_id,
+        subject=subject,
+        to=(address,) if address else (),
+        payload={
+            "event": "preemption_withdrawn" if preempted else "reservation_end_withdrawn",
+            "user": order.user,
+            "server_name": order.server_name,
+            "session_id": order.session_id,
+            "stop_at": isoformat(order.stop_at),
+            "text": text,
+            "title": subject,
+        },
+        what=f"withdrawn stop notice for {order.user}",
+        source="jupyterhub_gpu.service",
+        event="preemption" if preempted else "cull",
+        lang=lang,
+        words=lambda other: withdrawn_message(order, tz, now, settings, other),
     )
 
 

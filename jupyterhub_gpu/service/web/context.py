@@ -44,6 +44,10 @@ class WebContext:
     tick_health: TickHealth | None = None
     #: The lab's GPUs by model (``c.GPUService.gpu_pool``): what a reservation is checked against; empty: unknown.
     gpu_pool: Mapping[str, int] = field(default_factory=dict)
+    #: The longest window an instructor may book (``c.GPUService.reservation_max_hours``); admins are not limited.
+    reservation_max_hours: float = 4.0
+    #: How far ahead an instructor must book (``c.GPUService.reservation_notice_hours``); admins are not limited.
+    reservation_notice_hours: float = 24.0
 
     @property
     def base_url(self) -> str:
@@ -67,4 +71,6 @@ class WebContext:
             notifier=service.notifier,
             tick_health=service.tick_health,
             gpu_pool=dict(service.gpu_pool),
+            reservation_max_hours=service.reservation_max_hours,
+            reservation_notice_hours=service.reservation_notice_hours,
         )

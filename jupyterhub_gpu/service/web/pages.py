@@ -14,6 +14,12 @@ who sees what), with the same query helpers as the API: ``Ledger.sessions`` and
   culled, sessions (instructors of the group: ``custom:gpu-usage:read!group=NAME``).
 - ``admin``: everything, for any period; forms for budgets, prices and profile
   access (``custom:gpu-budgets:write``).
+- the schedule (docs/scheduling.md): the group page lists the group's reservations and shares with a
+  booking form (``POST groups/NAME/reservations``), the admin page every reservation, the shares with
+  their form (``POST admin/shares``), the hub's queue and the preemptions; a user's own page their waiting
+  requests and preemptions. The forms run the REST API's own handler code (:class:`ApiForm`), so a page
+  books, cancels and sets exactly what ``POST reservations``, ``DELETE reservations/ID`` and ``PUT shares``
+  would, with the same refusals.
 
 Every table has a CSV export (``?format=csv&table=NAME``); the sessions table's
 CSV is the API's ``GET usage?format=csv``. Forms are protected against
@@ -23,6 +29,8 @@ without it is not authenticated. Charts use Chart.js, served from ``static/``.
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections import defaultdict
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -33,6 +41,7 @@ import jinja2
 from babel.dates import format_skeleton
 from jupyterhub.utils import url_path_join
 from tornado import web
+from tornado.escape import url_escape
 from tornado.log import app_log
 
 from jupyterhub_gpu.billing import applies_to, local_midnight, minutes_in_window
@@ -40,14 +49,33 @@ from jupyterhub_gpu.i18n import COOKIE, LANGUAGE_NAMES, LANGUAGES, language_of, 
 from jupyterhub_gpu.ledger.queries.channels import channel_owners
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
 from jupyterhub_gpu.ledger.queries.overrides import Override, delete_override, load_overrides, save_override
+from jupyterhub_gpu.ledger.queries.schedule import (
+    StoredReservation,
+    StoredShare,
+    get_reservation,
+    preemptions,
+    queue,
+    reservations,
+    shares,
+)
 from jupyterhub_gpu.money import babel_locale, to_micros
 from jupyterhub_gpu.service.domain.advice import summary as advice_summary
 from jupyterhub_gpu.service.domain.notices import DEFAULT_EVENTS, EVENT_NAMES, EVENTS
 from jupyterhub_gpu.service.domain.overrides import AccessError, apply_to_pricing, parse_override
 from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON, Tally, culling_report
+from jupyterhub_gpu.service.domain.schedule import gpus_words, wait_words
 from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.api.channels import ChannelAccess
+from jupyterhub_gpu.service.web.api.queue import PREEMPTIONS_DAYS, preemption_json, queued_json
+from jupyterhub_gpu.service.web.api.schedule import (
+    ReservationHandler,
+    ReservationsHandler,
+    ScheduleHandler,
+    SharesHandler,
+    reservation_json,
+    share_json,
+)
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, parse_budget, query_values, query_window, validate_subject
 from jupyterhub_gpu.service.web.views import money_str, sessions_json, status_json, table_csv, usage_csv, usage_totals
@@ -410,6 +438,207 @@ BUDGET_COLUMNS = [
 ]
 
 
+# -- the schedule (docs/scheduling.md): reservations, shares, the hub's queue and the preemptions -----------
+
+#: The CSV columns of the schedule's tables: the REST API's fields (``GET reservations``, ``shares``, ``queue``,
+#: ``preemptions``).
+RESERVATION_COLUMNS = [
+    "id",
+    "group",
+    "gpu_model",
+    "count",
+    "start",
+    "end",
+    "weekly_until",
+    "note",
+    "created_by",
+    "created_at",
+]
+SHARE_COLUMNS = ["group", "gpu_model", "share", "updated", "updated_by"]
+QUEUE_COLUMNS = [
+    "user",
+    "server_name",
+    "profile",
+    "gpu_model",
+    "count",
+    "tier",
+    "group",
+    "position",
+    "length",
+    "wait_seconds",
+    "status",
+    "reason",
+]
+PREEMPTION_COLUMNS = ["user", "server_name", "decided_at", "stop_at", "done_at", "reason"]
+BOOKING_FIELDS = ("gpu_model", "count", "start", "end", "weekly_until", "note")
+SHARE_FORM_FIELDS = ("group", "gpu_model", "share")
+#: The API's refusals that a form shows on its own page, above the form as it was sent (a bad field, a
+#: conflicting booking, a share to clear that is not there, a hub that cannot say whether a group exists);
+#: any other (403: not theirs to change) is an error page.
+FORM_REFUSALS = (400, 404, 409, 502)
+
+
+def whole_or_text(text: str) -> int | str:
+    """A form's number as a JSON body carries it: an ``int`` when it is one, else the text, which the API's
+    parser then refuses with its own message (``count must be a whole number of GPUs from 1, got "two"``)."""
+    return int(text) if re.fullmatch(r"-?\d{1,18}", text) else text
+
+
+def zoned(text: str, tz) -> str:
+    """A form's ``datetime-local`` value (the lab's wall-clock time, without a zone) as an ISO 8601 time with
+    the lab's offset; a time with a zone, or text that is no time, as it is (the API's parser names it)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if moment.tzinfo is not None:
+        return text
+    try:
+        return moment.replace(tzinfo=tz).isoformat()
+    except (OverflowError, ValueError):  # a year 1 or 9999 moved out of range by the offset
+        return text
+
+
+def booking_body(group: str, form: dict[str, str], tz) -> dict:
+    """The JSON body of ``POST reservations`` from the booking form (an empty field is left out: "is required")."""
+    body: dict = {"group": group}
+    for name in BOOKING_FIELDS:
+        value = form.get(name, "")
+        if value == "":
+            continue
+        if name == "count":
+            body[name] = whole_or_text(value)
+        elif name in ("start", "end"):
+            body[name] = zoned(value, tz)
+        else:
+            body[name] = value
+    return body
+
+
+def share_body(form: dict[str, str], clear: bool) -> dict:
+    """The JSON body of ``PUT shares`` from the share form: ``share`` null clears it."""
+    body: dict = {"group": form.get("group", ""), "gpu_model": form.get("gpu_model", "")}
+    if clear:
+        body["share"] = None
+    elif form.get("share", "") != "":
+        body["share"] = whole_or_text(form["share"])
+    return body
+
+
+def http_error_text(e: web.HTTPError) -> str:
+    """The message an ``HTTPError`` carries (the API's words), as ``write_error`` shows it."""
+    if e.log_message:
+        return e.log_message % e.args if e.args else e.log_message
+    return e.reason or ""
+
+
+class ScheduleView(PageHandler, ScheduleHandler):
+    """A page that shows the schedule: rows of the REST API's serializers, worded and dated for the reader, and
+    the API's own rule of who may book and cancel (:meth:`ScheduleHandler.require_booking`)."""
+
+    def may_book(self, group: str) -> bool:
+        """Whether the reader may book and cancel for ``group`` (an admin, or the group's instructor)."""
+        try:
+            self.require_booking(group)
+        except web.HTTPError:
+            return False
+        return True
+
+    def window_words(self, start: datetime, end: datetime) -> str:
+        """``Dec 8, 2026 14:00–16:00`` in the lab's zone (both days when the window crosses midnight)."""
+        tz = self.ctx.tz
+        start, end = start.astimezone(tz), end.astimezone(tz)
+        until = f"{end:%H:%M}" if end.date() == start.date() else moment_text(end, tz, self.lang)
+        return f"{moment_text(start, tz, self.lang)}–{until}"
+
+    def reservation_rows(self, found: list[StoredReservation]) -> list[dict]:
+        return [
+            {
+                **reservation_json(r),
+                "window": self.window_words(r.start, r.end),
+                "weekly": day_text(r.weekly_until, self.lang) if r.weekly_until else "",
+                "may_cancel": self.may_book(r.group),
+            }
+            for r in found
+        ]
+
+    def share_rows(self, found: list[StoredShare], group: str | None = None) -> list[dict]:
+        """The shares set; for one ``group``, also the pool's models it has none of (the default applies)."""
+        rows = [{**share_json(s), "set": True} for s in found]
+        if group is not None:
+            have = {s.gpu_model for s in found}
+            rows += [
+                {"group": group, "gpu_model": m, "share": None, "updated": None, "updated_by": "", "set": False}
+                for m in self.ctx.gpu_pool
+                if m not in have
+            ]
+            rows.sort(key=lambda r: r["gpu_model"])
+        return rows
+
+    def queue_rows(self, user: str | None = None) -> list[dict]:
+        """The hub's published queue (``GET queue``'s entries, worded in the reader's language); of ``user``."""
+        rows = []
+        for e in queue(self.ledger, user):
+            row = queued_json(e, self.lang)
+            row["gpus"] = gpus_words(e.count, e.gpu_model, self.lang)
+            row["place"] = self._("{position} of {length}", position=e.position, length=e.length)
+            row["wait"] = wait_words(e.wait_seconds, self.lang)
+            rows.append(row)
+        return rows
+
+    def preemption_rows(self, user: str | None = None) -> list[dict]:
+        """The preemption records of the last :data:`PREEMPTIONS_DAYS` days (``GET preemptions``); of ``user``;
+        whose request took the GPU only on the admin page (``user`` None)."""
+        since = self.now() - timedelta(days=PREEMPTIONS_DAYS)
+        return [preemption_json(o, self.lang, user is None) for o in preemptions(self.ledger, since, user)]
+
+    def pool_words(self) -> str:
+        """The lab's GPUs as the bookings are checked against them: ``4 T4s, 2 A100s``."""
+        comma = "、" if self.lang == "zh-CN" else ", "
+        return comma.join(gpus_words(n, m, self.lang) for m, n in sorted(self.ctx.gpu_pool.items()) if n > 0)
+
+
+class ApiForm(ScheduleHandler):
+    """A page's form that runs the REST handler's own method on the form's fields (:meth:`call_api`).
+
+    ``POST reservations``, ``DELETE reservations/ID`` and ``PUT shares`` (:mod:`.api.schedule`) hold who may
+    book what and in which order a booking is checked (alone, then against the others with the insert); a
+    form does not repeat them: it gives the handler's method the form as its JSON body, keeps its answer
+    instead of writing it, and lets its refusals (``HTTPError``, the API's status and words) through.
+    """
+
+    _api_call: dict | None = None
+
+    async def call_api(self, method, body: dict | None, *args) -> tuple[int, dict | None]:
+        """``(status, JSON or None)`` of ``method`` (``ReservationsHandler.post``, ...) run on this request with
+        ``body`` as its JSON; a refusal raises its ``web.HTTPError``, having changed nothing."""
+        self._api_call = {"body": body, "answer": None}
+        try:
+            result = method(self, *args)
+            if inspect.isawaitable(result):
+                await result
+            return self._api_call["answer"]
+        finally:
+            self._api_call = None
+            self.set_status(200)
+
+    def json_body(self, allow_empty: bool = False):
+        if self._api_call is None:
+            return super().json_body(allow_empty)
+        return self._api_call["body"]
+
+    def write_json(self, data, status: int = 200) -> None:
+        if self._api_call is None:
+            return super().write_json(data, status)
+        self._api_call["answer"] = (status, data)
+
+    def finish(self, chunk=None):
+        if self._api_call is None:
+            return super().finish(chunk)
+        self._api_call["answer"] = (self.get_status(), None)  # the API's 204: nothing to write
+        return None
+
+
 # -- alert channels (docs/alerts.md): the sections of the user and admin pages, and their forms ------------
 
 
@@ -485,8 +714,9 @@ class ChannelFormHandler(PageHandler, ChannelAccess):
         self.redirect(self.page_url(back, saved=saved) + "#channels", status=303)
 
 
-class UserPage(PageHandler, ChannelAccess):
-    """A user's balance, spend in the window, sessions and daily chart."""
+class UserPage(ScheduleView, ChannelAccess):
+    """A user's balance, spend in the window, sessions and daily chart; on one's own page, one's waiting requests
+    and preemptions (the schedule: ``GET queue`` and ``GET preemptions`` as the user would read them)."""
 
     @web.authenticated
     async def get(self, name: str | None = None):
@@ -515,14 +745,17 @@ class UserPage(PageHandler, ChannelAccess):
         if name != me and not self.has_scope(SCOPE_USAGE_READ):
             budgets = [b for b in budgets if b["scope"] == "group" and b["subject"] in self.instructor_groups]
         series = daily_series(sessions, self.ctx.tz, since, until, self.now())
-        if self.export(
-            values,
-            {
-                "sessions": usage_csv(sessions),
-                "daily": (DAILY_COLUMNS, series),
-                "budgets": (BUDGET_COLUMNS, budgets),
-            },
-        ):
+        schedule = None
+        tables = {
+            "sessions": usage_csv(sessions),
+            "daily": (DAILY_COLUMNS, series),
+            "budgets": (BUDGET_COLUMNS, budgets),
+        }
+        if name == me:  # one's own requests and preemptions, as GET queue and GET preemptions answer them
+            schedule = {"queue": self.queue_rows(me), "preemptions": self.preemption_rows(me), "days": PREEMPTIONS_DAYS}
+            tables["queue"] = (QUEUE_COLUMNS, schedule["queue"])
+            tables["preemptions"] = (PREEMPTION_COLUMNS, schedule["preemptions"])
+        if self.export(values, tables):
             return
         channels = None
         if name == me:
@@ -535,6 +768,7 @@ class UserPage(PageHandler, ChannelAccess):
             own=name == me,
             budgets=budgets,
             channels=channels,
+            schedule=schedule,
             **self.summary(sessions, series, since, until),
         )
 
@@ -556,22 +790,31 @@ class UserPage(PageHandler, ChannelAccess):
         return tuple(sorted(groups))
 
 
-class GroupPage(PageHandler):
-    """A group: its total against its budget, top users, idle time culled, sessions, daily chart."""
+class GroupView(ScheduleView):
+    """A group: its total against its budget, top users, idle time culled, sessions, daily chart, and its
+    reservations (with the booking form for its instructors and admins) and shares."""
 
-    @web.authenticated
-    def get(self, group: str):
+    def check_group(self, group: str) -> None:
+        """400 for a name that is none; 403 unless the reader reads the group (admins, its instructors)."""
         try:
             validate_subject("group", group)
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
         self.require_group(group)
+
+    def group_url(self, group: str, **params) -> str:
+        return self.page_url("groups/" + url_escape(group, plus=False), **params)
+
+    def show(self, group: str, status: int = 200, booking_error: str = "", booking: dict | None = None) -> None:
+        self.check_group(group)
         since, until, values = self.page_query()
         sessions = self.sessions(since, until, pool=group)  # what the group paid for, as its budget counts
         budgets = self.budget_rows([r for r in self.ledger.budget_rules() if r.key == f"group:{group}"])
         users = totals_by(sessions, lambda s: [s["user"]])
         series = daily_series(sessions, self.ctx.tz, since, until, self.now())
         culled = self.culling(since, until, group)
+        booked = reservations(self.ledger, self.ctx.tz, [group])
+        group_shares = shares(self.ledger, [group])
         if self.export(
             values,
             {
@@ -580,18 +823,85 @@ class GroupPage(PageHandler):
                 "daily": (DAILY_COLUMNS, series),
                 "budgets": (BUDGET_COLUMNS, budgets),
                 "culling": (CULLING_COLUMNS, culled["rows"]),
+                "reservations": (RESERVATION_COLUMNS, [reservation_json(r) for r in booked]),
+                "shares": (SHARE_COLUMNS, [share_json(s) for s in group_shares]),
             },
         ):
             return
         self.render_page(
             "group.html",
+            status,
+            path=self.group_url(group),  # a form's answer links back to the group page, not to the form's URL
             title=self._("Group {group}", group=group),
             group=group,
             budgets=budgets,
             users=users,
             culled=culled,
+            saved=self.get_query_argument("saved", ""),
+            schedule={
+                "reservations": self.reservation_rows(booked),
+                "shares": self.share_rows(group_shares, group),
+                "may_book": self.may_book(group),
+                "pool": self.pool_words(),
+                "models": sorted(m for m, n in self.ctx.gpu_pool.items() if n > 0),
+                "error": booking_error,
+                "form": {**dict.fromkeys(BOOKING_FIELDS, ""), **(booking or {})},
+            },
             **self.summary(sessions, series, since, until),
         )
+
+
+class GroupPage(GroupView):
+    """``GET groups/NAME``: the group page (``custom:gpu-usage:read``, or ``!group=NAME``: its instructors)."""
+
+    @web.authenticated
+    def get(self, group: str):
+        self.show(group)
+
+
+class ReservationFormHandler(GroupView, ApiForm):
+    """``POST groups/NAME/reservations``: book for the group (``action=book``), or cancel one of its bookings
+    (``action=cancel``, ``id``; ``back=admin`` from the admin page). XSRF-checked by JupyterHub.
+
+    The booking is ``POST reservations``' own code on the form's fields (times in the lab's zone): who may book
+    for the group, each field, the pool, the group, the other bookings. A refusal (400, 409) is shown above the
+    form, with the form as it was sent, and stores nothing; a reader who may not book gets the 403 page.
+    """
+
+    @web.authenticated
+    async def post(self, group: str):
+        self.check_group(group)
+        action = self.get_body_argument("action", "book")
+        if action == "book":
+            form = {k: self.get_body_argument(k, "").strip() for k in BOOKING_FIELDS}
+            try:
+                await self.call_api(ReservationsHandler.post, booking_body(group, form, self.ctx.tz))
+            except web.HTTPError as e:
+                if e.status_code not in FORM_REFUSALS:
+                    raise
+                self.show(group, e.status_code, booking_error=http_error_text(e), booking=form)
+                return
+            self.back_to(group, "reservation", admin=False)
+        elif action == "cancel":
+            rid = self.get_body_argument("id", "").strip()
+            found = (
+                get_reservation(self.ledger, int(rid), self.ctx.tz)
+                if rid.isascii() and rid.isdigit() and len(rid) < 12
+                else None
+            )
+            if found is not None and found.group != group:
+                raise web.HTTPError(404, f"There is no reservation {rid!r} of the group {group}")
+            await self.call_api(ReservationHandler.delete, None, rid)  # who may cancel it: the API's rule
+            self.back_to(group, "reservation-cancelled", admin=self.get_body_argument("back", "") == "admin")
+        else:
+            raise web.HTTPError(400, f"action must be book or cancel, got {action!r}")
+
+    def back_to(self, group: str, saved: str, admin: bool) -> None:
+        window = {k: self.get_query_argument(k, "") for k in ("since", "until")}
+        if admin:
+            self.redirect(self.page_url("admin", **window, saved=saved) + "#schedule", status=303)
+        else:
+            self.redirect(self.group_url(group, **window, saved=saved) + "#reservations", status=303)
 
 
 CULLING_COLUMNS = ["name", "sessions", "gpu_hours_saved", "money_saved"]
@@ -599,10 +909,18 @@ UTILIZATION_COLUMNS = ["billed", "busy", "idle", "unsampled", "busy_share"]
 PROFILE_COLUMNS = ["slug", "display_name", "gpu_count", "rate_per_minute", "allowed_groups", "edited"]
 
 
-class AdminView(PageHandler, ChannelAccess):
+class AdminView(ScheduleView, ChannelAccess):
     """Everything: spend by group, user and profile, charts, utilization, culling, and the forms."""
 
-    def show(self, status: int = 200, error: str = "", form: dict | None = None, profile_error: dict | None = None):
+    def show(
+        self,
+        status: int = 200,
+        error: str = "",
+        form: dict | None = None,
+        profile_error: dict | None = None,
+        share_error: str = "",
+        share_form: dict | None = None,
+    ):
         since, until, values = self.page_query()
         sessions = self.sessions(since, until)
         by_group = totals_by(sessions, lambda s: [self.session_pool(s) or self._("(no group)")])
@@ -612,6 +930,19 @@ class AdminView(PageHandler, ChannelAccess):
         culled = self.culling(since, until)
         budgets = self.budget_rows(self.ledger.budget_rules())
         profiles = self.profiles()
+        booked = reservations(self.ledger, self.ctx.tz)
+        every_share = shares(self.ledger)
+        schedule = {
+            "reservations": self.reservation_rows(booked),
+            "shares": self.share_rows(every_share),
+            "queue": self.queue_rows(),
+            "preemptions": self.preemption_rows(),
+            "days": PREEMPTIONS_DAYS,
+            "pool": self.pool_words(),
+            "models": sorted(m for m, n in self.ctx.gpu_pool.items() if n > 0),
+            "error": share_error,
+            "form": {**dict.fromkeys(SHARE_FORM_FIELDS, ""), **(share_form or {})},
+        }
         if self.export(
             values,
             {
@@ -624,6 +955,10 @@ class AdminView(PageHandler, ChannelAccess):
                 "culling": (CULLING_COLUMNS, culled["rows"]),
                 "budgets": (BUDGET_COLUMNS, budgets),
                 "pricing": (PROFILE_COLUMNS, profiles),
+                "reservations": (RESERVATION_COLUMNS, [reservation_json(r) for r in booked]),
+                "shares": (SHARE_COLUMNS, [share_json(s) for s in every_share]),
+                "queue": (QUEUE_COLUMNS, schedule["queue"]),
+                "preemptions": ([*PREEMPTION_COLUMNS, "for_user"], schedule["preemptions"]),
             },
         ):
             return
@@ -644,6 +979,7 @@ class AdminView(PageHandler, ChannelAccess):
             saved=self.get_query_argument("saved", ""),
             right_sizing=advice_summary(self.ledger, since, until, None, self.ctx.currency, self.lang),  # advice.md
             channels=self.channels_section(),
+            schedule=schedule,
             **self.summary(sessions, series, since, until),
         )
 
@@ -755,6 +1091,29 @@ class ProfileFormHandler(AdminView):
         else:
             save_override(self.ledger, override, self.now(), self.current_user["name"])
         self.back("profile", "profiles")
+
+
+class ShareFormHandler(AdminView, ApiForm):
+    """``POST admin/shares``: set (``action=set``) or clear (``action=clear``) a group's share of a GPU model.
+
+    ``PUT shares``' own code on the form's fields (admins: ``custom:gpu-budgets:write``); a refusal is shown
+    above the form on the admin page, with the form as it was sent, and changes nothing.
+    """
+
+    @web.authenticated
+    async def post(self):
+        form = {k: self.get_body_argument(k, "").strip() for k in SHARE_FORM_FIELDS}
+        action = self.get_body_argument("action", "set")
+        if action not in ("set", "clear"):
+            raise web.HTTPError(400, f"action must be set or clear, got {action!r}")
+        try:
+            await self.call_api(SharesHandler.put, share_body(form, clear=action == "clear"))
+        except web.HTTPError as e:
+            if e.status_code not in FORM_REFUSALS:
+                raise
+            self.show(e.status_code, share_error=http_error_text(e), share_form=form)
+            return
+        self.back("share-cleared" if action == "clear" else "share", "schedule")
 
 
 class StaticHandler(web.StaticFileHandler):

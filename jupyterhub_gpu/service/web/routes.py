@@ -41,6 +41,8 @@ from jupyterhub_gpu.service.web.pages import (
     ChannelFormHandler,
     GroupPage,
     ProfileFormHandler,
+    ReservationFormHandler,
+    ShareFormHandler,
     StaticHandler,
     UserPage,
 )
@@ -88,9 +90,11 @@ def make_handlers(prefix: str, ctx: WebContext) -> list:
         (prefix.rstrip("/") + "/?", UserPage, c),
         (url_path_join(prefix, r"users/([^/]+)"), UserPage, c),
         (url_path_join(prefix, r"groups/([^/]+)"), GroupPage, c),
+        (url_path_join(prefix, r"groups/([^/]+)/reservations"), ReservationFormHandler, c),
         (url_path_join(prefix, "admin"), AdminPage, c),
         (url_path_join(prefix, "admin/budgets"), BudgetFormHandler, c),
         (url_path_join(prefix, r"admin/profiles/([^/]+)"), ProfileFormHandler, c),
+        (url_path_join(prefix, "admin/shares"), ShareFormHandler, c),
         (url_path_join(prefix, "channels"), ChannelFormHandler, c),
         (url_path_join(api, r".*"), NotFoundHandler, c),
     ]

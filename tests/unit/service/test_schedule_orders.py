@@ -24,12 +24,12 @@ from tornado.testing import bind_unused_port
 from tornado.web import Application
 
 from jupyterhub_gpu.ledger.queries.jobs import create_job, get_job, update_job
-from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, RESERVED, order_stop, stop_orders
+from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, RESERVED, order_stop, stop_orders, withdraw_order
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.jobs import JobRequest
 from jupyterhub_gpu.service.domain.notices import AlertSettings
-from jupyterhub_gpu.service.domain.schedule import order_message
+from jupyterhub_gpu.service.domain.schedule import order_message, withdrawn_message
 from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import ScheduleFollow, enforce_jobs, enforce_schedule
@@ -50,12 +50,14 @@ END_VALUES = {"until": "13:55", "count": "4", "gpus": "4 T4s", "model": "T4", "l
 
 class HubDouble:
     """Stands in for the hub's REST API: records each request; answers stops 204, starts 201 (or ``fail``'s status
-    for the next requests of a method), and a user's model with the servers in ``servers``."""
+    for the next requests of a method), and a user's model with the servers in ``servers``; runs ``on_request``
+    before it answers (the hub or a user acting while the service awaits)."""
 
     def __init__(self):
         self.requests: list[tuple[str, str, object]] = []
         self.fail: dict[str, list[tuple[int, str]]] = {}
         self.servers: dict[str, dict] = {}
+        self.on_request = None  # (method, path) -> None: what happens elsewhere while the hub answers
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,6 +65,8 @@ class HubDouble:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"null")
                 owner.requests.append((self.command, self.path, body))
+                if owner.on_request is not None:
+                    owner.on_request(self.command, self.path)
                 failing = owner.fail.get(self.command)
                 if failing:
                     status, message = failing.pop(0)
@@ -167,7 +171,8 @@ def test_a_preemption_is_told_at_once_and_only_once(ledger, hub, notifier, webho
     )
     (posted,) = webhook.bodies  # the webhook of the (deprecated) settings: every event but the digest
     assert posted["event"] == "preemption" and posted["session_id"] == "s1" and posted["resume"] is True
-    assert posted["stop_at"] == "2026-12-01T05:02:00Z" and "for_user" not in posted  # whose request it was: not said
+    # the whole grace from the notice (2 min from 05:00:20): the stop it names
+    assert posted["stop_at"] == "2026-12-01T05:02:20Z" and "for_user" not in posted  # whose request it was: not said
     assert stop_orders(ledger)[0].noticed_at == T0 + timedelta(seconds=20)
     again = tick(ledger, hub, notifier, T0 + timedelta(seconds=50))
     assert again["noticed"] == [] and len(notices(ledger)) == 1 and len(webhook.bodies) == 1
@@ -186,7 +191,8 @@ def test_an_order_moved_earlier_is_told_again(ledger, hub, notifier):
     assert not order(ledger, session, RESERVED, stop_at=T0 + timedelta(hours=2), key="end")
     tick(ledger, hub, notifier, T0 + timedelta(minutes=1))
     assert len(notices(ledger)) == 1
-    assert order(ledger, session, PREEMPTED, stop_at=T0 + timedelta(minutes=3), key="preempt.save")
+    preempt_at = T0 + timedelta(minutes=1)
+    assert order(ledger, session, PREEMPTED, stop_at=T0 + timedelta(minutes=3), key="preempt.save", now=preempt_at)
     result = tick(ledger, hub, notifier, T0 + timedelta(minutes=1, seconds=30))
     assert result["noticed"] == ["s1"]
     assert notices(ledger)[-1] == (
@@ -232,14 +238,15 @@ def test_each_notice_exists_in_english_and_chinese():
 def test_the_server_is_stopped_at_its_time_with_the_orders_reason(ledger, hub, notifier):
     session = start(ledger)
     order(ledger, session)
-    tick(ledger, hub, notifier, T0 + timedelta(seconds=10))  # the notice
-    early = tick(ledger, hub, notifier, T0 + timedelta(minutes=1, seconds=59))
+    tick(ledger, hub, notifier, T0 + timedelta(seconds=10))  # the notice: its 2 minutes' grace counts from it
+    early = tick(ledger, hub, notifier, T0 + timedelta(minutes=2))
     assert early["stopped"] == [] and hub.requests == []
-    due = tick(ledger, hub, notifier, T0 + timedelta(minutes=2))
+    due = tick(ledger, hub, notifier, T0 + timedelta(minutes=2, seconds=10))
     assert due["stopped"] == [("alice", "")]
     assert hub.of("DELETE") == [("/hub/api/users/alice/server", None)]
     assert ledger.get_session("s1").pending_stop_reason == "preempted"
-    assert stop_orders(ledger) == [] and stop_orders(ledger, pending=False)[0].done_at == T0 + timedelta(minutes=2)
+    done_at = stop_orders(ledger, pending=False)[0].done_at
+    assert stop_orders(ledger) == [] and done_at == T0 + timedelta(minutes=2, seconds=10)
     ledger.record_stop("s1", T0 + timedelta(minutes=2, seconds=3), "stopped")  # the spawner's stop
     assert ledger.get_session("s1").stop_reason == "preempted"
     tick(ledger, hub, notifier, T0 + timedelta(minutes=3))
@@ -276,6 +283,95 @@ def test_an_order_of_a_closed_session_is_done_and_nothing_else(ledger, hub, noti
     assert result["closed"] == ["s1"] and result["noticed"] == [] and hub.requests == []
     assert notices(ledger) == [] and stop_orders(ledger) == []
     assert stop_orders(ledger, pending=False)[0].done_at == T0 + timedelta(minutes=5)
+
+
+def test_a_late_preemption_notice_still_gives_the_whole_grace(ledger, hub, notifier, webhook):
+    """The service was down past the stop's time: the user still gets the 2 minutes the hub promised."""
+    session = start(ledger)
+    order(ledger, session)  # decided at 13:00, to stop at 13:02
+    late = T0 + timedelta(minutes=9)
+    assert tick(ledger, hub, notifier, late)["noticed"] == ["s1"]
+    assert notices(ledger)[0].startswith("This server will be stopped at 13:11 to free its GPU")
+    assert webhook.bodies[0]["stop_at"] == "2026-12-01T05:11:00Z"
+    for seconds in (30, 60, 119):
+        assert tick(ledger, hub, notifier, late + timedelta(seconds=seconds))["stopped"] == []
+    assert hub.requests == []
+    assert tick(ledger, hub, notifier, late + timedelta(minutes=2))["stopped"] == [("alice", "")]
+
+
+# -- withdrawn orders ------------------------------------------------------------------------------------------
+
+
+def test_a_withdrawn_preemption_that_was_told_is_called_off_and_never_stops(ledger, hub, notifier, webhook):
+    session = start(ledger)
+    order(ledger, session)
+    tick(ledger, hub, notifier, T0)  # told: stopped at 13:02
+    assert withdraw_order(ledger, "s1", T0 + timedelta(seconds=40), not_before=T0 + timedelta(seconds=40))
+    result = tick(ledger, hub, notifier, T0 + timedelta(minutes=3))  # past its time: it is off all the same
+    assert result["withdrawn"] == ["s1"] and result["stopped"] == [] and hub.requests == []
+    assert notices(ledger)[-1] == "The stop of this server at 13:02 is off: the GPU is no longer needed."
+    posted = webhook.bodies[-1]
+    assert (posted["event"], posted["session_id"], posted["stop_at"]) == (
+        "preemption_withdrawn",
+        "s1",
+        "2026-12-01T05:02:00Z",
+    )
+    assert ledger.get_session("s1").pending_stop_reason is None
+    assert stop_orders(ledger) == [] and stop_orders(ledger, pending=False)[0].done_at == T0 + timedelta(minutes=3)
+    tick(ledger, hub, notifier, T0 + timedelta(minutes=4), ScheduleFollow())
+    assert len(notices(ledger)) == 2 and len(webhook.bodies) == 2 and hub.requests == []
+
+
+def test_a_cancelled_reservations_end_is_called_off_in_the_users_language(ledger, hub, notifier):
+    session = start(ledger, sid="s-li", user="li", server="exp")
+    order(ledger, session, RESERVED, stop_at=T0 + timedelta(minutes=55), key="end")
+    tick(ledger, hub, notifier, T0)
+    assert withdraw_order(ledger, "s-li", T0 + timedelta(minutes=1), not_before=T0 + timedelta(minutes=1))
+    assert tick(ledger, hub, notifier, T0 + timedelta(minutes=2))["withdrawn"] == ["s-li"]
+    assert notices(ledger, "li")[-1] == "此服务器原定于 13:55 的停止已取消：预留已被取消。"
+    assert tick(ledger, hub, notifier, T0 + timedelta(hours=1))["stopped"] == [] and hub.requests == []
+
+
+def test_a_withdrawn_order_never_told_is_closed_without_a_word(ledger, hub, notifier, webhook):
+    session = start(ledger)
+    order(ledger, session)
+    assert withdraw_order(ledger, "s1", T0 + timedelta(seconds=5), not_before=T0 + timedelta(seconds=5))
+    result = tick(ledger, hub, notifier, T0 + timedelta(seconds=20))
+    assert result["withdrawn"] == ["s1"] and result["noticed"] == []
+    assert notices(ledger) == [] and webhook.bodies == [] and hub.requests == []
+    assert stop_orders(ledger) == []
+    assert tick(ledger, hub, notifier, T0 + timedelta(minutes=3))["stopped"] == [] and hub.requests == []
+
+
+def test_an_order_withdrawn_during_the_tick_that_stops_it_is_not_carried_out(ledger, hub, notifier):
+    """Told at 13:00, due at 13:02; the hub withdraws bob's while the service stops alice's server."""
+    order(ledger, start(ledger))
+    order(ledger, start(ledger, sid="s2", user="bob"))
+    tick(ledger, hub, notifier, T0)
+
+    def withdraw_bobs(method, path):
+        if method == "DELETE" and "/alice/" in path:
+            withdraw_order(ledger, "s2", T0 + timedelta(minutes=2), not_before=T0)
+
+    hub.on_request = withdraw_bobs
+    result = tick(ledger, hub, notifier, T0 + timedelta(minutes=2))
+    assert result["stopped"] == [("alice", "")] and result["withdrawn"] == ["s2"]
+    assert [path for path, _ in hub.of("DELETE")] == ["/hub/api/users/alice/server"]
+    assert ledger.get_session("s2").pending_stop_reason is None
+    assert notices(ledger, "bob")[-1] == "The stop of this server at 13:02 is off: the GPU is no longer needed."
+
+
+def test_each_withdrawal_exists_in_english_and_chinese():
+    for kind, english, chinese in (
+        (PREEMPTED, "is off: the GPU is no longer needed.", "不再需要其 GPU"),
+        (RESERVED, "is off: the reservation was cancelled.", "预留已被取消"),
+    ):
+        stop = SimpleNamespace(session_id="s1", user="alice", server_name="", kind=kind, stop_at=T0 + timedelta(days=1))
+        en = withdrawn_message(stop, SHANGHAI, T0, AlertSettings())
+        zh = en.worded("zh-CN")
+        assert en.text == f"The stop of this server at Wed 2 Dec 13:00 {english}" and chinese in zh.text
+        assert "12月2日 13:00" in zh.subject and en.event == zh.event == ("preemption" if kind == PREEMPTED else "cull")
+        assert not any("\u4e00" <= c <= "\u9fff" for c in en.text + en.subject)
 
 
 def test_without_orders_a_tick_reads_one_query(ledger, hub, notifier):
@@ -345,6 +441,29 @@ def test_a_resume_the_hub_refuses_is_told_and_not_tried_again(ledger, hub, notif
     assert len(hub.of("POST")) == 1
 
 
+def test_a_resume_survives_a_service_killed_between_the_stop_and_its_record(ledger, hub, notifier):
+    """The hub stopped the server for the order, and the service died before it marked the order done."""
+    session = start(ledger, server="train", resume=True)
+    order(ledger, session)
+    tick(ledger, hub, notifier, T0)
+    ledger.set_pending_stop_reason("s1", PREEMPTED)  # what the killed tick had done, and the hub's stop
+    ledger.record_stop("s1", T0 + timedelta(minutes=2, seconds=5), "stopped")
+    result = tick(ledger, hub, notifier, T0 + timedelta(minutes=3), ScheduleFollow())  # the restarted service
+    assert result["closed"] == ["s1"] and result["resumed"] == ["s1"]
+    options = {"profile": "t4-pre", "pool": "cs231n", "resume": True}
+    assert hub.of("POST") == [("/hub/api/users/alice/servers/train", {"user_options": options})]
+    tick(ledger, hub, notifier, T0 + timedelta(minutes=4), ScheduleFollow())
+    assert len(hub.of("POST")) == 1  # once, whatever the restarts
+
+
+def test_a_session_its_user_stopped_before_the_preemption_is_not_resumed(ledger, hub, notifier):
+    order(ledger, start(ledger, resume=True))
+    tick(ledger, hub, notifier, T0)
+    ledger.record_stop("s1", T0 + timedelta(seconds=50), "stopped")  # its user stopped it first
+    assert tick(ledger, hub, notifier, T0 + timedelta(minutes=1), ScheduleFollow())["closed"] == ["s1"]
+    assert hub.requests == []
+
+
 def test_a_preempted_server_that_did_not_ask_stays_stopped(ledger, hub, notifier):
     follow = ScheduleFollow()
     preempt_and_close(ledger, hub, notifier, follow, start(ledger, resume=False))
@@ -389,6 +508,34 @@ def test_a_preempted_job_is_requeued_not_failed(ledger, hub, notifier):
     # the schedule's follow-up leaves a job's server to enforce_jobs
     tick(ledger, hub, notifier, T0 + timedelta(minutes=3), ScheduleFollow())
     assert len(hub.of("POST")) == 1
+
+
+def test_a_job_cancelled_during_the_tick_is_not_started_again(ledger, hub):
+    """Two preempted jobs; while the hub starts the first one's server again, the other is cancelled by its owner."""
+    first, _ = running_job(ledger)
+    second = create_job(
+        ledger, "alice", JobRequest("work/b.ipynb", "t4-pre", {}, 3600), "t4-pre", T0 - timedelta(hours=1)
+    )
+    start(ledger, sid="s-job2", server=second.server_name)
+    update_job(ledger, second.id, state="running", started=T0 - timedelta(hours=1), session_id="s-job2")
+    for sid in ("s-job", "s-job2"):
+        ledger.set_pending_stop_reason(sid, PREEMPTED)
+        ledger.record_stop(sid, T0, "stopped")
+    cancelled = []
+
+    def cancel_the_other(method, path):
+        if method == "POST" and not cancelled:
+            other = second if path.endswith(first.server_name) else first
+            assert update_job(ledger, other.id, state="cancelled", finished=T0, error="Cancelled by its owner.")
+            cancelled.append(other.id)
+
+    hub.on_request = cancel_the_other
+    summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(seconds=30)))
+    (other,) = cancelled
+    assert len(hub.of("POST")) == 1 and other not in summary["requeued"] and len(summary["requeued"]) == 1
+    assert get_job(ledger, other).state == "cancelled"
+    summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(minutes=1)))
+    assert len(hub.of("POST")) == 1 and get_job(ledger, other).state == "cancelled"
 
 
 def test_a_requeued_job_whose_server_never_comes_back_fails(ledger, hub, notifier):

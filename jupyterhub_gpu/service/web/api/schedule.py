@@ -1,8 +1,10 @@
 """``reservations`` and ``shares``: the schedule's state (issue 16), to read and to book.
 
 A booking keeps N GPUs of a model for a group in a window, once or weekly until a day. Admins
-(``custom:gpu-budgets:write``) book for any group; an instructor, for the groups of their
-``custom:gpu-usage:read!group=NAME`` scopes. A booking is checked by the pure
+(``custom:gpu-budgets:write``) book for any group, any window; an instructor, for the groups of their
+``custom:gpu-usage:read!group=NAME`` scopes, windows of at most ``c.GPUService.reservation_max_hours``
+starting at least ``c.GPUService.reservation_notice_hours`` from now (so that an instructor cannot take the
+pool for long or at short notice). A booking is checked by the pure
 :func:`~jupyterhub_gpu.scheduling.check_reservation` against the lab's GPUs
 (``c.GPUService.gpu_pool``), the groups the hub knows and the bookings already made; a refused one changes
 nothing. Group shares (fair-share weights per GPU model) are set by admins. Nothing here moves the hub's
@@ -10,6 +12,8 @@ wait queue yet: docs/scheduling.md says what is wired.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from tornado import web
 
@@ -29,6 +33,10 @@ from jupyterhub_gpu.scheduling import Reservation, ReservationError, check_reser
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, parse_reservation, parse_share
+
+#: The defaults of ``c.GPUService.reservation_max_hours`` and ``reservation_notice_hours`` (a context without them).
+DEFAULT_MAX_HOURS = 4.0
+DEFAULT_NOTICE_HOURS = 24.0
 
 NO_POOL = (
     "The gpu service does not know the lab's GPUs, so it cannot check a booking: set c.GPUService.gpu_pool"
@@ -103,6 +111,28 @@ class ScheduleHandler(BaseHandler):
         user = self.current_user or {}
         return str(user.get("name", ""))
 
+    def check_instructor_limits(self, draft: Draft) -> None:
+        """400 for an instructor's window longer than ``reservation_max_hours`` or starting sooner than
+        ``reservation_notice_hours`` from now: an instructor cannot take the pool for long, nor at short notice."""
+        longest = _hours(self.ctx, "reservation_max_hours", DEFAULT_MAX_HOURS)
+        notice = _hours(self.ctx, "reservation_notice_hours", DEFAULT_NOTICE_HOURS)
+        length = draft.end - draft.start
+        if length > timedelta(hours=longest):
+            raise web.HTTPError(
+                400,
+                f"The reservation cannot be made: its window lasts {length / timedelta(hours=1):g} hours, and an"
+                f" instructor may book at most {longest:g} hours at a time (c.GPUService.reservation_max_hours);"
+                " an administrator can book a longer one",
+            )
+        earliest = self.now() + timedelta(hours=notice)
+        if draft.start < earliest:
+            raise web.HTTPError(
+                400,
+                f"The reservation cannot be made: it starts {draft.start.astimezone(self.ctx.tz):%Y-%m-%d %H:%M}, and"
+                f" an instructor must book at least {notice:g} hours ahead (c.GPUService.reservation_notice_hours),"
+                f" so not before {earliest.astimezone(self.ctx.tz):%Y-%m-%d %H:%M}; an administrator can book sooner",
+            )
+
 
 class ReservationsHandler(ScheduleHandler):
     """``GET reservations``: the bookings the caller may read; ``POST reservations``: book one."""
@@ -136,6 +166,8 @@ class ReservationsHandler(ScheduleHandler):
             check_reservation(booking, [], pool, groups)  # the booking on its own: its fields, the pool, the group
         except ReservationError as e:
             raise web.HTTPError(400, f"The reservation cannot be made: {e}") from None
+        if not self.is_admin:
+            self.check_instructor_limits(draft)
 
         def against_existing(existing: list[StoredReservation]) -> None:
             others = [as_reservation(r, str(r.id), tz) for r in existing]
@@ -146,6 +178,10 @@ class ReservationsHandler(ScheduleHandler):
         except ReservationError as e:
             raise web.HTTPError(409, f"The reservation conflicts with others: {e}") from None
         self.write_json({**reservation_json(stored), "timezone": tz.key}, 201)
+
+
+def _hours(ctx, name: str, default: float) -> float:
+    return float(getattr(ctx, name, default))
 
 
 class ReservationHandler(ScheduleHandler):

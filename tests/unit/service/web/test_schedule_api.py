@@ -158,6 +158,62 @@ def test_an_instructor_books_and_cancels_for_their_group_only(ctx, ledger):
     assert call(ctx, PROF, "DELETE", f"/reservations/{made['id']}")[0] == 404
 
 
+def test_an_instructor_cannot_take_the_pool_for_long_or_at_short_notice(ctx, ledger):
+    """Now is 16:00 in Shanghai on 1 Dec: an instructor books at most 4 hours, from 16:00 on 2 Dec at the soonest."""
+    refused = [
+        (booking(end="2026-12-08T18:00:01+08:00"), "lasts 4.00028 hours, and an instructor may book at most 4"),
+        (booking(end="2026-12-09T02:00+08:00", weekly_until="2027-01-15"), "lasts 12 hours"),
+        (booking(start="2026-12-02T15:59+08:00", end="2026-12-02T17:00+08:00"), "it starts 2026-12-02 15:59, and an"
+         " instructor must book at least 24 hours ahead (c.GPUService.reservation_notice_hours), so not before"
+         " 2026-12-02 16:00"),
+        (booking(start="2026-12-01T07:00Z", end="2026-12-01T08:00Z"), "at least 24 hours ahead"),  # begun already
+    ]  # fmt: skip
+    for body, words in refused:
+        code, answer = call(ctx, PROF, "POST", "/reservations", body)
+        assert code == 400 and words in answer["message"], answer
+        assert answer["message"].startswith("The reservation cannot be made: ")
+    assert (
+        "(c.GPUService.reservation_max_hours)" in call(ctx, PROF, "POST", "/reservations", refused[0][0])[1]["message"]
+    )
+    assert tables(ledger)["gpu_reservations"] == []
+
+    def book(caller, start, end, **changes):
+        return call(
+            ctx, caller, "POST", "/reservations", booking(start=f"{start}+08:00", end=f"{end}+08:00", **changes)
+        )
+
+    # just inside both limits: 4 hours, 24 hours ahead
+    assert book(PROF, "2026-12-02T16:00", "2026-12-02T20:00")[0] == 201
+    # admins are not limited: most of a day, starting in an hour
+    assert book(ADMIN, "2026-12-01T17:00", "2026-12-02T15:00", group="thesis", gpu_model="A100", count=1)[0] == 201
+    # the lab's own limits
+    ctx.reservation_max_hours, ctx.reservation_notice_hours = 1.5, 0.5
+    assert book(PROF, "2026-12-01T17:00", "2026-12-01T18:30", gpu_model="A100", count=1)[0] == 201
+    code, answer = book(PROF, "2026-12-09T14:00", "2026-12-09T16:00")
+    assert code == 400 and "at most 1.5 hours" in answer["message"]
+    code, answer = book(PROF, "2026-12-01T16:20", "2026-12-01T16:40")
+    assert code == 400 and "at least 0.5 hours ahead" in answer["message"]
+    assert len(tables(ledger)["gpu_reservations"]) == 3
+
+
+@pytest.mark.parametrize("setting", ["reservation_max_hours", "reservation_notice_hours"])
+@pytest.mark.parametrize("value", ["0", "-4", "float('nan')", "float('inf')"])
+def test_the_service_does_not_start_with_bad_reservation_limits(tmp_path, monkeypatch, capsys, setting, value):
+    from jupyterhub_gpu.service.app import GPUService
+
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "config.py"
+    config.write_text(f"c.GPUService.{setting} = {value}\n")
+    db = f"--GPUService.db_url=sqlite:///{tmp_path / 'ledger.sqlite'}"
+    with pytest.raises(SystemExit) as exit_info:  # one line naming the setting, not a traceback
+        GPUService().initialize([db, f"--config={config}"])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert f"configuration error: GPUService.{setting} must be a positive number of hours, got" in err
+    assert not (tmp_path / "ledger.sqlite").exists()
+    assert (GPUService().reservation_max_hours, GPUService().reservation_notice_hours) == (4, 24)
+
+
 @pytest.mark.parametrize(
     "body, status, words",
     [
