@@ -348,8 +348,8 @@ def test_a_hub_from_the_venv_runs_the_demo_config_and_serves_the_spawn_form(demo
         assert "1× A100 (simulated)" in html and "CPU only" in html, f"the spawn form: {tmp}/spawn-form-*.html"
     profiles = {user: re.findall(r'\bid="profile-([\w-]+)"', html) for user, html in forms.items()}
     assert profiles == {
-        "alice": ["t4", "a100", "t4x2", "t4-quarter", "cpu"],
-        "bob": ["t4", "a100", "t4-quarter", "cpu"],
+        "alice": ["t4", "a100", "t4x2", "t4-quarter", "t4-preemptible", "cpu"],
+        "bob": ["t4", "a100", "t4-quarter", "t4-preemptible", "cpu"],
     }, profiles
     # the service that answered runs from the venv too: the hub started it with the venv's Python
     assert service_commands(tmp / "demo-state") == [[str(path / "bin/python"), "-m", "jupyterhub_gpu.service"]]
