@@ -457,7 +457,7 @@ class GPUSpawnerMixin(Configurable):
         if planner is not None:
             planner.note_profiles(
                 {
-                    p.slug: ProfileFacts(p.gpu_model, unit_of(p.gpu_share, p.mig), p.tier)
+                    p.slug: ProfileFacts(p.gpu_model, unit_of(p.gpu_share, p.mig))
                     for p in await self.gpu_profiles()
                     if p.gpu_count
                 }

@@ -74,11 +74,10 @@ class Ask:
 
 @dataclass(frozen=True)
 class ProfileFacts:
-    """A profile as the planner needs it: its model, unit and tier."""
+    """A profile as the planner needs it: its model and unit (a session's tier is its own, in the ledger)."""
 
     model: str
     unit: str = ""
-    tier: str = STANDARD
 
 
 @dataclass

@@ -23,7 +23,7 @@ from jupyterhub_gpu.spawners.assign.plan import Ask, Planner, ProfileFacts
 from jupyterhub_gpu.spawners.assign.protocol import QueueCancelled
 
 ZONE = ZoneInfo("Asia/Shanghai")
-PROFILES = {"t4": ProfileFacts("T4"), "t4p": ProfileFacts("T4", tier="preemptible")}
+PROFILES = {"t4": ProfileFacts("T4"), "t4p": ProfileFacts("T4")}
 
 
 def policy(fair=False, grace=120, min_runtime=600):
