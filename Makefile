@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop k8s-build-early lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image image clean docs
+.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop k8s-build-early lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image k8s-hub-image image clean docs
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
@@ -56,6 +56,11 @@ test-image: venv docker-setup
 tf-test-image: test-image
 	bash scripts/build-tf-image.sh cpu
 
+# config/kubernetes/hub.Dockerfile built on a local stand-in for the chart's hub image (no registry here); the
+# k8s layer runs it as a pod (cached: skipped when up to date)
+k8s-hub-image: test-image
+	bash scripts/build-k8s-hub-image.sh
+
 # the GPU single-user image for a lab server (BASE_IMAGE=tensorflow/tensorflow:2.15.0-gpu; docs/images.md);
 # not run by the tests. `bash scripts/build-tf-image.sh gpu-2.12` builds the 2.12 LTS variant.
 image: venv docker-setup
@@ -72,7 +77,7 @@ prometheus-setup:
 
 # the k8s layer's one-node cluster (scripts/k8s-setup.sh; docs/kubernetes.md "The test cluster"): Kubernetes built
 # from its Go modules (cached under .cache/k8s), containerd, a simulated NVIDIA device plugin with 4 GPUs
-k8s-setup: tf-test-image
+k8s-setup: tf-test-image k8s-hub-image
 	bash scripts/k8s-setup.sh start
 
 k8s-stop:

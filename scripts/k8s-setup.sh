@@ -19,11 +19,12 @@
 #     as the values file expects, with 4 simulated `nvidia.com/gpu` (IDs GPU-sim-0..3) from
 #     gpu-device-plugin-sim, which speaks the kubelet's device-plugin API;
 #   * a StorageClass `jhgpu-local` and 16 hostPath PersistentVolumes under $K8S_DIR/volumes, so users' PVCs bind;
-#   * the CPU TensorFlow single-user image (make tf-test-image) imported into containerd from Docker, and a pause image made from our own
-#     pause binary (there is no registry).
+#   * the CPU TensorFlow single-user image (make tf-test-image) and the hub image of config/kubernetes/hub.Dockerfile
+#     (make k8s-hub-image) imported into containerd from Docker, and a pause image made from our own pause
+#     binary (there is no registry).
 #
 # Environment: K8S_DIR (default /var/lib/jhgpu-k8s), K8S_SUBNET (default 10.214.0.0/24), K8S_GPUS (4),
-#   K8S_IMAGE (jupyterhub-gpu/tensorflow:2.15-cpu), K8S_WAIT_S (120).
+#   K8S_IMAGE (jupyterhub-gpu/tensorflow:2.15-cpu), K8S_HUB_IMAGE (jupyterhub-gpu/k8s-hub:test), K8S_WAIT_S (120).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +34,7 @@ K8S_SUBNET="${K8S_SUBNET:-10.214.0.0/24}"
 K8S_GPUS="${K8S_GPUS:-4}"
 K8S_WAIT_S="${K8S_WAIT_S:-120}"
 K8S_IMAGE="${K8S_IMAGE:-jupyterhub-gpu/tensorflow:2.15-cpu}"
+K8S_HUB_IMAGE="${K8S_HUB_IMAGE:-jupyterhub-gpu/k8s-hub:test}"
 PAUSE_IMAGE="localhost/jhgpu-pause:sim"  # our own pause binary; never mistaken for registry.k8s.io's
 NODE=jhgpu-sim-node
 BRIDGE=jhgpu-k8s0
@@ -285,14 +287,18 @@ import_images() {
         docker save "$PAUSE_IMAGE" | "${ctr[@]}" images import - >/dev/null
         docker rmi "$PAUSE_IMAGE" >/dev/null  # only containerd keeps it
     fi
-    # the test image: imported again when Docker's copy changed (its id is kept beside it)
-    local id
-    id=$(docker image inspect -f '{{.Id}}' "$K8S_IMAGE" 2>/dev/null) || die "no Docker image $K8S_IMAGE: run make tf-test-image first"
-    if [[ "$(cat "$K8S_DIR/test-image.id" 2>/dev/null)" != "$id" ]]; then
-        log "importing $K8S_IMAGE into containerd"
-        docker save "$K8S_IMAGE" | "${ctr[@]}" images import - >/dev/null
-        echo "$id" >"$K8S_DIR/test-image.id"
-    fi
+    # the test images: each imported again when Docker's copy changed (its id is kept beside it)
+    local image id key
+    for image in "$K8S_IMAGE" "$K8S_HUB_IMAGE"; do
+        id=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null) ||
+            die "no Docker image $image: run make tf-test-image and make k8s-hub-image first"
+        key="$K8S_DIR/image-$(printf '%s' "$image" | tr -c 'a-zA-Z0-9.-' _).id"
+        if [[ "$(cat "$key" 2>/dev/null)" != "$id" ]]; then
+            log "importing $image into containerd"
+            docker save "$image" | "${ctr[@]}" images import - >/dev/null
+            echo "$id" >"$key"
+        fi
+    done
 }
 
 apply() { api -X POST -H 'Content-Type: application/json' "https://127.0.0.1:$API_PORT$1" -d "$2" >/dev/null || api "https://127.0.0.1:$API_PORT$1/$3" >/dev/null; }

@@ -22,6 +22,13 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
+# A shell's background job (`make test &`, nohup) starts with SIGINT ignored, and every process it starts would
+# inherit that: single-user servers deaf to the hub's SIGINT, kernels and Keras fits that no interrupt reaches.
+# The suite runs as from a terminal: a handler here, and the children (xdist workers, hubs, servers) start
+# with the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 _PORTS_GIVEN: set[int] = set()
 _PORT_BLOCK = 3000
@@ -185,7 +192,19 @@ class Hub:
         return self.api("DELETE", path)
 
     def wait_ready(self, name: str, timeout=90) -> dict:
-        return wait_for(lambda: (s := self.server(name)) and s.get("ready") and s, timeout, what=f"{name} ready")
+        try:
+            return wait_for(lambda: (s := self.server(name)) and s.get("ready") and s, timeout, what=f"{name} ready")
+        except AssertionError as e:
+            # the hub's own account of the spawn (its workdir may be gone by the time anyone reads the report)
+            noise = ("GET /hub/api/users", "Checking access to /hub/api/users")
+            lines = [
+                line
+                for line in self.log_text().splitlines()
+                if (name in line or line.startswith(("[E ", "[W "))) and not any(n in line for n in noise)
+            ]
+            raise AssertionError(
+                f"{e}\n--- the hub's log about {name}, and its errors:\n" + "\n".join(lines[-80:])
+            ) from None
 
     def wait_stopped(self, name: str, timeout=60) -> None:
         wait_for(lambda: self.server(name) is None, timeout, what=f"{name} stopped")

@@ -6,9 +6,12 @@
 #
 # The build context (dist/ above) holds jupyterhub-gpu's wheel (`python -m build --wheel`).
 # K8S_HUB_TAG must be a chart release whose hub image has JupyterHub 6.x: jupyterhub-gpu
-# requires jupyterhub>=6.1,<7, and pip refuses the install otherwise.
+# requires jupyterhub>=6.1,<7, and pip refuses the install otherwise. K8S_HUB_IMAGE names a mirror
+# of the chart's image if your cluster pulls through one; the k8s test layer builds this recipe on a
+# local stand-in (images/k8s-hub-standin, scripts/build-k8s-hub-image.sh) and runs it as a pod.
+ARG K8S_HUB_IMAGE=quay.io/jupyterhub/k8s-hub
 ARG K8S_HUB_TAG
-FROM quay.io/jupyterhub/k8s-hub:${K8S_HUB_TAG}
+FROM ${K8S_HUB_IMAGE}:${K8S_HUB_TAG}
 USER root
 COPY jupyterhub_gpu-*.whl /tmp/wheels/
 RUN set -eux; \

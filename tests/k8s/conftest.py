@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -156,14 +157,24 @@ def release_volumes(kube: Kube) -> None:
 
 
 def kube_hub_config(
-    tmp_path: Path, namespace: str, service_port: int, *, extra: str = "", service_extra: str = "", tick: float = 1
+    tmp_path: Path,
+    namespace: str,
+    service_port: int,
+    *,
+    extra: str = "",
+    service_extra: str = "",
+    tick: float = 1,
+    db_url: str = "",
+    python: str = sys.executable,
+    service_config_path: str = "",
 ) -> str:
     """A hub with GPUKubeSpawner on the test cluster, the ledger and the managed gpu service.
 
     The hub's API and the service listen on the node's address (the pods' gateway); the proxy and the
-    tests stay on loopback.
+    tests stay on loopback. The service's configuration is written to ``tmp_path/gpu_service_config.py``;
+    a hub that sees it elsewhere (in a pod) names its ``python`` and ``service_config_path``.
     """
-    db_url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    db_url = db_url or f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     service_config = tmp_path / "gpu_service_config.py"
     service_config.write_text(
         f"""
@@ -176,7 +187,6 @@ c.GPUService.budget_grace_seconds = 4
 """
     )
     return f"""
-import sys
 from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
 
 c.JupyterHub.hub_ip = {NODE_IP!r}
@@ -204,7 +214,7 @@ c.JupyterHub.custom_scopes = CUSTOM_SCOPES
 c.JupyterHub.services.append({{
     "name": "gpu",
     "url": "http://{NODE_IP}:{service_port}",
-    "command": [sys.executable, "-m", "jupyterhub_gpu.service", "--config={service_config}"],
+    "command": [{python!r}, "-m", "jupyterhub_gpu.service", "--config={service_config_path or service_config}"],
     "oauth_no_confirm": True,
     "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES),
 }})

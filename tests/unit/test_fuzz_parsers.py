@@ -302,7 +302,20 @@ sample_bodies = st.one_of(
         | {
             "gpus": st.lists(
                 st.dictionaries(
-                    st.sampled_from(["uuid", "utilization_avg", "memory_used_max_mib", "x"]), scalars, max_size=3
+                    st.sampled_from(
+                        [
+                            "uuid",
+                            "utilization_avg",
+                            "memory_used_max_mib",
+                            "scope",
+                            "processes",
+                            "shared_by",
+                            "memory_known",
+                            "x",
+                        ]
+                    ),
+                    scalars | st.sampled_from(["own", "gpu"]),
+                    max_size=6,
                 ),
                 max_size=3,
             )
@@ -322,4 +335,9 @@ def test_a_sample_body_is_valid_or_a_400_message(body):
     assert 0 < len(sample.session_id) <= 64
     assert 0 <= sample.utilization_avg <= 100
     assert sample.sampled_until.tzinfo is not None
-    assert all(0 <= util <= 100 and mem >= 0 for _uuid, util, mem in sample.gpus)
+    for _uuid, util, mem, scope, processes, shared_by, memory_known in sample.gpus:
+        assert 0 <= util <= 100 and mem >= 0
+        assert scope in (None, "own", "gpu")
+        assert processes is None or processes >= 0
+        assert shared_by is None or (type(shared_by) is int and shared_by >= 1)
+        assert memory_known in (None, True, False)
