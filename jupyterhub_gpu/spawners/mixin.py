@@ -923,8 +923,9 @@ class GPUSpawnerMixin(Configurable):
             return result
         except BaseException:
             session = dict(self._gpu_session)
-            if launched:
-                # stopped while launching, or its start could not be recorded: what was launched must not
+            if launched or self.gpu_launch_began():
+                # stopped while launching, its start could not be recorded, or the backend's start failed
+                # after it asked for the server (a pod KubeSpawner timed out on): what was launched must not
                 # run on once its GPUs are released (JupyterHub's own stop may have found nothing running)
                 try:
                     self._gpu_stopping = True
@@ -941,6 +942,14 @@ class GPUSpawnerMixin(Configurable):
             self._gpu_launching = False
             self._gpu_in_start = False
             drop_reservation(self)
+
+    def gpu_launch_began(self) -> bool:
+        """Whether the backend's ``start()`` may have launched a server that outlives its failure.
+
+        The default: a start that did not return launched nothing. Kubernetes: a pod asked for stays on the
+        cluster, holding its GPUs, when KubeSpawner's start times out or the reflector never shows it.
+        """
+        return False
 
     async def gpu_confirm_start(self) -> None:
         """Hook run when the server is up, before its start is recorded: set when billing really began.

@@ -518,8 +518,11 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             env["CPU_LIMIT"] = str(profile.cpu_limit)
         return env
 
+    _gpu_pod_built = False  # KubeSpawner's start built the pod, to create it next
+
     async def get_pod_manifest(self):
         """KubeSpawner's pod, with our hardening and GPU resources forced over any admin extras."""
+        self._gpu_pod_built = True
         pod = await super().get_pod_manifest()
         pieces = getattr(self, "_gpu_pieces", None)
         if not pieces:
@@ -552,8 +555,11 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         async for event in KubeSpawner.progress(self):
             yield event
 
+    def gpu_launch_began(self) -> bool:
+        return self._gpu_pod_built
+
     async def start(self):
-        self._gpu_pod_requested = False
+        self._gpu_pod_requested = self._gpu_pod_built = False
         self._gpu_pod_finished_at = None
         return await super().start()
 

@@ -598,3 +598,40 @@ def test_the_hub_startup_check_takes_the_kubernetes_check_and_publishes_prices(t
     app.spawner_class = GPUKubeSpawner
     with pytest.raises(SystemExit):
         _startup_check(app)
+
+
+class TimedOutKubeSpawner(GPUKubeSpawner):
+    """KubeSpawner's start built and asked for the pod, then gave up waiting for it (its own timeout)."""
+
+    async def _start(self):
+        self.created_pod = await self.get_pod_manifest()
+        raise TimeoutError("pod jhub/jupyter-alice did not start in 180 seconds!")
+
+
+async def test_a_pod_asked_for_by_a_start_that_failed_is_deleted(monkeypatch):
+    """The pod would hold its GPU, unbilled, once the hub forgets the spawn: the failed start deletes it."""
+    from kubespawner import KubeSpawner
+
+    deleted = []
+
+    async def stop(self, now=False):
+        deleted.append((self.pod_name, now))
+
+    monkeypatch.setattr(KubeSpawner, "stop", stop)
+    cluster = Cluster()
+    spawner = make_spawner(make_config(cluster), cls=TimedOutKubeSpawner)
+    with pytest.raises(TimeoutError):
+        await spawn(spawner, "t4")
+    assert spawner.created_pod is not None
+    assert deleted == [("jupyter-alice", True)]
+    assert not spawner.gpu_session  # its GPU is back in the cluster's count
+
+    # a start that fails before any pod was built (a refused image) deletes nothing
+    class Refused(TimedOutKubeSpawner):
+        async def gpu_check_image(self, profile):
+            raise SpawnException("no such image", reason="image")
+
+    deleted.clear()
+    with pytest.raises(SpawnException):
+        await spawn(make_spawner(make_config(cluster), cls=Refused), "t4")
+    assert deleted == []
