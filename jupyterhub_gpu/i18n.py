@@ -841,7 +841,7 @@ ZH_CN.update(
         "preemptible requests wait until no full-price request needs a {model}": (
             "可抢占请求要等到没有全价请求需要 {model} 时才会启动"
         ),
-        "{gpus} are reserved for {label} until {end}": "{gpus} 已为 {label} 预留，直到 {end}",
+        "{label} has {gpus} reserved until {end}": "{gpus} 已为 {label} 预留，直到 {end}",
         "the free {model} GPUs are reserved for {label} from {start}": (
             "空闲的 {model} GPU 从 {start} 起为 {label} 预留"
         ),
@@ -856,7 +856,7 @@ ZH_CN.update(
         # grants
         "{gpus} free": "{gpus} 空闲",
         "{gpus} reserved for {label}": "为 {label} 预留的 {gpus}",
-        "may run until {until}: {gpus} are reserved for {label} from {start}": (
+        "may run until {until}: {label} has {gpus} reserved from {start}": (
             "最多可运行到 {until}：从 {start} 起 {gpus} 已为 {label} 预留"
         ),
         # preemption and reservations
@@ -878,8 +878,8 @@ ZH_CN.update(
         "this pool has no {model} GPUs (it has {models})": "此资源池没有 {model} GPU（它有 {models}）",
         "{gpus} asked, but the pool has {total}": "申请了 {gpus}，但资源池只有 {total} 块",
         "a request needs at least one GPU, got {count}": "请求至少需要一块 GPU，收到的是 {count}",
-        "{label} reserves {gpus} from {start} to {end}, but the pool has {total} and {taken} are reserved"
-        " for others then": (
+        "{label} reserves {gpus} from {start} to {end}, but the pool has {total} and other bookings hold"
+        " {taken} then": (
             "{label} 预留 {start} 至 {end} 的 {gpus}，但资源池只有 {total} 块，且当时已有 {taken} 块为其他组预留"
         ),
         # the scheduler's values, worded again (service/domain/schedule.py)
@@ -903,7 +903,7 @@ ZH_CN.update(
         "This server will be stopped at {stop_time} to free its GPU for a full-price request; save your work now.": (
             "此服务器将于 {stop_time} 停止，以便把其 GPU 让给一个全价请求；请立即保存工作。"
         ),
-        "This server may run until {until}: {gpus} are reserved for {label} from {start}."
+        "This server may run until {until}: {label} has {gpus} reserved from {start}."
         " It will be stopped then; save your work.": (
             "此服务器最多可运行到 {until}：从 {start} 起 {gpus} 已为 {label} 预留。届时它将被停止；请保存您的工作。"
         ),

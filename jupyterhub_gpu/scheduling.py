@@ -73,7 +73,7 @@ TEXTS: dict[str, str] = {
     "share.none": "your group has no share of {model} GPUs: it is served when no group with a share waits,"
     " and your {waited} of waiting moves you up",
     "tier": "preemptible requests wait until no full-price request needs a {model}",
-    "reserved": "{gpus} are reserved for {label} until {end}",
+    "reserved": "{label} has {gpus} reserved until {end}",
     "reserved.soon": "the free {model} GPUs are reserved for {label} from {start}",
     # the headline of a waiting request
     "status": "Waiting for a free {model} — position {position} of {length} — {wait}",
@@ -84,7 +84,7 @@ TEXTS: dict[str, str] = {
     # grants
     "grant": "{gpus} free",
     "grant.reserved": "{gpus} reserved for {label}",
-    "grant.until": "may run until {until}: {gpus} are reserved for {label} from {start}",
+    "grant.until": "may run until {until}: {label} has {gpus} reserved from {start}",
     "stopping": "a {model} frees as soon as the server told to stop has ended",
     # preemption
     "preempt": "this server will be stopped in {grace} to free its GPU for a full-price request;"
@@ -92,7 +92,7 @@ TEXTS: dict[str, str] = {
     "preempt.save": "this server will be stopped in {grace} to free its GPU for a full-price request;"
     " save your work now",
     # reservations
-    "end": "may run until {until}: {gpus} are reserved for {label} from {start}",
+    "end": "may run until {until}: {label} has {gpus} reserved from {start}",
     "stop": "this server was stopped at {at}, as it was told",
     "stop.preempted": "this server was stopped at {at} to free its GPU for a full-price request",
     "stop.reserved": "this server was stopped at {at}: its GPUs are reserved for a class from then",
@@ -101,7 +101,7 @@ TEXTS: dict[str, str] = {
     "refuse.count": "{gpus} asked, but the pool has {total}",
     "refuse.bad_count": "a request needs at least one GPU, got {count}",
     "refuse.reservation": "{label} reserves {gpus} from {start} to {end},"
-    " but the pool has {total} and {taken} are reserved for others then",
+    " but the pool has {total} and other bookings hold {taken} then",
 }
 
 

@@ -855,7 +855,7 @@ class GPUSpawnerMixin(Configurable):
         self._gpu_devices = devices
         self._gpu_granted_at = utcnow()  # the GPUs are held (and billed) from now
         if grant is not None and grant.at is not None:
-            # "may run until 13:55: 4 T4s are reserved for CS231N from 14:00"
+            # "may run until 13:55: CS231N has 4 T4s reserved from 14:00"
             self._gpu_say(55, lambda lang: scheduling_text(grant.key, grant.values, lang))
 
     _gpu_job_id: str | None = None

@@ -138,7 +138,7 @@ def test_a_class_reservation_stops_a_stranger_serves_the_class_then_returns_the_
     (order,) = wait_for(lambda: rows.stop_orders(ledger, pending=False), 15, what="thea's stop order")
     assert (order.user, order.kind, order.reason_key) == ("thea", "reserved", "end")
     assert order.session_id == thea["session_id"] and order.stop_at == stop_at, (order, stop_at)
-    told = f"This server may run until {clock(stop_at)}: 2 T4s are reserved for CS231N from {clock(opens)}."
+    told = f"This server may run until {clock(stop_at)}: CS231N has 2 T4s reserved from {clock(opens)}."
     notices = wait_for(lambda: [n for n in ledger.notices("thea") if told in n.message], 15, what="thea's notice")
     assert len(notices) == 1, [n.message for n in notices]
 
@@ -196,7 +196,7 @@ def test_a_class_reservation_stops_a_stranger_serves_the_class_then_returns_the_
 
     time.sleep(max(0.0, (opens - datetime.now(timezone.utc)).total_seconds()))
     # the window is open and both T4s are free: tom still waits, told why (in the progress and in GET queue)
-    reserved = f"2 T4s are reserved for CS231N until {clock(closes)}"
+    reserved = f"CS231N has 2 T4s reserved until {clock(closes)}"
     events = hub.progress_events("tom", lambda e: reserved in e.get("message", ""))
     assert events[-1]["message"].startswith("Waiting for a free Simulated T4 — position 1 of 1"), events[-1]
     (entry,) = wait_for(lambda: tom_in_queue(reserved), 15, what="tom's reason in GET queue")

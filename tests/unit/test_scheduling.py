@@ -380,7 +380,18 @@ def test_a_session_granted_before_a_window_is_told_at_its_start_how_long_it_may_
     decisions = reserved(NOW, free=4, waiting=[request("r", "other")])
     grant = of(decisions, GRANT)[0]
     assert grant.at == datetime(2026, 9, 8, 13, 55, tzinfo=UTC)
-    assert grant.reason == "may run until 13:55: 4 T4s are reserved for CS231N from 14:00"
+    assert grant.reason == "may run until 13:55: CS231N has 4 T4s reserved from 14:00"
+
+
+def test_one_reserved_gpu_is_worded_in_the_singular_in_english_and_chinese():
+    from dataclasses import replace
+
+    from jupyterhub_gpu.schedule_words import reason_words
+
+    one = replace(CLASS, count=1)
+    grant = of(reserved(NOW, free=1, units=1, waiting=[request("r", "other")], reservations=(one,)), GRANT)[0]
+    assert grant.reason == "may run until 13:55: CS231N has 1 T4 reserved from 14:00"
+    assert reason_words(grant.key, grant.values, "zh-CN") == "最多可运行到 13:55：从 14:00 起 1 块 T4 已为 CS231N 预留"
 
 
 def test_running_strangers_are_told_their_end_and_members_are_not():
@@ -392,7 +403,7 @@ def test_running_strangers_are_told_their_end_and_members_are_not():
     decisions = reserved(NOW, free=1, running=running)
     ends = of(decisions, END)
     assert [(d.session, d.at) for d in ends] == [("stranger", later(55))]
-    assert ends[0].reason == "may run until 13:55: 4 T4s are reserved for CS231N from 14:00"
+    assert ends[0].reason == "may run until 13:55: CS231N has 4 T4s reserved from 14:00"
 
 
 def test_a_session_that_ends_before_the_window_is_not_told():
@@ -433,7 +444,7 @@ def test_during_the_window_members_get_the_reserved_gpus_first():
     assert [(d.request, d.key) for d in of(decisions, GRANT)] == [("member", "grant.reserved")]
     assert of(decisions, GRANT)[0].reason == "1 T4 reserved for CS231N"
     stranger = queue(decisions)["stranger"]
-    assert stranger.reason == "4 T4s are reserved for CS231N until 16:00"
+    assert stranger.reason == "CS231N has 4 T4s reserved until 16:00"
     # when the window ends (units free for anyone): the estimate points there
     assert stranger.wait == timedelta(minutes=110)
 
@@ -454,7 +465,7 @@ def test_after_the_window_the_gpus_return_to_the_pool():
     assert of(decisions, GRANT)[0].at == datetime(2026, 9, 15, 13, 55, tzinfo=UTC)
     assert (
         of(decisions, GRANT)[0].reason
-        == "may run until Tue 15 Sep 13:55: 4 T4s are reserved for CS231N from Tue 15 Sep 14:00"
+        == "may run until Tue 15 Sep 13:55: CS231N has 4 T4s reserved from Tue 15 Sep 14:00"
     )
 
 
@@ -464,7 +475,7 @@ def test_a_booking_the_pool_cannot_hold_at_that_time_is_refused_in_the_cycle():
     refused = of(decisions, REFUSE)
     assert [d.reservation for d in refused] == ["ml"]
     assert refused[0].reason == (
-        "ML101 reserves 2 T4s from 14:00 to 16:00, but the pool has 4 and 4 are reserved for others then"
+        "ML101 reserves 2 T4s from 14:00 to 16:00, but the pool has 4 and other bookings hold 4 then"
     )
 
 

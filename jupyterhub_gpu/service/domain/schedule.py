@@ -7,7 +7,7 @@ the tick carries the orders out (:func:`..tick.enforce_schedule`) and the REST A
 
 - :func:`order_message`: the notice of a stop order, sent at once through the gateway: a ``preempted`` server
   ("This server will be stopped at 14:02 to free its GPU for a full-price request; ...", event ``preemption``)
-  or a ``reserved`` one ("This server may run until 13:55: 4 T4s are reserved for CS231N from 14:00. ...",
+  or a ``reserved`` one ("This server may run until 13:55: CS231N has 4 T4s reserved from 14:00. ...",
   event ``cull``), with what happens after (put back in the queue, a job run again);
 - :func:`status_words` and :func:`reason_words`: a waiting request's headline ("Waiting for a free A100 —
   position 2 of 5 — about 12 min") and why it stands there, from the scheduler's templates
@@ -56,7 +56,7 @@ NOTICE_TEXTS = {
     " is being checkpointed (CheckpointAndResume saves on the stop).",
     "preempt.save": "This server will be stopped at {stop_time} to free its GPU for a full-price request;"
     " save your work now.",
-    "end": "This server may run until {until}: {gpus} are reserved for {label} from {start}."
+    "end": "This server may run until {until}: {label} has {gpus} reserved from {start}."
     " It will be stopped then; save your work.",
     "reserved": "This server will be stopped at {stop_time}: its GPUs are reserved for a class from then."
     " Save your work now.",

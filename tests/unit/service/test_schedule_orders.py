@@ -184,7 +184,7 @@ def test_an_order_moved_earlier_is_told_again(ledger, hub, notifier):
     order(ledger, session, RESERVED, stop_at=T0 + timedelta(minutes=55), key="end")
     tick(ledger, hub, notifier, T0)
     assert notices(ledger) == [
-        "This server may run until 13:55: 4 T4s are reserved for CS231N from 14:00. It will be stopped then;"
+        "This server may run until 13:55: CS231N has 4 T4s reserved from 14:00. It will be stopped then;"
         " save your work."
     ]
     # a later order changes nothing; an earlier one (a preemption now) is told again
@@ -216,7 +216,7 @@ def test_each_notice_exists_in_english_and_chinese():
         (PREEMPTED, "preempt", PREEMPT_VALUES, "T4", None, "saves on the stop", "检查点"),
         (PREEMPTED, "preempt.save", PREEMPT_VALUES, "A100", None, "when an A100 is free", "A100"),
         (PREEMPTED, "preempt", PREEMPT_VALUES, None, "abc123def456", "The job will be put back", "作业"),
-        (RESERVED, "end", END_VALUES, "T4", None, "4 T4s are reserved for CS231N", "4 块 T4"),
+        (RESERVED, "end", END_VALUES, "T4", None, "CS231N has 4 T4s reserved", "4 块 T4"),
         (RESERVED, "stop", {}, "T4", None, "reserved for a class from then", "课程预留"),
     ]
     for kind, key, values, model, job_id, english, chinese in cases:
