@@ -21,6 +21,7 @@ reads its config), so there is no circle.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from dataclasses import asdict
 
@@ -128,11 +129,25 @@ def _is_gpu_spawner(spawner_class) -> bool:
     return isinstance(spawner_class, type) and issubclass(spawner_class, GPUSpawnerMixin)
 
 
+def route_logs(app) -> None:
+    """jupyterhub-gpu's module loggers (``jupyterhub_gpu.scheduler``, ``.allocator``, ``.kube_inventory``,
+    ``.access``) write to the hub's log, with its handlers and level: without this they have no handler in the
+    hub and their lines (a queued request's place, a preemption, a withdrawn stop) are lost."""
+    ours = logging.getLogger("jupyterhub_gpu")
+    if ours.handlers or not app.log.handlers:
+        return  # routed already, or configured by the admin's own logging setup
+    for handler in app.log.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(app.log.level)
+    ours.propagate = False
+
+
 def startup_check(app) -> None:
     """Stop a starting hub whose GPU spawner has an invalid configuration."""
     spawner_class = app.spawner_class
     if not _is_gpu_spawner(spawner_class):
         return
+    route_logs(app)
     # a spawner without a host inventory (Kubernetes) brings its own check
     own_check = getattr(spawner_class, "gpu_check_config", None)
     problems = own_check(app.config) if own_check else check_config(app.config, spawner_class)

@@ -167,6 +167,9 @@ def test_ten_spawns_over_four_gpus_assign_four_and_queue_six_in_order(make_hub, 
         expected = f"Waiting for a free Simulated T4 — position {position} of 6"
         events = hub.progress_events(name, lambda e, x=expected: e.get("message") == x)
         assert all("position" not in e.get("message", "") or "of" in e["message"] for e in events)
+    # the allocator's own lines reach the hub's log, in its format
+    line = r"\[I [^\]]* jupyterhub_gpu\.allocator queue:\d+\] u09/ waits for 1× T4 \(position 6\)"
+    assert re.search(line, hub.log_text()), "the queue's line is not in the hub's log"
 
     # the queue drains in arrival order as servers stop
     holders = list(running)
