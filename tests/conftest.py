@@ -142,7 +142,8 @@ class Hub:
             wait_for(self._up, timeout=120, what=f"the hub at {self.url} (log: {self.log_file})")
 
     def _up(self):
-        if self.proc.poll() is not None:
+        """The hub's API answers; a hub process this object started must still run (None: started elsewhere)."""
+        if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"hub exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
         try:
             return requests.get(f"{self.api_url}/", timeout=2).status_code == 200

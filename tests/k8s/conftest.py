@@ -52,6 +52,12 @@ class Kube:
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
         return self.session.request(method, API + path, timeout=15, verify=self.ca, **kwargs)
 
+    def create(self, path: str, body: dict) -> dict:
+        """POST an object; the API server must accept it (201)."""
+        r = self.request("POST", path, json=body)
+        assert r.status_code == 201, r.text
+        return r.json()
+
     def pods(self, namespace: str) -> list[dict]:
         return self.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
 
@@ -105,9 +111,7 @@ def kube():
 @pytest.fixture
 def namespace(kube):
     name = f"jhgpu-t-{uuid.uuid4().hex[:8]}"
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    r = kube.request("POST", "/api/v1/namespaces", json=body)
-    assert r.status_code == 201, r.text
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     # the controller manager makes the namespace's "default" service account a moment later; until then the API
     # server refuses every pod in it (403 "serviceaccount default not found"), as it would on any cluster
     wait_for(
@@ -245,6 +249,13 @@ def kube_hub(make_hub, tmp_path, namespace, kube, monkeypatch):
     yield factory
     for hub in hubs:
         hub.cleanup()
+
+
+def token(hub, user: str) -> dict:
+    """Request headers with a new API token of ``user``."""
+    r = hub.api("POST", f"/users/{user}/tokens", json={"note": "k8s test"})
+    assert r.status_code == 201, r.text
+    return {"Authorization": f"token {r.json()['token']}"}
 
 
 def wait_pod(kube: Kube, namespace: str, name: str, predicate=running, timeout=120) -> dict:

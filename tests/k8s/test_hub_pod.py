@@ -22,7 +22,7 @@ import yaml
 
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import BIN, Hub, free_port, wait_for
-from tests.k8s.conftest import API, NODE, NODE_IP, kube_hub_config, pod_devices, wait_pod
+from tests.k8s.conftest import API, NODE, NODE_IP, kube_hub_config, pod_devices, token, wait_pod
 
 pytestmark = pytest.mark.k8s
 
@@ -43,15 +43,13 @@ CHART_HUB_RULES = [
 class PodHub(Hub):
     """The hub of a pod: the same REST helpers as the tests' local hubs; its log is the pod's."""
 
-    def __init__(self, workdir: Path, config: str, kube, namespace: str):
+    def __init__(self, workdir: Path, config: str, kube, namespace: str, proxy: dict):
         super().__init__(workdir, config)
         self.kube, self.namespace = kube, namespace
-
-    def _up(self) -> bool:
-        try:
-            return requests.get(f"{self.api_url}/", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
+        # reached through the proxy the test started
+        self.port = proxy["port"]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_url = f"{self.url}/hub/api"
 
     def log_text(self) -> str:
         r = self.kube.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/hub/log")
@@ -71,11 +69,6 @@ def hub_process_uid() -> int | None:
             continue
         return int(uid.split()[1])
     return None
-
-
-def create(kube, path: str, body: dict) -> None:
-    r = kube.request("POST", path, json=body)
-    assert r.status_code == 201, r.text
 
 
 def inventory_rbac(namespace: str) -> list[dict]:
@@ -118,7 +111,7 @@ def inventory_role(kube, namespace):
 
     remove()
     for doc in (role, binding):
-        create(kube, paths[doc["kind"]], doc)
+        kube.create(paths[doc["kind"]], doc)
     yield
     remove()
 
@@ -155,14 +148,12 @@ def test_the_hub_image_runs_as_a_pod_with_its_service_account_and_the_inventory_
 ):
     ns = namespace
     # the chart's objects for the hub: its ServiceAccount and namespaced Role; ours: the inventory ClusterRole
-    create(kube, f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "hub"}})
-    create(
-        kube,
+    kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "hub"}})
+    kube.create(
         f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
         {"metadata": {"name": "hub"}, "rules": CHART_HUB_RULES},
     )
-    create(
-        kube,
+    kube.create(
         f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
         {
             "metadata": {"name": "hub"},
@@ -184,9 +175,7 @@ def test_the_hub_image_runs_as_a_pod_with_its_service_account_and_the_inventory_
         python="python",
         service_config_path=f"{CONFIG_DIR}/gpu_service_config.py",
     )
-    hub = PodHub(tmp_path / "hub", config, kube, ns)
-    hub.url, hub.port = f"http://127.0.0.1:{proxy['port']}", proxy["port"]
-    hub.api_url = f"{hub.url}/hub/api"
+    hub = PodHub(tmp_path / "hub", config, kube, ns, proxy)
     # the pod's own paths and the proxy the test started; later settings win over the tests' base config
     hub.config_file.write_text(
         hub.config_file.read_text()
@@ -201,8 +190,7 @@ c.ConfigurableHTTPProxy.auth_token = {proxy["token"]!r}
 c.ConfigurableHTTPProxy.pid_file = "/srv/jupyterhub/proxy.pid"
 """
     )
-    create(
-        kube,
+    kube.create(
         f"/api/v1/namespaces/{ns}/configmaps",
         {
             "metadata": {"name": "hub"},
@@ -212,8 +200,7 @@ c.ConfigurableHTTPProxy.pid_file = "/srv/jupyterhub/proxy.pid"
             },
         },
     )
-    create(
-        kube,
+    kube.create(
         f"/api/v1/namespaces/{ns}/pods",
         {
             "metadata": {"name": "hub", "labels": {"component": "hub"}},
@@ -250,8 +237,10 @@ c.ConfigurableHTTPProxy.pid_file = "/srv/jupyterhub/proxy.pid"
         wait_for(hub._up, timeout=120, what=f"the hub pod's API at {hub.api_url}")
     except AssertionError:
         raise AssertionError(f"the hub pod did not come up:\n{hub.log_text()[-4000:]}") from None
+    # the API server's admission gave the pod its service account's token (a projected volume we did not write)
     pod = kube.pod(ns, "hub")
-    assert not any(m.get("mountPath") == "/root/.kube" for m in pod["spec"]["containers"][0]["volumeMounts"])
+    token_volumes = [v for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access-")]
+    assert token_volumes and "projected" in token_volumes[0], pod["spec"]["volumes"]
     # the recipe's USER 1000: the hub process runs unprivileged
     assert wait_for(hub_process_uid, timeout=10, what="the hub process") == 1000
 
@@ -263,7 +252,7 @@ c.ConfigurableHTTPProxy.pid_file = "/srv/jupyterhub/proxy.pid"
         user_pod = wait_pod(kube, ns, hub.server("alice")["state"]["pod_name"])
         assert user_pod["spec"]["nodeName"] == NODE
         devices = wait_for(lambda: pod_devices(user_pod["metadata"]["uid"]), timeout=10, what="the device")
-        headers = {"Authorization": f"token {hub.api('POST', '/users/alice/tokens', json={}).json()['token']}"}
+        headers = token(hub, "alice")
         stats = requests.get(f"{hub.url}/user/alice/gpu/api/v1/stats?history=0", headers=headers, timeout=15)
         assert [g["uuid"] for g in stats.json()["gpus"]] == devices
         # the spawner in the hub pod recorded the session in PostgreSQL, and the gpu service in the same pod

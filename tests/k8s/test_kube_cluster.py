@@ -17,7 +17,7 @@ import requests
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.spawners.kube.spawner import kube_time
 from tests.conftest import wait_for
-from tests.k8s.conftest import NODE, pod_devices, running, wait_pod
+from tests.k8s.conftest import NODE, pod_devices, running, token, wait_pod
 
 pytestmark = pytest.mark.k8s
 
@@ -30,12 +30,6 @@ c.GPUKubeSpawner.extra_container_config = {
                         "capabilities": {"add": ["SYS_ADMIN"]}},
 }
 """
-
-
-def token(hub, user: str) -> dict:
-    r = hub.api("POST", f"/users/{user}/tokens", json={"note": "k8s test"})
-    assert r.status_code == 201, r.text
-    return {"Authorization": f"token {r.json()['token']}"}
 
 
 def pod_of(hub, kube, user: str) -> dict:
