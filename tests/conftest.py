@@ -197,15 +197,22 @@ class Hub:
             return wait_for(lambda: (s := self.server(name)) and s.get("ready") and s, timeout, what=f"{name} ready")
         except AssertionError as e:
             # the hub's own account of the spawn (its workdir may be gone by the time anyone reads the report)
-            noise = ("GET /hub/api/users", "Checking access to /hub/api/users")
-            lines = [
-                line
-                for line in self.log_text().splitlines()
-                if (name in line or line.startswith(("[E ", "[W "))) and not any(n in line for n in noise)
-            ]
             raise AssertionError(
-                f"{e}\n--- the hub's log about {name}, and its errors:\n" + "\n".join(lines[-80:])
+                f"{e}\n--- the hub's log about {name}, and its errors:\n" + "\n".join(self.problems(name)[-80:])
             ) from None
+
+    def problems(self, about: str | None = None) -> list[str]:
+        """The hub log's errors and warnings with their tracebacks, and (``about``) its lines naming a user."""
+        noise = ("GET /hub/api/users", "Checking access to /hub/api/users")
+        lines, in_problem = [], False
+        for line in self.log_text().splitlines():
+            if line.startswith("["):
+                in_problem = line.startswith(("[E ", "[W ", "[C "))
+                if (in_problem or (about and about in line)) and not any(n in line for n in noise):
+                    lines.append(line)
+            elif in_problem:  # a traceback or a multi-line message
+                lines.append(line)
+        return lines
 
     def wait_stopped(self, name: str, timeout=60) -> None:
         wait_for(lambda: self.server(name) is None, timeout, what=f"{name} stopped")
@@ -250,8 +257,8 @@ class Hub:
 
 
 @pytest.fixture
-def make_hub(tmp_path):
-    hubs = []
+def make_hub(tmp_path, request):
+    hubs = request.node.jhgpu_hubs = []
 
     def factory(config: str, name: str = "hub", start: bool = True) -> Hub:
         hub = Hub(tmp_path / name, config)
@@ -442,6 +449,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("serial"))
         elif item.get_closest_marker("k8s"):
             item.add_marker(pytest.mark.xdist_group("k8s"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the errors and warnings of the hubs it started: a CI log then says why a
+    spawn answered 500, not only that it did."""
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        for hub in getattr(item, "jhgpu_hubs", []):
+            lines = hub.problems()
+            if lines:
+                report.sections.append((f"hub log {hub.workdir.name}: errors and warnings", "\n".join(lines[-60:])))
+    return report
 
 
 def pytest_configure(config):

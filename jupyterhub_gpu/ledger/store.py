@@ -93,11 +93,25 @@ def shared_ledger(db_url: str) -> Ledger:
     return _SHARED[db_url]
 
 
+# any constant: the key of the PostgreSQL advisory lock that migrations of the ledger take
+_MIGRATION_LOCK = 0x6A68677075  # "jhgpu"
+
+
 def upgrade(engine: Engine) -> None:
-    """Bring the ledger's schema to the latest Alembic revision (a no-op when it is there)."""
+    """Bring the ledger's schema to the latest Alembic revision (a no-op when it is there).
+
+    The hub (its spawners) and the gpu service each open the ledger when they start, so on a fresh install
+    both migrate at once. One migration at a time: the first to take the database's lock upgrades, the other
+    waits, then finds the schema at its head. sqlite locks the whole file (BEGIN EXCLUSIVE, which waits out
+    the busy timeout); PostgreSQL takes an advisory lock held until the migration commits.
+    """
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
+        if engine.dialect.name == "sqlite":
+            connection.exec_driver_sql("BEGIN EXCLUSIVE")
+        elif engine.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
         cfg.attributes["connection"] = connection
         command.upgrade(cfg, "head")
 

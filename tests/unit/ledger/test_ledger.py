@@ -109,6 +109,47 @@ def test_autogenerate_against_a_fresh_ledger_proposes_nothing(db_url):
     assert "nothing to propose" in proc.stdout
 
 
+OPEN_AT_THE_SIGNAL = """
+import sys
+from jupyterhub_gpu.ledger.store import Ledger
+print("ready", flush=True)
+sys.stdin.readline()
+Ledger(sys.argv[1]).close()
+print("opened", flush=True)
+"""
+
+
+def test_processes_opening_a_fresh_ledger_at_once_migrate_it_one_at_a_time(db_url):
+    # a fresh install: the hub's spawners and the gpu service open the empty ledger in the same moment (the
+    # first spawn right after the hub started); before the migration lock, all but one failed with "table
+    # alembic_version already exists" and the spawn answered 500
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN_AT_THE_SIGNAL, db_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for proc in procs:  # all imported, all waiting on the one signal
+        assert proc.stdout.readline() == "ready\n"
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and out == "opened\n", err[-3000:]
+    ledger = Ledger(db_url, migrate=False)
+    try:
+        with ledger.engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    finally:
+        ledger.close()
+
+
 def test_migrating_again_is_a_no_op_and_keeps_the_data(db_url):
     first = Ledger(db_url)
     first.record_start(make_start())
