@@ -195,15 +195,17 @@ class Ledger:
             db.commit()
         return bool(changed)
 
-    def set_pending_stop_reason(self, session_id: str, reason: str) -> None:
-        """The reason of a stop the service is about to ask for (it replaces any reason set before)."""
+    def set_pending_stop_reason(self, session_id: str, reason: str) -> bool:
+        """The reason of a stop the service is about to ask for (it replaces any reason set before). False when
+        the session has stopped: its server name may run another session now, which that stop must not reach."""
         with self.Session() as db:
-            db.execute(
+            result = db.execute(
                 update(SessionRecord)
                 .where(SessionRecord.id == session_id, SessionRecord.stopped.is_(None))
                 .values(pending_stop_reason=reason)
             )
             db.commit()
+            return result.rowcount > 0
 
     def offer_stop_reason(self, session_id: str, reason: str) -> bool:
         """A user's or their server's reason (:data:`~jupyterhub_gpu.session.USER_STOP_REASONS`) for its stop.

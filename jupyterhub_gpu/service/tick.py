@@ -376,14 +376,31 @@ async def _enforce_user(tick: _BudgetPass, user: str, sessions) -> None:
                 told.append(before)
         if not told or now - min(told) < grace:
             continue
-        ledger.set_pending_stop_reason(s.id, StopReason.BUDGET)
         try:
-            await hub.stop_server(s.user, s.server_name)
+            if not await stop_session(ledger, hub, s, StopReason.BUDGET):
+                continue
         except HubAPIError as e:
             log.error("could not stop %s/%s for its budget: %s", s.user, s.server_name, e)
             continue
         log.info("stopped %s/%s: budget used up", s.user, s.server_name)
         tick.result.stopped.append((s.user, s.server_name))
+
+
+async def stop_session(ledger: Ledger, hub: HubClient, session: SessionRecord, reason: str) -> bool:
+    """Ask the hub to stop the server of ``session``, for ``reason``; False (nothing asked) once it has closed.
+
+    A pass judges the sessions it read before its awaits (notices, other stops: seconds, on a slow channel
+    more). Meanwhile the user may have stopped that session and started a new one on the same server name:
+    the hub's stop names a server, not a session, so without this check the new server would be stopped
+    for the old session's idleness or order. The spawner records a stop before the server can start again.
+    """
+    if not ledger.set_pending_stop_reason(session.id, reason):
+        log.info(
+            "%s/%s: its session %s closed before the %s stop", session.user, session.server_name, session.id, reason
+        )
+        return False
+    await hub.stop_server(session.user, session.server_name)
+    return True
 
 
 @dataclass
@@ -520,9 +537,9 @@ async def enforce_culling(
                 ledger.set_cull_warning(s.id, None, None)
                 await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
             elif decision.action == "stop":
-                ledger.set_pending_stop_reason(s.id, decision.rule.kind)
                 try:
-                    await hub.stop_server(s.user, s.server_name)
+                    if not await stop_session(ledger, hub, s, decision.rule.kind):
+                        continue
                 except HubAPIError as e:
                     log.error("could not stop idle %s/%s: %s", s.user, s.server_name, e)
                     continue
@@ -752,7 +769,10 @@ async def enforce_schedule(
             told = replace(order, stop_at=due_at(order, now))  # a late preemption's notice names the later stop
             message = order_message(told, session, tz, now, notifier.settings, models.get(session.profile), job_id)
             await notifier.send(message, CHANNELS, once=order_once(order), now=now)
-            mark_order(ledger, order.session_id, noticed=now)
+            if not mark_order(ledger, order.session_id, noticed=now, as_read=order):
+                # moved (told again next tick) or withdrawn (called off next tick) while the notice went out
+                log.info("%s/%s: the order changed while its notice went out", order.user, order.server_name)
+                continue
             result["noticed"].append(order.session_id)
             log.info("%s/%s told: %s at %s", order.user, order.server_name, order.kind, told.stop_at)
             continue
@@ -765,9 +785,9 @@ async def enforce_schedule(
         if current.withdrawn_at is not None:
             await _close_withdrawn(ledger, current, tz, now, notifier, result)
             continue
-        ledger.set_pending_stop_reason(session.id, current.kind)
         try:
-            await hub.stop_server(session.user, session.server_name)
+            if not await stop_session(ledger, hub, session, current.kind):
+                continue  # closed since it was read: the next tick marks its order done
         except HubAPIError as e:
             log.error("could not stop %s/%s (%s): %s", session.user, session.server_name, current.kind, e)
             continue
@@ -824,7 +844,10 @@ async def _close_withdrawn(
         told = replace(order, stop_at=due_at(order, order.noticed_at))  # the time its notice named
         message = withdrawn_message(told, tz, now, notifier.settings)
         await notifier.send(message, CHANNELS, once=withdrawn_once(order), now=now)
-    mark_order(ledger, order.session_id, done=now)
+    if not mark_order(ledger, order.session_id, done=now, as_read=order):
+        # ordered again while the "stop is off" went out: the new order is told, and carried out, as any other
+        log.info("%s/%s: ordered again while its withdrawal was told", order.user, order.server_name)
+        return
     result["withdrawn"].append(order.session_id)
     log.info("%s/%s: the %s stop at %s is withdrawn", order.user, order.server_name, order.kind, order.stop_at)
 

@@ -307,18 +307,37 @@ def preemptions(ledger: Ledger, since: datetime, user: str | None = None) -> lis
 
 
 def mark_order(
-    ledger: Ledger, session_id: str, *, noticed: datetime | None = None, done: datetime | None = None
-) -> None:
-    """Note that an order's notice went out, or that it was carried out (or its session ended before)."""
+    ledger: Ledger,
+    session_id: str,
+    *,
+    noticed: datetime | None = None,
+    done: datetime | None = None,
+    as_read: StopOrder | None = None,
+) -> bool:
+    """Note that an order's notice went out, or that it was carried out (or its session ended before).
+
+    ``as_read``: only if the order is still the one read then. The hub's scheduler moves or withdraws orders in
+    its own process while the service awaits a notice: a notice of the old time, or the "stop is off" of a
+    withdrawal, must not mark the new order told, or done (it would never be told, or never carried out).
+    A move sets a new ``decided_at``; a withdrawal sets ``withdrawn_at``. Whether the order was marked."""
     with ledger.Session() as db:
         row = db.get(ScheduleOrder, session_id)
         if row is None:
-            return
+            return False
+        if as_read is not None and (
+            row.done_at is not None
+            or aware_utc(row.decided_at) != as_read.decided_at
+            or aware_utc(row.stop_at) != as_read.stop_at
+            or row.kind != as_read.kind
+            or (aware_utc(row.withdrawn_at) if row.withdrawn_at else None) != as_read.withdrawn_at
+        ):
+            return False
         if noticed is not None:
             row.noticed_at = naive_utc(noticed)
         if done is not None and row.done_at is None:
             row.done_at = naive_utc(done)
         db.commit()
+        return True
 
 
 # -- the queue the hub publishes -------------------------------------------------------------------------------

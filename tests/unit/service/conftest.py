@@ -11,15 +11,19 @@ from jupyterhub_gpu.service.hubapi import HubClient
 
 
 class StopHub:
-    """Answers ``DELETE /hub/api/users/NAME/server[s/SERVER]`` with 204 and records it."""
+    """Answers ``DELETE /hub/api/users/NAME/server[s/SERVER]`` with 204 and records it; ``on_stop(path)`` runs
+    before it answers (what users do elsewhere while the service awaits the hub)."""
 
     def __init__(self):
         self.stops: list[str] = []
+        self.on_stop = None
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_DELETE(self):
                 owner.stops.append(self.path)
+                if owner.on_stop is not None:
+                    owner.on_stop(self.path)
                 self.send_response(204)
                 self.end_headers()
 

@@ -361,6 +361,61 @@ def test_an_order_withdrawn_during_the_tick_that_stops_it_is_not_carried_out(led
     assert notices(ledger, "bob")[-1] == "The stop of this server at 13:02 is off: the GPU is no longer needed."
 
 
+def while_told(notifier, monkeypatch, act):
+    """``act()`` runs once, as the hub's scheduler would in its own process, while the service sends a notice."""
+    send, acted = notifier.send, []
+
+    async def send_then_act(*args, **kwargs):
+        outcome = await send(*args, **kwargs)
+        if not acted:
+            acted.append(act())
+        return outcome
+
+    monkeypatch.setattr(notifier, "send", send_then_act)
+    return acted
+
+
+def test_an_order_moved_earlier_while_its_notice_goes_out_is_told_again_with_the_new_time(
+    ledger, hub, notifier, monkeypatch
+):
+    """Told "13:55" while the hub moves the stop to 13:10: the user must hear of 13:10 before 13:10 comes."""
+    session = start(ledger)
+    order(ledger, session, RESERVED, stop_at=T0 + timedelta(minutes=55), key="end")
+    moved_at = T0 + timedelta(seconds=1)
+    acted = while_told(
+        notifier,
+        monkeypatch,
+        lambda: order(ledger, session, PREEMPTED, stop_at=T0 + timedelta(minutes=10), key="preempt", now=moved_at),
+    )
+    first = tick(ledger, hub, notifier, T0)
+    assert acted == [True] and first["noticed"] == []  # the notice named the old time: the order is not told
+    assert stop_orders(ledger)[0].noticed_at is None
+    second = tick(ledger, hub, notifier, T0 + timedelta(seconds=30))
+    assert second["noticed"] == ["s1"]
+    assert "13:10" in notices(ledger)[-1] and len(notices(ledger)) == 2
+    assert tick(ledger, hub, notifier, T0 + timedelta(minutes=11))["stopped"] == [("alice", "")]
+
+
+def test_an_order_given_again_while_its_withdrawal_is_told_is_still_carried_out(ledger, hub, notifier, monkeypatch):
+    """Withdrawn, then ordered again by the hub while the service tells alice the stop is off: the new order must
+    not be marked done with the old one (order_stop refuses a done order for good: it would never stop)."""
+    session = start(ledger)
+    order(ledger, session)
+    tick(ledger, hub, notifier, T0)  # told: stopped at 13:02
+    assert withdraw_order(ledger, "s1", T0 + timedelta(seconds=30), not_before=T0 + timedelta(seconds=30))
+    again_at = T0 + timedelta(seconds=41)
+    acted = while_told(
+        notifier, monkeypatch, lambda: order(ledger, session, stop_at=T0 + timedelta(minutes=4), now=again_at)
+    )
+    withdrawn = tick(ledger, hub, notifier, T0 + timedelta(seconds=40))
+    assert acted == [True] and withdrawn["withdrawn"] == []
+    (pending,) = stop_orders(ledger)
+    assert (pending.stop_at, pending.done_at, pending.noticed_at) == (T0 + timedelta(minutes=4), None, None)
+    assert tick(ledger, hub, notifier, T0 + timedelta(minutes=1))["noticed"] == ["s1"]
+    assert tick(ledger, hub, notifier, T0 + timedelta(minutes=5))["stopped"] == [("alice", "")]
+    assert [path for path, _ in hub.of("DELETE")] == ["/hub/api/users/alice/server"]
+
+
 def test_each_withdrawal_exists_in_english_and_chinese():
     for kind, english, chinese in (
         (PREEMPTED, "is off: the GPU is no longer needed.", "不再需要其 GPU"),
