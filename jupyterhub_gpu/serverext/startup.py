@@ -5,7 +5,7 @@ unpacking a dataset); the server extension runs it once per server start, in the
 (the server is ready meanwhile), as the server's own user, from ``~/work``, under ``bash``,
 with a time limit, after which the script and everything it started are killed. Its output goes
 to ``~/work/.jupyterhub-gpu/startup.log`` (the previous run's to ``startup.log.1``), which the
-student can open in JupyterLab.
+student can open in JupyterLab; a named server's (a notebook job's) to ``startup-<server name>.log``.
 
 The script is the user's own code run as the user: it gains nothing. It is still refused when
 someone else owns it or may write to it (a shared or badly mounted volume), and the server's
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import re
 import shutil
 import signal
 import stat
@@ -86,16 +87,32 @@ def refusal(script: Path, timeout: float) -> str | None:
     return None
 
 
+def server_log(log_file: Path, server_name: str) -> Path:
+    """The log of one server: ``startup.log`` for the default server, ``startup-<name>.log`` for a named one.
+
+    ``~/work`` is one volume for all of a user's servers (named servers, notebook jobs): started at once, they
+    would rotate one log under each other, and the second's output would land in the first's."""
+    if not server_name:
+        return log_file
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", server_name)[:100]
+    return log_file.with_name(f"{log_file.stem}-{safe}{log_file.suffix}")
+
+
 def open_log(log_file: Path):
     """The log, opened for this run; the previous run's moves to ``<log>.1``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    if log_file.exists():
+    try:
         os.replace(log_file, log_file.with_name(log_file.name + ".1"))
+    except FileNotFoundError:
+        pass  # a first run (or another process moved it first): nothing to keep
     return open(log_file, "wb")
 
 
-async def run_startup_script(config: StartupScript, log=None) -> dict | None:
+async def run_startup_script(config: StartupScript, log=None, server_name: str | None = None) -> dict | None:
     """Run the script once (if there is one): ``{"status": ..., "returncode": ..., "seconds": ...}``.
+
+    Its output goes to :func:`server_log` of ``config.log_path`` for ``server_name`` (default: this server's,
+    ``$JUPYTERHUB_SERVER_NAME``).
 
     ``status`` is ``"finished"`` (with its exit code), ``"killed"`` (the time limit) or
     ``"refused"``; None when there is no script. Never raises: the server must start anyway.
@@ -103,6 +120,9 @@ async def run_startup_script(config: StartupScript, log=None) -> dict | None:
     if not config.enabled:
         return None
     script, log_file = Path(os.path.expanduser(config.path)), Path(os.path.expanduser(config.log_path))  # noqa: ASYNC240
+    if server_name is None:
+        server_name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+    log_file = server_log(log_file, server_name)
     if not os.path.lexists(script):  # noqa: ASYNC240  (a stat of a local file)
         return None
     error = refusal(script, config.timeout)

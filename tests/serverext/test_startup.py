@@ -123,3 +123,29 @@ def test_a_script_someone_else_owns_is_not_run(tmp_path, monkeypatch):
     result = run(StartupScript())
     assert result["status"] == "refused" and "belongs to uid 1000" in result["error"]
     assert not (tmp_path / "work" / "ran.txt").exists()
+
+
+def test_servers_of_one_user_starting_at_once_each_run_the_script_into_their_own_log(tmp_path, monkeypatch):
+    """All of a user's servers share ~/work: two started together (a named server, a notebook job) both run the
+    script; neither's log rotation takes the other's file away (that refused the second run)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("JUPYTERHUB_GPU_STARTUP_TIMEOUT", raising=False)
+    write_script(tmp_path, "echo ran\n")
+    logs = tmp_path / "work" / ".jupyterhub-gpu"
+    for _ in range(2):  # the second round has logs to rotate, all at once
+        monkeypatch.setenv("JUPYTERHUB_SERVER_NAME", "")
+
+        async def together():
+            names = ["", "exp", "job-7f3a", "job-7f3a/../x"]
+            return await asyncio.gather(*(run_startup_script(StartupScript(), server_name=n) for n in names))
+
+        results = asyncio.run(together())
+        assert [r["status"] for r in results] == ["finished"] * 4, results
+    assert sorted(p.name for p in logs.glob("startup*.log")) == [
+        "startup-exp.log",
+        "startup-job-7f3a.log",
+        "startup-job-7f3a_.._x.log",
+        "startup.log",
+    ]
+    assert (logs / "startup-exp.log.1").exists() and (logs / "startup.log.1").exists()
+    assert "finished with exit code 0" in (logs / "startup-job-7f3a.log").read_text()
