@@ -132,6 +132,10 @@ def _gpu_take_user_options(spawner, user_options) -> None:
     """
 
 
+#: the tasks that remove servers whose stop failed (:meth:`GPUSpawnerMixin._gpu_park`), kept from the collector
+_STUCK: set[asyncio.Task] = set()
+
+
 class GPUSpawnerMixin(Configurable):
     """Profiles, exclusive GPU assignment and a fair wait queue for any JupyterHub spawner."""
 
@@ -235,6 +239,21 @@ class GPUSpawnerMixin(Configurable):
             c.GPUDockerSpawner.queue_timeout = 1800
         """,
     ).tag(config=True)
+
+    stuck_server_retry = Float(
+        30,
+        help="""
+        Seconds between attempts to remove a server whose stop failed and that still runs (a container engine
+        that timed out, even on a forced removal). Its GPUs stay taken until it has ended, so that they are
+        never handed to a second server; its bill ends at the stop. A hub restart removes it too.
+        """,
+    ).tag(config=True)
+
+    @validate("stuck_server_retry")
+    def _valid_stuck_server_retry(self, proposal):
+        if not 0 < proposal.value <= 3600:
+            raise ValueError(f"stuck_server_retry must be between 0 and 3600 seconds, got {proposal.value}")
+        return proposal.value
 
     fair_share = Bool(
         False,
@@ -1154,13 +1173,102 @@ class GPUSpawnerMixin(Configurable):
             except Exception:
                 self.log.debug("poll before stop failed", exc_info=True)
         self._gpu_stopping = True  # the spawner's own polls while stopping are not an exit
+        ended = True
         try:
             return await super().stop(now=now)
+        except Exception as e:
+            if not session:
+                raise
+            ended = await self._gpu_end_by_force(session, e)
+            if not ended:
+                raise
+            # the backend's stop failed, but its server has ended: the stop is done
         finally:
             self._gpu_stopping = False
-            self._gpu_release()
+            if ended:
+                self._gpu_release()
+            else:
+                self._gpu_park(session)
             if session:
                 await self._gpu_record_stop(session, stopped_at or utcnow(), reason)
+
+    async def _gpu_end_by_force(self, session: dict, error: Exception) -> bool:
+        """The backend's stop failed (an engine that timed out, an API error), and JupyterHub forgets the server
+        all the same: its GPUs would go to the next request while it may still run on them. Whether it has
+        ended now: polled, stopped again at once, then removed by its session id the way a restarted hub
+        removes an orphan (:meth:`gpu_orphans`, :meth:`gpu_reap`)."""
+        self.log.error("jupyterhub-gpu: the stop of %s failed (%s); making sure it has ended", self._log_name, error)
+        try:
+            if await self.poll() is not None:
+                return True
+        except Exception as e:
+            self.log.warning("jupyterhub-gpu: cannot poll %s after its failed stop: %s", self._log_name, e)
+        try:
+            await super().stop(now=True)
+            if await self.poll() is not None:
+                return True
+        except Exception as e:
+            self.log.warning("jupyterhub-gpu: the immediate stop of %s failed too: %s", self._log_name, e)
+        try:
+            return await self._gpu_reap_session(session.get("session_id", ""))
+        except Exception as e:
+            self.log.error("jupyterhub-gpu: cannot remove the server of %s: %s", self._log_name, e)
+            return False
+
+    async def _gpu_reap_session(self, session_id: str) -> bool:
+        """Remove the servers of this hub that run ``session_id``; whether it has ended. A backend that cannot
+        list its servers (Kubernetes: the cluster counts a pod's GPUs itself) answers by its poll."""
+        found, left = await self._gpu_remove_session(session_id)
+        if left:
+            return False
+        return found or await self.poll() is not None
+
+    async def _gpu_remove_session(self, session_id: str) -> tuple[bool, bool]:
+        """Remove (force) the servers of this hub running ``session_id`` (blocking calls, in a thread): whether
+        any was found, and whether one is still there after."""
+        cls, api_url = type(self), self.hub.api_url
+        found = [o for o in await asyncio.to_thread(cls.gpu_orphans, self, api_url) if o[0] == session_id]
+        for _sid, what, handle, _env in found:
+            self.log.warning("jupyterhub-gpu: removing %s of session %s: its stop failed", what, session_id)
+            await asyncio.to_thread(cls.gpu_reap, self, handle)
+        if not found:
+            return False, False
+        left = await asyncio.to_thread(cls.gpu_orphans, self, api_url)
+        return True, any(o[0] == session_id for o in left)
+
+    def _gpu_park(self, session: dict) -> None:
+        """Keep the GPUs of a server that may still run taken (under a key of their own: the server's name is free
+        for a new start), and try to remove it every ``stuck_server_retry`` seconds; free them once it is gone."""
+        session_id = session.get("session_id", "")
+        key = f"{self._gpu_key}#stuck:{session_id}"
+        uuids = self.allocator.park(self._gpu_key, key)
+        self._gpu_session = {}
+        self._gpu_env = {}
+        self.log.error(
+            "jupyterhub-gpu: the server of %s (session %s) may still run: its GPUs %s stay taken until it has"
+            " ended (tried again every %g s; a hub restart removes it too)",
+            self._log_name,
+            session_id,
+            ", ".join(uuids) or "(none)",
+            self.stuck_server_retry,
+        )
+        task = asyncio.ensure_future(self._gpu_free_when_gone(key, session_id))
+        _STUCK.add(task)
+        task.add_done_callback(_STUCK.discard)
+
+    async def _gpu_free_when_gone(self, key: str, session_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.stuck_server_retry)
+            try:
+                _found, left = await self._gpu_remove_session(session_id)
+            except Exception as e:
+                self.log.warning("jupyterhub-gpu: session %s still cannot be removed: %s", session_id, e)
+                continue
+            if left:
+                continue
+            freed = self.allocator.release(key)
+            self.log.warning("jupyterhub-gpu: the server of session %s has ended: %s free", session_id, freed)
+            return
 
     def _gpu_release(self):
         self.allocator.release(self._gpu_key)

@@ -649,6 +649,10 @@ class ClusterAllocator(FairQueue, Allocator):
         self._drain()
         return [f"{claim.resource}:{i}" for i in range(claim.count)]
 
+    def park(self, key: str, as_key: str) -> list[str]:
+        """A pod that may still run holds its GPUs on the cluster, and the snapshot counts them: the claim goes."""
+        return self.release(key)
+
     def restore(self, key: str, uuids: list[str]) -> list[str]:
         """After a hub restart: the pod is running and the snapshot counts its GPUs; nothing to record."""
         return list(uuids)

@@ -286,6 +286,15 @@ class GPUAllocator(FairQueue, Allocator):
             self._drain()
         return uuids
 
+    def park(self, key: str, as_key: str) -> list[str]:
+        """Move what ``key`` holds to ``as_key`` in one step: no waiter is started, nothing is freed."""
+        uuids = self._held.pop(key, [])
+        self._unassign(key, uuids)
+        self._assign(as_key, [d for d in map(self._device, uuids) if d is not None])
+        if uuids:
+            log.warning("%s: %s stay taken as %s", key, ", ".join(uuids), as_key)
+        return uuids
+
     def _conflict(self, key: str, uuid: str, pending: dict[str, int]) -> str | None:
         """Why ``key`` cannot hold ``uuid`` (another key holds it, or its GPU is held otherwise), else None.
 

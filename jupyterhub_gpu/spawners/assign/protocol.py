@@ -102,6 +102,11 @@ class Allocator(Protocol):
         """Give back what ``key`` holds and start waiters that now fit; the UUIDs freed."""
         ...
 
+    def park(self, key: str, as_key: str) -> list[str]:
+        """Move what ``key`` holds to ``as_key`` without freeing any of it (a server whose stop failed and that may
+        still run: its units stay taken, its server name free for a new start); the UUIDs moved."""
+        ...
+
     def cancel(self, key: str) -> bool:
         """Take a waiting key out of the queue (its acquire raises QueueCancelled); False if it did not wait."""
         ...

@@ -200,6 +200,25 @@ async def test_release_of_two_gpus_grants_two_waiters_in_order():
     assert alloc.position("c/") is None
 
 
+async def test_a_parked_assignment_stays_taken_until_released_and_frees_the_server_name():
+    """A server whose stop failed may still run: its GPUs move to a key of their own, no waiter gets them, and its
+    server name can start again (on other GPUs) without taking them back."""
+    alloc = make_allocator(t4=2, a100=0)
+    held = await alloc.acquire("ann/", "T4", 2)
+    bob = asyncio.create_task(alloc.acquire("bob/", "T4", 1))
+    await settle()
+    assert alloc.park("ann/", "ann/#stuck:s1") == [d.uuid for d in held]
+    await settle()
+    assert not bob.done() and alloc.position("bob/") == (1, 1)
+    assert alloc.held_by("ann/") == [] and [d.uuid for d in alloc.held_by("ann/#stuck:s1")] == [d.uuid for d in held]
+    check_invariants(alloc)
+    assert alloc.park("nobody/", "nobody/#stuck:s2") == []  # nothing held: nothing moves, nothing is freed
+    assert alloc.release("ann/#stuck:s1") == [d.uuid for d in held]  # the server has ended
+    await settle()
+    assert [d.uuid for d in bob.result()] == [held[0].uuid]
+    check_invariants(alloc)
+
+
 # -- timeouts and cancellation ---------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ def instances():
 
 def test_the_protocol_names_what_the_mixin_calls():
     assert METHODS == [
-        "acquire", "cancel", "counts", "matching", "position", "release", "restore", "simulated", "waiting",
+        "acquire", "cancel", "counts", "matching", "park", "position", "release", "restore", "simulated", "waiting",
     ]  # fmt: skip
 
 
