@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -21,6 +22,21 @@ from jupyterhub_gpu.keras.plateau import PlateauTracker, request_server_stop
 _CHECKPOINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 DEFAULT_DIRECTORY = "~/work/checkpoints/default"
+
+
+def default_directory() -> str:
+    """Where checkpoints go unless told: ``~/work/checkpoints/default`` on the default server, and
+    ``~/work/checkpoints/<server name>`` on a named one. All of a user's servers share ``~/work``: two notebook
+    jobs (servers ``job-<id>``) of one sweep would otherwise resume from, and prune, each other's checkpoints.
+    A server started again (a preempted job put back, a restart on a bigger profile) keeps its name, and so
+    its checkpoints."""
+    name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+    if not name:
+        return DEFAULT_DIRECTORY
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100]
+    return f"~/work/checkpoints/{'_' + safe if not safe.strip('.') else safe}"  # never "." or ".."
+
+
 PROGRESS_FILE = "progress.json"
 
 
@@ -78,7 +94,7 @@ class CheckpointAndResume(tf.keras.callbacks.Callback):
 
     def __init__(
         self,
-        directory: str | os.PathLike = DEFAULT_DIRECTORY,
+        directory: str | os.PathLike | None = None,
         keep: int = 3,
         save_optimizer: bool = True,
         signals: tuple[str, ...] = ("SIGINT", "SIGTERM", "SIGHUP"),
@@ -92,7 +108,7 @@ class CheckpointAndResume(tf.keras.callbacks.Callback):
         for name in self.signals:
             if not isinstance(name, str) or not hasattr(signal, name) or not name.startswith("SIG"):
                 raise ValueError(f"unknown signal {name!r}: use names such as 'SIGTERM'")
-        self.directory = Path(os.path.expanduser(os.fspath(directory)))
+        self.directory = Path(os.path.expanduser(os.fspath(default_directory() if directory is None else directory)))
         self.keep = keep
         self.save_optimizer = save_optimizer
         self.verify = verify

@@ -386,3 +386,24 @@ def test_budget_rules_and_reading_the_servers_stats_with_its_token():
 def test_bad_arguments_are_refused_with_a_clear_message(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_each_server_of_a_user_checkpoints_in_its_own_directory_unless_told(tmp_path, monkeypatch):
+    """All of a user's servers share ~/work: two notebook jobs of one sweep, run at once on servers job-<id>,
+    must not resume from (and prune) each other's checkpoints; a job put back keeps its server, and its own."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("JUPYTERHUB_SERVER_NAME", raising=False)
+    assert CheckpointAndResume().directory == tmp_path / "work" / "checkpoints" / "default"
+    jobs = []
+    for name in ("job-7f3a", "job-9c1e"):
+        monkeypatch.setenv("JUPYTERHUB_SERVER_NAME", name)
+        jobs.append(CheckpointAndResume(verbose=0))
+    assert [j.directory.name for j in jobs] == ["job-7f3a", "job-9c1e"]
+    model = make_model()
+    model.fit(X, Y, batch_size=8, epochs=2, verbose=0, callbacks=[jobs[0]])
+    assert jobs[1].resume(make_model(1)) == 0  # the other job starts from scratch, not from the first's epochs
+    monkeypatch.setenv("JUPYTERHUB_SERVER_NAME", "exp/../../x")
+    assert CheckpointAndResume().directory == tmp_path / "work" / "checkpoints" / "exp_.._.._x"
+    monkeypatch.setenv("JUPYTERHUB_SERVER_NAME", "..")
+    assert CheckpointAndResume().directory == tmp_path / "work" / "checkpoints" / "_.."
+    assert CheckpointAndResume(tmp_path / "mine").directory == tmp_path / "mine"  # a directory given wins
