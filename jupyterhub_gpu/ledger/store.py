@@ -109,11 +109,17 @@ def upgrade(engine: Engine) -> None:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         if engine.dialect.name == "sqlite":
+            # the other's migration may rebuild a big table (batch mode): wait up to 10 minutes, not the 30 s
+            connection.exec_driver_sql("PRAGMA busy_timeout = 600000")
             connection.exec_driver_sql("BEGIN EXCLUSIVE")
         elif engine.dialect.name == "postgresql":
             connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
         cfg.attributes["connection"] = connection
-        command.upgrade(cfg, "head")
+        try:
+            command.upgrade(cfg, "head")
+        finally:
+            if engine.dialect.name == "sqlite":
+                connection.exec_driver_sql("PRAGMA busy_timeout = 30000")  # this pooled connection's usual wait
 
 
 class Ledger:
