@@ -97,4 +97,5 @@ def test_a_server_whose_stop_fails_is_ended_and_its_gpu_never_serves_two(make_hu
     ann_again = hub.wait_ready("ann", timeout=60)["state"]
     assert not alive(bob["pid"])
     assert ann_again["gpu"]["devices"] == bob["gpu"]["devices"]
+    stop_fails.unlink()  # the hub's own cleanup stops its servers the usual way
     ledger.close()
