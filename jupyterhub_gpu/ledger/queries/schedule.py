@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 
-from sqlalchemy import delete, or_, select, text
+from sqlalchemy import delete, or_, select, text, update
 
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.ledger.models import (
@@ -316,28 +316,37 @@ def mark_order(
 ) -> bool:
     """Note that an order's notice went out, or that it was carried out (or its session ended before).
 
-    ``as_read``: only if the order is still the one read then. The hub's scheduler moves or withdraws orders in
-    its own process while the service awaits a notice: a notice of the old time, or the "stop is off" of a
-    withdrawal, must not mark the new order told, or done (it would never be told, or never carried out).
-    A move sets a new ``decided_at``; a withdrawal sets ``withdrawn_at``. Whether the order was marked."""
+    ``as_read``: only if the order is still the one read then, in one conditional UPDATE. The hub's scheduler
+    moves, withdraws or gives again orders in its own process while the service awaits a notice: the notice of
+    the old time must not mark a moved order told (it would never be told), nor the "stop is off" of a
+    withdrawal mark an order given again done (it would never be carried out). A move or a new order sets a
+    new ``decided_at``; a withdrawal sets only ``withdrawn_at``, which a notice does not compare: a notice that
+    went out is told, and the withdrawal then tells that the stop is off. Whether the order was marked."""
+    values = {}
+    if noticed is not None:
+        values["noticed_at"] = naive_utc(noticed)
+    if done is not None:
+        values["done_at"] = naive_utc(done)
+    query = update(ScheduleOrder).where(ScheduleOrder.session_id == session_id)
+    if done is not None or as_read is not None:
+        query = query.where(ScheduleOrder.done_at.is_(None))
+    if as_read is not None:
+        query = query.where(
+            ScheduleOrder.decided_at == naive_utc(as_read.decided_at),
+            ScheduleOrder.stop_at == naive_utc(as_read.stop_at),
+            ScheduleOrder.kind == as_read.kind,
+        )
+        if done is not None:
+            withdrawn = as_read.withdrawn_at
+            query = query.where(
+                ScheduleOrder.withdrawn_at.is_(None)
+                if withdrawn is None
+                else ScheduleOrder.withdrawn_at == naive_utc(withdrawn)
+            )
     with ledger.Session() as db:
-        row = db.get(ScheduleOrder, session_id)
-        if row is None:
-            return False
-        if as_read is not None and (
-            row.done_at is not None
-            or aware_utc(row.decided_at) != as_read.decided_at
-            or aware_utc(row.stop_at) != as_read.stop_at
-            or row.kind != as_read.kind
-            or (aware_utc(row.withdrawn_at) if row.withdrawn_at else None) != as_read.withdrawn_at
-        ):
-            return False
-        if noticed is not None:
-            row.noticed_at = naive_utc(noticed)
-        if done is not None and row.done_at is None:
-            row.done_at = naive_utc(done)
+        result = db.execute(query.values(**values))
         db.commit()
-        return True
+        return result.rowcount > 0
 
 
 # -- the queue the hub publishes -------------------------------------------------------------------------------

@@ -24,7 +24,14 @@ from tornado.testing import bind_unused_port
 from tornado.web import Application
 
 from jupyterhub_gpu.ledger.queries.jobs import create_job, get_job, update_job
-from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, RESERVED, order_stop, stop_orders, withdraw_order
+from jupyterhub_gpu.ledger.queries.schedule import (
+    PREEMPTED,
+    RESERVED,
+    mark_order,
+    order_stop,
+    stop_orders,
+    withdraw_order,
+)
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.jobs import JobRequest
@@ -414,6 +421,34 @@ def test_an_order_given_again_while_its_withdrawal_is_told_is_still_carried_out(
     assert tick(ledger, hub, notifier, T0 + timedelta(minutes=1))["noticed"] == ["s1"]
     assert tick(ledger, hub, notifier, T0 + timedelta(minutes=5))["stopped"] == [("alice", "")]
     assert [path for path, _ in hub.of("DELETE")] == ["/hub/api/users/alice/server"]
+
+
+def test_an_order_withdrawn_while_its_notice_goes_out_is_called_off_in_words(ledger, hub, notifier, monkeypatch):
+    """Told "stopped at 13:02" while the hub withdraws the order: the user must then hear that the stop is off."""
+    session = start(ledger)
+    order(ledger, session)
+    acted = while_told(
+        notifier, monkeypatch, lambda: withdraw_order(ledger, "s1", T0 + timedelta(seconds=1), not_before=T0)
+    )
+    assert tick(ledger, hub, notifier, T0)["noticed"] == ["s1"] and acted == [True]
+    assert tick(ledger, hub, notifier, T0 + timedelta(seconds=30))["withdrawn"] == ["s1"]
+    assert notices(ledger)[-1] == "The stop of this server at 13:02 is off: the GPU is no longer needed."
+    assert tick(ledger, hub, notifier, T0 + timedelta(minutes=3))["stopped"] == [] and hub.requests == []
+
+
+def test_marking_an_order_compares_and_sets_in_one_statement(ledger):
+    """The hub's scheduler writes between the service's read and its mark: the mark must not see an old row."""
+    session = start(ledger)
+    order(ledger, session)
+    (read,) = stop_orders(ledger)
+    order(ledger, session, stop_at=T0 + timedelta(minutes=1), now=T0 + timedelta(seconds=5))  # moved earlier
+    assert not mark_order(ledger, "s1", noticed=T0 + timedelta(seconds=6), as_read=read)
+    assert stop_orders(ledger)[0].noticed_at is None
+    (moved,) = stop_orders(ledger)
+    assert mark_order(ledger, "s1", noticed=T0 + timedelta(seconds=7), as_read=moved)
+    assert not mark_order(ledger, "s1", done=T0 + timedelta(seconds=8), as_read=read)
+    assert mark_order(ledger, "s1", done=T0 + timedelta(seconds=9), as_read=moved)
+    assert stop_orders(ledger) == [] and not mark_order(ledger, "s1", done=T0 + timedelta(seconds=10))
 
 
 def test_each_withdrawal_exists_in_english_and_chinese():
