@@ -14,8 +14,10 @@ and JupyterHub's own variables (``JUPYTERHUB_API_TOKEN``, ``JUPYTERHUB_SERVICE_U
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -102,6 +104,16 @@ NAMES = (
 )
 
 # -- written by the spawners ----------------------------------------------------------------
+
+
+def server_file_name(server_name: str) -> str:
+    """A named server's name as one file name component, distinct for distinct names: characters other than
+    letters, digits, ``.``, ``_`` and ``-`` become ``_``, and a name that this changed (or cut, or that would
+    read as ``.`` or ``..``) gets 8 hex digits of its hash, so "a b" and "a_b" never share a file."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", server_name)[:64]
+    if safe != server_name or not safe.strip("."):
+        safe = f"{safe}-{hashlib.sha256(server_name.encode()).hexdigest()[:8]}"
+    return safe
 
 
 def make_gpu_env(

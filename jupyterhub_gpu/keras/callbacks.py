@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from jupyterhub_gpu.env import server_file_name
 from jupyterhub_gpu.keras.budget import budget_view, read_stats, stop_reason
 from jupyterhub_gpu.keras.plateau import PlateauTracker, request_server_stop
 
@@ -26,15 +26,12 @@ DEFAULT_DIRECTORY = "~/work/checkpoints/default"
 
 def default_directory() -> str:
     """Where checkpoints go unless told: ``~/work/checkpoints/default`` on the default server, and
-    ``~/work/checkpoints/<server name>`` on a named one. All of a user's servers share ``~/work``: two notebook
-    jobs (servers ``job-<id>``) of one sweep would otherwise resume from, and prune, each other's checkpoints.
-    A server started again (a preempted job put back, a restart on a bigger profile) keeps its name, and so
-    its checkpoints."""
+    ``~/work/checkpoints/server-<name>`` on a named one (:func:`~jupyterhub_gpu.env.server_file_name`). All of
+    a user's servers share ``~/work``: two notebook jobs (servers ``job-<id>``) of one sweep would otherwise
+    resume from, and prune, each other's checkpoints. A server started again (a preempted job put back, a
+    restart on a bigger profile) keeps its name, and so its checkpoints."""
     name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
-    if not name:
-        return DEFAULT_DIRECTORY
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100]
-    return f"~/work/checkpoints/{'_' + safe if not safe.strip('.') else safe}"  # never "." or ".."
+    return f"~/work/checkpoints/server-{server_file_name(name)}" if name else DEFAULT_DIRECTORY
 
 
 PROGRESS_FILE = "progress.json"

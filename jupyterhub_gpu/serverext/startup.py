@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
-import re
 import shutil
 import signal
 import stat
@@ -28,7 +27,7 @@ from pathlib import Path
 from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
 
-from jupyterhub_gpu.env import STARTUP_TIMEOUT, startup_timeout_from_env
+from jupyterhub_gpu.env import STARTUP_TIMEOUT, server_file_name, startup_timeout_from_env
 
 
 class StartupScript(Configurable):
@@ -88,14 +87,14 @@ def refusal(script: Path, timeout: float) -> str | None:
 
 
 def server_log(log_file: Path, server_name: str) -> Path:
-    """The log of one server: ``startup.log`` for the default server, ``startup-<name>.log`` for a named one.
+    """The log of one server: ``startup.log`` for the default server, ``startup-<name>.log`` for a named one
+    (:func:`~jupyterhub_gpu.env.server_file_name`).
 
     ``~/work`` is one volume for all of a user's servers (named servers, notebook jobs): started at once, they
     would rotate one log under each other, and the second's output would land in the first's."""
     if not server_name:
         return log_file
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", server_name)[:100]
-    return log_file.with_name(f"{log_file.stem}-{safe}{log_file.suffix}")
+    return log_file.with_name(f"{log_file.stem}-{server_file_name(server_name)}{log_file.suffix}")
 
 
 def open_log(log_file: Path):
