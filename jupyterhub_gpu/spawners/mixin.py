@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from jupyterhub import orm
 from jupyterhub.orm import Service
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
@@ -131,6 +132,9 @@ def _gpu_take_user_options(spawner, user_options) -> None:
     twice. An ``apply_user_options`` set in the config replaces this one (and then sees these options).
     """
 
+
+#: seconds the immediate stop after a failed one may take before the server is removed by its session id
+FORCED_STOP_TIMEOUT = 30
 
 #: the tasks that remove servers whose stop failed (:meth:`GPUSpawnerMixin._gpu_park`), kept from the collector
 _STUCK: set[asyncio.Task] = set()
@@ -1204,11 +1208,12 @@ class GPUSpawnerMixin(Configurable):
         except Exception as e:
             self.log.warning("jupyterhub-gpu: cannot poll %s after its failed stop: %s", self._log_name, e)
         try:
-            await super().stop(now=True)
+            # bounded: the first stop may have failed by waiting out a timeout of its own
+            await asyncio.wait_for(super().stop(now=True), FORCED_STOP_TIMEOUT)
             if await self.poll() is not None:
                 return True
-        except Exception as e:
-            self.log.warning("jupyterhub-gpu: the immediate stop of %s failed too: %s", self._log_name, e)
+        except (Exception, asyncio.TimeoutError) as e:
+            self.log.warning("jupyterhub-gpu: the immediate stop of %s failed too: %r", self._log_name, e)
         try:
             return await self._gpu_reap_session(session.get("session_id", ""))
         except Exception as e:
@@ -1216,16 +1221,17 @@ class GPUSpawnerMixin(Configurable):
             return False
 
     async def _gpu_reap_session(self, session_id: str) -> bool:
-        """Remove the servers of this hub that run ``session_id``; whether it has ended. A backend that cannot
-        list its servers (Kubernetes: the cluster counts a pod's GPUs itself) answers by its poll."""
+        """Remove the servers of this hub that run ``session_id``; whether it has ended (found and removed, or
+        found by nothing and ended by its poll)."""
         found, left = await self._gpu_remove_session(session_id)
         if left:
             return False
         return found or await self.poll() is not None
 
     async def _gpu_remove_session(self, session_id: str) -> tuple[bool, bool]:
-        """Remove (force) the servers of this hub running ``session_id`` (blocking calls, in a thread): whether
-        any was found, and whether one is still there after."""
+        """Remove (force) the servers of this hub running ``session_id``: whether any was found, and whether one
+        is still there after. By default through :meth:`gpu_orphans` and :meth:`gpu_reap` (blocking calls, in a
+        thread); Kubernetes deletes the server's pod by its session label and uid."""
         cls, api_url = type(self), self.hub.api_url
         found = [o for o in await asyncio.to_thread(cls.gpu_orphans, self, api_url) if o[0] == session_id]
         for _sid, what, handle, _env in found:
@@ -1244,6 +1250,7 @@ class GPUSpawnerMixin(Configurable):
         uuids = self.allocator.park(self._gpu_key, key)
         self._gpu_session = {}
         self._gpu_env = {}
+        self._gpu_revoke_token()
         self.log.error(
             "jupyterhub-gpu: the server of %s (session %s) may still run: its GPUs %s stay taken until it has"
             " ended (tried again every %g s; a hub restart removes it too)",
@@ -1255,6 +1262,20 @@ class GPUSpawnerMixin(Configurable):
         task = asyncio.ensure_future(self._gpu_free_when_gone(key, session_id))
         _STUCK.add(task)
         task.add_done_callback(_STUCK.discard)
+
+    def _gpu_revoke_token(self) -> None:
+        """The server's API token goes now: JupyterHub deletes it only after a stop that succeeded, and a server
+        that may still run must not report activity or samples, nor act for its user, after its stop."""
+        db, token = getattr(self, "db", None), getattr(self, "api_token", "")
+        if db is None or not token:
+            return
+        try:
+            found = orm.APIToken.find(db, token)
+            if found is not None:
+                db.delete(found)
+                db.commit()
+        except Exception as e:
+            self.log.error("jupyterhub-gpu: cannot revoke the API token of %s: %s", self._log_name, e)
 
     async def _gpu_free_when_gone(self, key: str, session_id: str) -> None:
         while True:

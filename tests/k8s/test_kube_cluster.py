@@ -235,3 +235,59 @@ def test_storage_restart_culling_and_budget_on_real_pods(kube, kube_hub):
     assert [n for n in ledger.notices("idle") if n.kind == "cull"]  # warned first
     assert abs((gone_at - utc(record.stopped)).total_seconds()) < 20
     assert record.minutes == -(-int((utc(record.stopped) - utc(record.started)).total_seconds()) // 60)
+
+
+#: the API server failing a stop, injected at the backend while a marker file exists (everything else is real)
+STOP_FAILS = """
+import pathlib
+from kubespawner import KubeSpawner
+
+_STOP_FAILS = pathlib.Path({marker!r})
+_stop = KubeSpawner.stop
+
+
+async def _failing_stop(self, now=False):
+    if _STOP_FAILS.exists():
+        raise RuntimeError("injected: the API server did not answer the stop")
+    return await _stop(self, now=now)
+
+
+KubeSpawner.stop = _failing_stop
+"""
+
+
+def test_a_pod_whose_stop_fails_is_deleted_by_its_session_and_uid(kube, kube_hub, tmp_path):
+    """JupyterHub forgets a server whose stop raised; the pod would run on, unbilled, holding its GPU. The
+    spawner deletes it at once by its session label, with its uid as the precondition, so that a new start of
+    the same server (a pod of the same name) is never deleted in its place."""
+    marker = tmp_path / "stop-fails"
+    hub = kube_hub(STOP_FAILS.format(marker=str(marker)))
+    hub.create_users("ann")
+    assert hub.start_server("ann").status_code in (201, 202)
+    hub.wait_ready("ann", timeout=180)
+    pod = pod_of(hub, kube, "ann")
+    name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    marker.touch()
+    try:
+        hub.stop_server("ann")
+        hub.wait_stopped("ann", timeout=120)
+        wait_for(
+            lambda: (p := kube.pod(hub.namespace, name)) is None or p["metadata"]["uid"] != uid,
+            60,
+            what="the pod deleted",
+        )
+    finally:
+        marker.unlink()
+    assert f"deleting pod {name} of session" in hub.log_text()
+    (record,) = ledger_sessions(hub, "ann")
+    assert record.stopped is not None and record.stop_reason == "stopped"
+    # the same server again: a new pod of the same name, which nothing deletes
+    assert hub.start_server("ann").status_code in (201, 202)
+    hub.wait_ready("ann", timeout=180)
+    again = pod_of(hub, kube, "ann")
+    assert again["metadata"]["name"] == name and again["metadata"]["uid"] != uid
+    time.sleep(3)
+    assert (
+        running(kube.pod(hub.namespace, name))
+        and kube.pod(hub.namespace, name)["metadata"]["uid"] == again["metadata"]["uid"]
+    )

@@ -28,6 +28,8 @@ import re
 from datetime import datetime
 
 from jupyterhub.utils import maybe_future
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.rest import ApiException
 from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
@@ -43,6 +45,7 @@ from jupyterhub_gpu.spawners.assign.cluster import (
 from jupyterhub_gpu.spawners.form import profile_line
 from jupyterhub_gpu.spawners.kube.objects import (
     MIG_RESOURCE_PREFIX,
+    SESSION_LABEL,
     SHARED_RESOURCE,
     SchemaError,
     enforce_pod_policy,
@@ -572,6 +575,38 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         if reflector is None:
             return None
         return reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+
+    async def _gpu_remove_session(self, session_id: str) -> tuple[bool, bool]:
+        """This server's pod, if it still runs ``session_id`` (its label), deleted at once (no grace); whether one
+        was found, and whether it is still there. Only that pod: its uid is the deletion's precondition, since a
+        new start of this server makes a pod of the same name (which a later retry must not delete)."""
+        try:
+            pod = await self.api.read_namespaced_pod(name=self.pod_name, namespace=self.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return False, False
+            raise
+        if (pod.metadata.labels or {}).get(SESSION_LABEL) != session_id:
+            return False, False  # gone, and the name is another session's now
+        uid = pod.metadata.uid
+        self.log.warning(
+            "jupyterhub-gpu: deleting pod %s of session %s at once: its stop failed", pod.metadata.name, session_id
+        )
+        options = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid))
+        try:
+            await self.api.delete_namespaced_pod(
+                name=self.pod_name, namespace=self.namespace, body=options, grace_period_seconds=0
+            )
+        except ApiException as e:
+            if e.status not in (404, 409):  # gone, or a pod of another uid by that name now
+                raise
+        try:
+            again = await self.api.read_namespaced_pod(name=self.pod_name, namespace=self.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return True, False
+            raise
+        return True, again.metadata.uid == uid
 
     async def gpu_confirm_start(self):
         """Billing starts when the pod was bound to a node, the moment its GPUs are held.
