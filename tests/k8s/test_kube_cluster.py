@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
@@ -234,7 +234,8 @@ def test_storage_restart_culling_and_budget_on_real_pods(kube, kube_hub):
     assert record.stop_reason == "gpu_idle"
     assert [n for n in ledger.notices("idle") if n.kind == "cull"]  # warned first
     assert abs((gone_at - utc(record.stopped)).total_seconds()) < 20
-    assert record.minutes == -(-int((utc(record.stopped) - utc(record.started)).total_seconds()) // 60)
+    # every started minute, to the microsecond: 120.3 s are 3 minutes (the int() this had dropped the 0.3 s)
+    assert record.minutes == -(-(utc(record.stopped) - utc(record.started)) // timedelta(minutes=1))
 
 
 #: the API server failing a stop, injected at the backend while a marker file exists (everything else is real)

@@ -127,7 +127,7 @@ def test_a_full_price_request_preempts_the_training_which_saves_stops_resumes_an
     assert stopped.stop_reason == "preempted"
     assert abs((stopped.stopped - order.stop_at.replace(tzinfo=None)).total_seconds()) < 10, (stopped, order)
     assert order.stop_at.replace(tzinfo=None) - stopped.started > timedelta(seconds=GRACE)
-    assert stopped.minutes == -(-int((stopped.stopped - stopped.started).total_seconds()) // 60)
+    assert stopped.minutes == -(-(stopped.stopped - stopped.started) // timedelta(minutes=1))
     saved = wait_for(lambda: progress(home), 10, what="the checkpoint's record")
     finished = len((home / "work/epochs.log").read_text().split())
     assert not (home / "work/run-0.json").exists() or not json.loads((home / "work/run-0.json").read_text()).get(

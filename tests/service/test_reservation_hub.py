@@ -182,7 +182,7 @@ def test_a_class_reservation_stops_a_stranger_serves_the_class_then_returns_the_
     # server has stopped (jupyter-server takes a few seconds to shut down here)
     assert stop_at <= done.done_at <= stop_at + timedelta(seconds=5), (done, stop_at)
     assert done.done_at <= stopped <= stop_at + timedelta(seconds=15), (stopped, stop_at)
-    assert record.minutes == -(-int((record.stopped - record.started).total_seconds()) // 60)
+    assert record.minutes == -(-(record.stopped - record.started) // timedelta(minutes=1))
     assert len([n for n in ledger.notices("thea") if told in n.message]) == 1  # told once, restart or not
     assert hub.server("tom") is not None and not hub.server("tom").get("ready")  # the freed T4 is reserved too
 
