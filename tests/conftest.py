@@ -439,11 +439,17 @@ def postgres_url(postgres_server):
     postgres_server.drop_database(name)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs ``-n``), the tests that drive the one Docker engine, and the chaos
     tests that kill processes and time their restarts, run one after another in a single worker; the rest
     (each with its own hub on free ports) spread over the others. The k8s tests share the test cluster's 4 GPUs:
-    they run one after another in a worker of their own."""
+    they run one after another in a worker of their own.
+
+    First of the hooks (``tryfirst``): pytest-xdist reads the group marks in a hook of its own, registered in
+    each worker after this conftest, so called before it; without ``tryfirst`` it found no mark and every
+    group ran spread over all the workers (the k8s tests deleted each other's namespaces: tests/unit/
+    test_xdist_groups.py)."""
     for item in items:
         if item.get_closest_marker("docker") or item.get_closest_marker("chaos"):
             item.add_marker(pytest.mark.xdist_group("serial"))
