@@ -7,7 +7,7 @@ STATE := .state
 CHP_VERSION := 4.6.3
 PYTEST_ARGS ?=
 # make test spreads the tests over this many pytest-xdist workers (most tests wait on hubs and ticks, not
-# on the CPU); Docker and chaos tests stay together in one worker (tests/conftest.py)
+# on the CPU); Docker and chaos tests stay together in one worker, k8s tests in one (tests/conftest.py)
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
