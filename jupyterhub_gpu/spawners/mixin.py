@@ -1212,7 +1212,7 @@ class GPUSpawnerMixin(Configurable):
             await asyncio.wait_for(super().stop(now=True), FORCED_STOP_TIMEOUT)
             if await self.poll() is not None:
                 return True
-        except (Exception, asyncio.TimeoutError) as e:
+        except Exception as e:  # asyncio.TimeoutError included (it is TimeoutError)
             self.log.warning("jupyterhub-gpu: the immediate stop of %s failed too: %r", self._log_name, e)
         try:
             return await self._gpu_reap_session(session.get("session_id", ""))
@@ -1247,9 +1247,7 @@ class GPUSpawnerMixin(Configurable):
         for a new start), and try to remove it every ``stuck_server_retry`` seconds; free them once it is gone."""
         session_id = session.get("session_id", "")
         key = f"{self._gpu_key}#stuck:{session_id}"
-        uuids = self.allocator.park(self._gpu_key, key)
-        self._gpu_session = {}
-        self._gpu_env = {}
+        uuids = self._gpu_release(park_as=key)
         self._gpu_revoke_token()
         self.log.error(
             "jupyterhub-gpu: the server of %s (session %s) may still run: its GPUs %s stay taken until it has"
@@ -1291,10 +1289,16 @@ class GPUSpawnerMixin(Configurable):
             self.log.warning("jupyterhub-gpu: the server of session %s has ended: %s free", session_id, freed)
             return
 
-    def _gpu_release(self):
-        self.allocator.release(self._gpu_key)
+    def _gpu_release(self, park_as: str | None = None) -> list[str]:
+        """Give back the GPUs this server holds, or keep them taken under the key ``park_as`` (a server that may
+        still run); either way the spawner forgets its session. The units given back, or kept."""
+        if park_as:
+            uuids = self.allocator.park(self._gpu_key, park_as)
+        else:
+            uuids = self.allocator.release(self._gpu_key)
         self._gpu_session = {}
         self._gpu_env = {}
+        return uuids
 
     # -- state -------------------------------------------------------------
     def get_state(self):

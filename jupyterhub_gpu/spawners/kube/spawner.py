@@ -580,14 +580,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         """This server's pod, if it still runs ``session_id`` (its label), deleted at once (no grace); whether one
         was found, and whether it is still there. Only that pod: its uid is the deletion's precondition, since a
         new start of this server makes a pod of the same name (which a later retry must not delete)."""
-        try:
-            pod = await self.api.read_namespaced_pod(name=self.pod_name, namespace=self.namespace)
-        except ApiException as e:
-            if e.status == 404:
-                return False, False
-            raise
-        if (pod.metadata.labels or {}).get(SESSION_LABEL) != session_id:
-            return False, False  # gone, and the name is another session's now
+        pod = await self._gpu_read_pod()
+        if pod is None or (pod.metadata.labels or {}).get(SESSION_LABEL) != session_id:
+            return False, False  # gone, or its name is another session's pod now
         uid = pod.metadata.uid
         self.log.warning(
             "jupyterhub-gpu: deleting pod %s of session %s at once: its stop failed", pod.metadata.name, session_id
@@ -600,13 +595,17 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         except ApiException as e:
             if e.status not in (404, 409):  # gone, or a pod of another uid by that name now
                 raise
+        again = await self._gpu_read_pod()
+        return True, again is not None and again.metadata.uid == uid
+
+    async def _gpu_read_pod(self):
+        """This server's pod as the API server has it now (not the reflector's copy), or None."""
         try:
-            again = await self.api.read_namespaced_pod(name=self.pod_name, namespace=self.namespace)
+            return await self.api.read_namespaced_pod(name=self.pod_name, namespace=self.namespace)
         except ApiException as e:
             if e.status == 404:
-                return True, False
+                return None
             raise
-        return True, again.metadata.uid == uid
 
     async def gpu_confirm_start(self):
         """Billing starts when the pod was bound to a node, the moment its GPUs are held.
