@@ -44,6 +44,10 @@ CURRENCY = "JUPYTERHUB_GPU_CURRENCY"
 CURRENCY_SYMBOL = "JUPYTERHUB_GPU_CURRENCY_SYMBOL"
 #: "1" when the GPUs are simulated (the demo and the tests).
 SIMULATED = "JUPYTERHUB_GPU_SIMULATED"
+#: How the server reads its GPUs: "nvml" (the driver library: a real one, or the stand-in driver of
+#: jupyterhub_gpu/gpus/standin.py) or "simulated" (the Python-level simulation of the embedded demo,
+#: :mod:`jupyterhub_gpu.gpus.simulated`). Absent (a server started by an older hub): "simulated" when SIMULATED.
+READER = "JUPYTERHUB_GPU_READER"
 #: The assigned GPUs: their UUIDs (comma-separated) and their index, uuid, name and memory (JSON).
 DEVICES = "JUPYTERHUB_GPU_DEVICES"
 DEVICE_INFO = "JUPYTERHUB_GPU_DEVICE_INFO"
@@ -86,6 +90,7 @@ NAMES = (
     CURRENCY,
     CURRENCY_SYMBOL,
     SIMULATED,
+    READER,
     DEVICES,
     DEVICE_INFO,
     MEMORY_LIMIT_MIB,
@@ -133,6 +138,7 @@ def make_gpu_env(
     language: str = "en",
     memory_limit_mib: int | None = None,
     share: str = "",
+    reader: str = "nvml",
 ) -> dict[str, str]:
     """Environment variables that tell a server its GPUs, profile, rate and session.
 
@@ -141,8 +147,10 @@ def make_gpu_env(
     (``"en"``, ``"zh-CN"``), for the Lab's language. ``device_uuids`` are the
     units' :attr:`~GPUDevice.visible_uuid` (a share's physical GPU); for a
     share or MIG slice ``memory_limit_mib`` is its cap and ``share`` its
-    :func:`share_label` ("1/4", "mig:1g.10gb").
+    :func:`share_label` ("1/4", "mig:1g.10gb"). ``reader``: :data:`READER` ("nvml" or "simulated").
     """
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
     visible = ",".join(dict.fromkeys(device_uuids))
     env = {
         # "void" hides every GPU from the NVIDIA runtime for a CPU-only profile;
@@ -156,6 +164,7 @@ def make_gpu_env(
         SESSION_ID: session_id,
         STARTED: isoformat(started),
         SIMULATED: "1" if simulated else "0",
+        READER: reader,
         DEVICE_INFO: json.dumps(devices or [], sort_keys=True),
         MODEL: gpu_model,
         PROFILE_NAME: profile_name or profile_slug,
@@ -198,10 +207,28 @@ def nvml_discovery_env(gpu_count: int, gpu_resource: str, simulated: bool = Fals
     if not gpu_count:
         return {COUNT: "0"}
     discovery = "simulated" if simulated else "nvml"
-    return {DEVICES: "", DEVICE_INFO: "[]", DEVICE_DISCOVERY: discovery, COUNT: str(gpu_count), RESOURCE: gpu_resource}
+    return {
+        DEVICES: "",
+        DEVICE_INFO: "[]",
+        DEVICE_DISCOVERY: discovery,
+        READER: discovery,
+        COUNT: str(gpu_count),
+        RESOURCE: gpu_resource,
+    }
 
 
 # -- read by the server side ----------------------------------------------------------------
+
+#: The values of :data:`READER`.
+READERS = ("nvml", "simulated")
+
+
+def reader_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """How this server reads its GPUs: "nvml" or "simulated" (:data:`READER`)."""
+    value = env.get(READER, "").strip()
+    if value in READERS:
+        return value
+    return "simulated" if env.get(SIMULATED) == "1" else "nvml"
 
 
 def session_from_env(env: Mapping[str, str] = os.environ) -> dict | None:

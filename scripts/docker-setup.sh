@@ -17,6 +17,12 @@
 # of its own, with iptables, on its own socket, data root and exec root, and
 # leaves this one alone.
 #
+# The stand-in NVIDIA driver (scripts/nvml-sim-setup.sh) is set up first, and dockerd starts with its
+# bin/ on PATH: dockerd then registers its nvidia device driver and runs the stand-in container hook for
+# containers with GPU device requests, as on a lab server with the NVIDIA Container Toolkit. A running
+# dockerd that was started without it (its PATH lacks that directory) is restarted, once, with it; set
+# NVML_SIM=0 to leave the engine as it is (then GPU device requests fail: omit_device_requests).
+#
 # Environment:
 #   STATE_DIR       where dockerd.log goes (default: .state, relative to repo)
 #   DOCKERD_ARGS    arguments for dockerd (default: "--bridge=none --iptables=false")
@@ -30,6 +36,8 @@ STATE_DIR="${STATE_DIR:-.state}"
 DOCKERD_ARGS="${DOCKERD_ARGS:---bridge=none --iptables=false}"
 DOCKERD_WAIT_S="${DOCKERD_WAIT_S:-60}"
 DOCKERD_LOG="$STATE_DIR/dockerd.log"
+NVML_SIM="${NVML_SIM:-1}"
+NVML_SIM_ROOT="${NVML_SIM_ROOT:-/var/lib/jupyterhub-gpu-sim}"
 
 log() { printf '[docker-setup] %s\n' "$*" >&2; }
 die() { printf '[docker-setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -88,7 +96,9 @@ start_dockerd() {
     } >>"$DOCKERD_LOG"
     # setsid + nohup: own session, ignores SIGHUP, so it survives this script
     # and the shell that ran it.
-    as_root setsid nohup dockerd "${args[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    local path="$PATH"
+    [[ $NVML_SIM == 1 ]] && path="$NVML_SIM_ROOT/bin:$PATH"
+    as_root env PATH="$path" setsid nohup dockerd "${args[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
     STARTED_PID=$!
     disown "$STARTED_PID" 2>/dev/null || true
 }
@@ -112,8 +122,32 @@ wait_for_docker() {
     fi
 }
 
+# whether the running dockerd has the stand-in hook's directory on its PATH (it registered the nvidia driver)
+dockerd_has_hook() {
+    local pid
+    pid="$(pgrep -o -x dockerd)" || return 1
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q "^PATH=\(.*:\)\?$NVML_SIM_ROOT/bin\(:\|$\)"
+}
+
+stop_dockerd() {
+    local pid waited=0
+    pid="$(pgrep -o -x dockerd)" || return 0
+    log "restarting dockerd (pid $pid) so that it registers the stand-in NVIDIA hook ($NVML_SIM_ROOT/bin)"
+    as_root kill "$pid"
+    while kill -0 "$pid" 2>/dev/null; do
+        ((waited++ < 60)) || die "dockerd (pid $pid) did not stop within 60s"
+        sleep 1
+    done
+}
+
 main() {
     install_packages
+    if [[ $NVML_SIM == 1 ]]; then
+        NVML_SIM_ROOT="$NVML_SIM_ROOT" bash "$REPO_ROOT/scripts/nvml-sim-setup.sh"
+        if dockerd_running && ! dockerd_has_hook; then
+            stop_dockerd
+        fi
+    fi
 
     if docker_ok; then
         log "docker daemon already running; leaving it alone"

@@ -28,6 +28,12 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def is_simulated(name: str) -> bool:
+    """Whether NVML's name for a device is a simulated one: the stand-in driver (tools/nvml-sim) names every
+    GPU "Simulated ...", so that every label the hub, the form and the Lab show stays true."""
+    return name.lower().startswith("simulated")
+
+
 def nvml_inventory(nvml=None) -> list[GPUDevice]:
     """Devices read with NVML; with MIG enabled, each MIG instance is listed by its own UUID."""
     if nvml is None:
@@ -53,7 +59,9 @@ def nvml_inventory(nvml=None) -> list[GPUDevice]:
             except Exception:
                 mig_on = False  # not a MIG-capable GPU
             if not mig_on:
-                devices.append(GPUDevice(index=str(i), uuid=uuid, name=name, memory_mib=memory))
+                devices.append(
+                    GPUDevice(index=str(i), uuid=uuid, name=name, memory_mib=memory, simulated=is_simulated(name))
+                )
                 continue
             for j in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
                 try:
@@ -67,6 +75,7 @@ def nvml_inventory(nvml=None) -> list[GPUDevice]:
                         name=_text(nvml.nvmlDeviceGetName(mig)),
                         memory_mib=nvml.nvmlDeviceGetMemoryInfo(mig).total // 1024**2,
                         parent_uuid=uuid,
+                        simulated=is_simulated(name),
                     )
                 )
     except Exception as e:

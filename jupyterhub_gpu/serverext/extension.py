@@ -27,6 +27,7 @@ from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.env import (
     devices_from_env,
     gpu_count_from_env,
+    reader_from_env,
     service_url_from_env,
     session_from_env,
     share_label,
@@ -120,7 +121,7 @@ class GPUExtension:
                 if self.session
                 else "This server was not started by jupyterhub-gpu: no GPU is assigned to it."
             )
-        elif self.simulated:
+        elif reader_from_env() == "simulated":
             if any(d.is_share or d.is_mig for d in self.devices):
                 # shares of one simulated GPU meet in a state directory (docs in gpus/shared_sim.py)
                 state_dir = sim_state_dir_from_env() or default_state_dir(os.environ.get("JUPYTERHUB_API_URL", ""))

@@ -926,6 +926,7 @@ class GPUSpawnerMixin(Configurable):
                 devices=[d.to_dict() for d in devices],
                 memory_limit_mib=memory_limit_of(devices),
                 share=share_label(devices),
+                reader="simulated" if self.gpu_backend == "simulated" else "nvml",
                 gpu_model=profile.gpu_model,
                 profile_name=profile.name_in(self._gpu_lang),  # the Lab shows it to the student who chose it
                 currency_symbol=self.gpu_currency.symbol or "",  # "": the Lab writes its language's symbol
