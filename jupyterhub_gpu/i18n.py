@@ -384,6 +384,11 @@ ZH_CN.update(
         "The lab's container network is not set up safely; please tell your administrator.": (
             "实验室的容器网络设置不安全；请告知您的管理员。"
         ),
+        "The lab's GPU runtime is not set up on this server yet, so GPU profiles cannot start; the admin has been"
+        " told. A profile without a GPU can start meanwhile.": (
+            "此服务器上实验室的 GPU 运行环境尚未配置，GPU 配置暂时无法启动；已通知管理员。"
+            "在此期间可以启动不带 GPU 的配置。"
+        ),
         "The server's pod could not be built; please tell your administrator.": (
             "无法构建服务器的 Pod；请告知您的管理员。"
         ),

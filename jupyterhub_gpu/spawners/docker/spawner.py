@@ -21,22 +21,32 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from datetime import datetime
-from urllib.parse import urlparse
 
 from dockerspawner import DockerSpawner
 from jupyterhub.utils import random_port
 from traitlets import Bool, Float, Int, Unicode, default, validate
 
 from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.spawners.docker.engine import (  # noqa: F401 (network_problem, loopback_problems: the doctor's)
+    GPU_RUNTIME_FIX,
+    GPU_RUNTIME_MESSAGE,
+    MISSING_IMAGE_MESSAGE,
+    docker_time,
+    ensure_isolated_network,
+    is_gpu_driver_error,
+    loopback_problems,
+    missing_images,
+    network_problem,
+    report_engine_at_start,
+    report_missing_image,
+    report_once,
+)
 from jupyterhub_gpu.spawners.docker.objects import (
     LABEL_PREFIX,
     make_container_spec,
     make_labels,
-    make_network_spec,
     make_volume_binds,
     network_gateway,
-    network_isolation_problem,
     parse_container_user,
     parse_subnet,
     screen_extras,
@@ -61,101 +71,6 @@ HOST_NETWORK_WARNING = (
 )
 
 
-def network_problem(info: dict, subnet: str = "") -> str | None:
-    """Why an inspected network is not the isolated one the spawner needs (or has another subnet), or None."""
-    problem = network_isolation_problem(info)
-    if problem:
-        return problem
-    subnets = [c.get("Subnet") for c in (info.get("IPAM") or {}).get("Config") or []]
-    if subnet and str(parse_subnet(subnet)) not in subnets:
-        return f"Docker network {info.get('Name')!r} has subnet {', '.join(map(str, subnets)) or 'none'}, not {subnet}"
-    return None
-
-
-def loopback_problems(config, probe, gateway: str = "") -> list[str]:
-    """The hub or the service on a loopback address, which servers on a Docker network cannot reach.
-
-    A server's 127.0.0.1 is its own: the hub and the service must be on an address it reaches (the
-    network's ``gateway``). Pure: the startup check and the doctor ask it.
-    """
-    gateway = gateway or "the network's gateway"
-    hub = config.JupyterHub
-    hub_host = urlparse(hub.get("hub_connect_url", "")).hostname or hub.get("hub_connect_ip") or hub.get("hub_ip")
-    wanted = {
-        "c.JupyterHub.hub_ip": hub_host or "127.0.0.1",
-        "c.GPUDockerSpawner.gpu_service_url": urlparse(probe.gpu_service_url).hostname,
-    }
-    return [
-        f"{type(probe).__name__}: servers on the Docker network {probe.network_name!r} cannot reach {host}"
-        f" (their own loopback): put {setting} on {gateway} (docs/admin.md, Networking)"
-        for setting, host in wanted.items()
-        if host in ("127.0.0.1", "localhost", "::1")
-    ]
-
-
-def ensure_isolated_network(client, name: str, subnet: str = "", *, internal: bool = True) -> dict:
-    """Create the Docker network that isolates the servers if it is missing; the inspected network.
-
-    Blocking (docker-py's APIClient). Raises ``ValueError`` if the network there does not isolate
-    or has another subnet than ``subnet``.
-    """
-    import docker as docker_py  # optional heavy dependency: docker-py (DockerSpawner's client)
-
-    try:
-        info = client.inspect_network(name)
-    except docker_py.errors.NotFound:
-        try:
-            client.create_network(**make_network_spec(name=name, subnet=subnet, internal=internal))
-        except docker_py.errors.APIError as e:
-            if getattr(e, "status_code", None) != 409:  # created meanwhile by another process
-                raise
-        info = client.inspect_network(name)
-    problem = network_problem(info, subnet)
-    if problem:
-        raise ValueError(f"{problem}: remove it (docker network rm {name}) or set another network_name")
-    return info
-
-
-#: What a student is told when their profile's image is not on the host (the admin's log says which and the fix).
-MISSING_IMAGE_MESSAGE = "This profile's image is not available on the server yet; the admin has been told."
-
-#: The images whose absence this hub process has logged, each once (a spawn of each retries the check).
-_reported_missing: set[str] = set()
-
-
-def missing_images(client, images) -> list[str]:
-    """Those of ``images`` the Docker engine does not have, in order, each once (blocking; docker-py's APIClient).
-
-    Errors other than "no such image" (the engine unreachable) propagate. The doctor checks every
-    profile's image with this; the spawner with each spawn's.
-    """
-    import docker as docker_py  # optional heavy dependency: docker-py (DockerSpawner's client)
-
-    missing = []
-    for image in dict.fromkeys(images):
-        try:
-            client.inspect_image(image)
-        except docker_py.errors.NotFound:  # ImageNotFound included
-            missing.append(image)
-    return missing
-
-
-def missing_image_problem(image: str, profiles) -> str:
-    """The admin's line for an image missing from the host: which profiles need it, and the fix."""
-    slugs = ", ".join(repr(p.slug) for p in profiles if p.image == image) or "none"
-    return (
-        f"the image {image!r} of profile(s) {slugs} is not on this Docker host, so their spawns fail: pull it"
-        f" (docker pull {image}) or build it (docs/images.md)"
-    )
-
-
-def report_missing_image(log, image: str, profiles) -> None:
-    """Log a missing image at error level, once per image for this hub process."""
-    if image not in _reported_missing:
-        _reported_missing.add(image)
-        log.error("jupyterhub-gpu: %s", missing_image_problem(image, profiles))
-
-
 #: Seconds between two progress events of a spawn waiting on its image's pull.
 PULL_EVENT_INTERVAL = 1.0
 
@@ -171,17 +86,6 @@ def prepulls(probe) -> bool:
             "skip",
         )
     )
-
-
-def docker_time(value) -> datetime | None:
-    """A Docker API time (``2026-12-01T08:00:00.123456789Z``, nanoseconds) in UTC, or None when unset."""
-    if not isinstance(value, str) or not value or value.startswith("0001-"):
-        return None
-    head, _, frac = value.rstrip("Z").partition(".")
-    try:
-        return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
-    except ValueError:
-        return None
 
 
 class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
@@ -502,6 +406,8 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         probe = config_probe(config, cls)
         if not prepulls(probe):  # else the pre-pull says of each image whether it is there
             cls.gpu_report_missing_images(probe)
+        if not callable(probe.profiles):  # iptables off, no NVIDIA runtime: an error line each, once
+            report_engine_at_start(probe, parse_profiles(probe.profiles))
         if probe.network_name == "host":
             return []
         try:
@@ -604,6 +510,21 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
         self.container_spec = (create, host)
         create["host_config"] = self.client.create_host_config(**host)
         return await self.docker("create_container", **create)
+
+    async def start_object(self):
+        """``docker start``; an engine without the NVIDIA runtime refuses the GPU request: the student is told."""
+        try:
+            await super().start_object()
+        except Exception as e:
+            if not is_gpu_driver_error(e):
+                raise
+            report_once(self.log, f"GPU containers cannot start: {e} — fix: {GPU_RUNTIME_FIX}")
+            raise self.gpu_refusal(
+                Phrase(GPU_RUNTIME_MESSAGE),
+                reason="gpu_runtime",
+                log_message=f"{self._log_name}: the Docker engine has no NVIDIA runtime ({e}); fix: {GPU_RUNTIME_FIX}",
+                status_code=503,
+            ) from None
 
     async def get_ip_and_port(self):
         if self.network_name == "host":
