@@ -10,6 +10,7 @@ the ledger. The mixin's ``options_form`` gathers them and calls
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
@@ -214,6 +215,63 @@ def assignment_message(profile: Profile, devices: list[GPUDevice], currency: Cur
     return _("Assigned {devices}; starting {profile} at {rate}", devices=shown, profile=name, rate=rate)
 
 
+#: Words that say a GPU is simulated, in the languages of :mod:`jupyterhub_gpu.i18n` (casefolded).
+SIMULATED_WORDS = ("simulated", "模拟")
+
+
+def _says(name: str, text: str) -> bool:
+    """Whether ``name`` says ``text`` as whole words (casefolded, spaces collapsed): "T4" in "1× T4", not in "T40"."""
+
+    def squeeze(t: str) -> str:
+        return " ".join(t.casefold().split())
+
+    return re.search(rf"(?<!\w){re.escape(squeeze(text))}(?!\w)", squeeze(name)) is not None
+
+
+def _named_head(profile: Profile, name: str, line: str, lang: str) -> str | None:
+    """The beginning of ``line`` that restates what the display ``name`` already says, or None.
+
+    The line begins with the profile's GPUs (:func:`unit_head`: "1× T4", "share 1/4 of a Simulated T4",
+    "CPU only"); a name such as "1× T4", "1 块 T4" or "¼ T4 (simulated)" says the same, so the form
+    shows it once. The name must say the GPU model, the count when there is more than one GPU, and
+    "simulated" when the GPU is, else the line keeps its head (it says what the name does not). A CPU
+    profile's "CPU only" goes when the name says exactly that ("CPU only", "仅 CPU").
+    """
+    _ = translator(lang)
+    if profile.gpu_count == 0:
+        head = _("CPU only — {price}", price="")
+        return head if line.startswith(head) and _says(name, head.rstrip(" —")) else None
+    model = profile.gpu_model
+    bare = model[len("simulated") :].strip() if model.casefold().startswith("simulated") else model
+    for shown in dict.fromkeys((simulated_name(model, lang), model)):
+        head = unit_head(profile, shown, "", lang)
+        if not line.startswith(head):
+            continue
+        says = _says(name, bare) and (profile.gpu_count == 1 or _says(name, str(profile.gpu_count)))
+        if any(word in shown.casefold() for word in SIMULATED_WORDS):
+            says = says and any(word in name.casefold() for word in SIMULATED_WORDS)
+        return head if says else None
+    return None
+
+
+def form_line(profile: Profile, line: str, lang: str = "en") -> str:
+    """A profile's line as the form shows it under its display name: without what the name already says.
+
+    ``1× T4 16 GB — ¥0.05/min — 3 of 4 free`` under "1× T4" (or "1 块 T4") reads ``16 GB — ¥0.05/min —
+    3 of 4 free``; ``CPU only — ¥0.01/min`` under "CPU only" reads ``¥0.01/min``. A name that does not
+    say the GPUs (the slug "big", or "One T4" over simulated GPUs) keeps the whole line.
+    """
+    name = profile.name_in(lang)
+    head = _named_head(profile, name, line, lang)
+    rest = line[len(head) :].lstrip(" —") if head else ""
+    if rest and profile.preemptible:
+        # "1× T4 preemptible" above: the line's "16 GB preemptible — ..." says it a second time
+        word = translator(lang)("preemptible")
+        if _says(name, word):
+            rest = re.sub(rf"(^|\s){re.escape(word)} — ", r"\1— ", rest, count=1).removeprefix("— ")
+    return rest or line
+
+
 def render_options_form(
     allowed: list[Profile],
     previous: str | None,
@@ -238,7 +296,8 @@ def render_options_form(
             "slug": p.slug,
             "display_name": p.name_in(lang),
             "description": p.description_in(lang),
-            "summary": summary(p),
+            # the line says the GPUs only when the display name above it does not (each said once)
+            "summary": form_line(p, summary(p), lang),
             "unit": p.unit,  # "gpu", "share" or "mig"
             "preemptible": p.preemptible,
             "checked": chosen is not None and p.slug == chosen.slug,
