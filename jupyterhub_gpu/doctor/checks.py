@@ -12,12 +12,8 @@ crashes is one fail line of its own while the others still run.
 
 from __future__ import annotations
 
-import errno
 import json
 import smtplib
-import socket
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -27,24 +23,20 @@ from sqlalchemy.engine import make_url
 
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.doctor import channels, databases
-from jupyterhub_gpu.doctor import docker as engine
+from jupyterhub_gpu.doctor.dockerchecks import check_docker, check_images
+from jupyterhub_gpu.doctor.gpus import _inventory_problem, _is_kube, check_gpu_host, check_gpus
 from jupyterhub_gpu.doctor.loading import SERVICE_NAME, Setup, is_gpu_spawner
+from jupyterhub_gpu.doctor.ports import check_ports, port_problem
 from jupyterhub_gpu.doctor.results import FAIL, PASS, SKIP, WARN, Result, Unavailable
-from jupyterhub_gpu.gpus.device import InventoryError
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES, SCOPE_BUDGETS_WRITE
-from jupyterhub_gpu.spawners.assign.host import shared_allocator
-from jupyterhub_gpu.spawners.docker.objects import network_gateway
-from jupyterhub_gpu.spawners.docker.spawner import (
-    GPUDockerSpawner,
-    loopback_problems,
-    missing_images,
-    network_problem,
-)
+from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 from jupyterhub_gpu.spawners.profiles import ProfileError, parse_profiles
 from jupyterhub_gpu.spawners.startup import check_config as startup_check_config
 from jupyterhub_gpu.spawners.startup import resource_warnings
+
+__all__ = ["CHECKS", "check_docker", "check_gpus", "check_images", "check_ports", "port_problem", "run_checks"]
 
 REFERENCE = "config/docker_host_config.py"
 
@@ -58,7 +50,6 @@ SERVICE_SCOPES = {
     "start:servers": "notebook jobs start named servers",
 }
 USER_ACCESS = f"access:services!service={SERVICE_NAME}"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 Check = Callable[[Setup], Iterable[Result]]
 
@@ -192,25 +183,6 @@ def check_service_url(setup: Setup) -> Iterator[Result]:
 # -- profiles, prices and GPUs -----------------------------------------------------------------------
 
 
-def _inventory(probe):
-    return shared_allocator(probe.gpu_backend, probe.static_gpus, probe.simulated_gpus)
-
-
-def _inventory_problem(probe) -> str | None:
-    if not hasattr(probe, "gpu_backend") or _is_kube(probe):
-        return None
-    try:
-        _inventory(probe)
-    except InventoryError as e:
-        return str(e)
-    return None
-
-
-def _is_kube(probe) -> bool:
-    """Kubernetes: no host inventory (told by its trait, without importing the Kubernetes clients)."""
-    return probe.has_trait("gpu_node_products")
-
-
 def check_profiles(setup: Setup) -> Iterator[Result]:
     """Profiles and prices, by the hub's own start-up rules (a fail here stops the hub at start)."""
     probe = setup.need_probe()
@@ -245,46 +217,6 @@ def check_profiles(setup: Setup) -> Iterator[Result]:
     yield Result("profiles", PASS, f"{len(profiles)} profiles, prices exact per minute: {shown}")
 
 
-def check_gpus(setup: Setup) -> Iterator[Result]:
-    """The GPU inventory: NVML, static or simulated (labelled so), MIG instances by their parent."""
-    probe = setup.need_probe()
-    if _is_kube(probe):
-        yield Result("gpus", SKIP, "Kubernetes: the cluster's GPUs are read from its nodes at spawn time")
-        return
-    backend = probe.gpu_backend
-    try:
-        devices = _inventory(probe).devices
-    except InventoryError as e:
-        if backend == "nvml":
-            fix = (
-                "install the NVIDIA driver and nvidia-ml-py on the hub's host (nvidia-smi must work), or declare"
-                f' the GPUs: c.{type(probe).__name__}.gpu_backend = "static" with static_gpus'
-            )
-        else:
-            fix = f"correct c.{type(probe).__name__}.{backend}_gpus"
-        yield Result("gpus", FAIL, f"{backend} inventory: {e}", fix)
-        return
-    by_parent: dict[str, int] = {}
-    for d in devices:
-        if d.parent_uuid:
-            by_parent[d.parent_uuid] = by_parent.get(d.parent_uuid, 0) + 1
-    listed = ", ".join(f"{d.index}: {d.name} ({d.memory_gb} GB)" for d in devices) or "none"
-    mig = "; MIG: " + ", ".join(f"{parent} in {n} instances" for parent, n in by_parent.items()) if by_parent else ""
-    if backend == "nvml" and not by_parent:
-        mig = "; MIG off on every GPU"
-    if backend == "simulated":
-        yield Result(
-            "gpus",
-            WARN,
-            f"SIMULATED inventory, no real GPU: {listed}",
-            f'for a lab with GPUs set c.{type(probe).__name__}.gpu_backend = "nvml" (or "static")',
-        )
-    elif not devices:
-        yield Result("gpus", WARN, f"{backend} inventory: no GPU on this host", "only CPU profiles can start")
-    else:
-        yield Result("gpus", PASS, f"{len(devices)} GPU(s) from {backend}: {listed}{mig}")
-
-
 def check_limits(setup: Setup) -> Iterator[Result]:
     """Each profile's cpu_limit and mem_limit within the host's, by the hub's own start-up warning."""
     probe = setup.need_probe()
@@ -300,173 +232,6 @@ def check_limits(setup: Setup) -> Iterator[Result]:
         yield Result("limits", WARN, warning, f"change the limit it names in {setup.hub_config}")
     if not warnings:
         yield Result("limits", PASS, "every profile's cpu_limit and mem_limit fits the host")
-
-
-# -- Docker ----------------------------------------------------------------------------------------------
-
-
-def _docker_probe(setup: Setup):
-    probe = setup.need_probe()
-    if not isinstance(probe, GPUDockerSpawner):
-        raise Unavailable(f"{type(probe).__name__} runs no Docker containers")
-    return probe
-
-
-def check_docker(setup: Setup) -> Iterator[Result]:
-    """Docker reachable, the NVIDIA runtime present, the servers' network isolating."""
-    probe = _docker_probe(setup)
-    try:
-        version = engine.engine_version(probe.client)
-        info = probe.client.info()
-    except Exception as e:
-        yield Result(
-            "docker",
-            FAIL,
-            f"cannot reach the Docker engine: {e}",
-            "start dockerd, and run the hub as a user in the docker group (or set DOCKER_HOST)",
-        )
-        return
-    yield Result("docker", PASS, f"Docker {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})")
-    local = not str(probe.client.base_url).startswith(("http://", "https://", "tcp://"))
-    ok, how = engine.has_nvidia_runtime(info, local)
-    gpu_profiles = not callable(probe.profiles) and any(p.get("gpu_count", 1) for p in probe.profiles or [])
-    if ok:
-        yield Result("nvidia-runtime", PASS, f"Docker can give containers GPUs: {how}")
-    elif probe.omit_device_requests:
-        yield Result(
-            "nvidia-runtime",
-            WARN,
-            f"no NVIDIA runtime ({how}), and omit_device_requests is on: containers get no GPU (a test-only switch)",
-            f"on a GPU host install the NVIDIA Container Toolkit and set c.{type(probe).__name__}"
-            ".omit_device_requests = False",
-        )
-    else:
-        yield Result(
-            "nvidia-runtime",
-            FAIL if gpu_profiles else WARN,
-            f"Docker has no NVIDIA runtime ({how}): a GPU profile's container fails with 'could not select"
-            " device driver'",
-            "install the NVIDIA Container Toolkit, run `nvidia-ctk runtime configure --runtime=docker` and restart"
-            " dockerd",
-        )
-    yield from _network(setup, probe)
-
-
-def _network(setup: Setup, probe) -> Iterator[Result]:
-    name = probe.network_name
-    cls = type(probe).__name__
-    if name == "host":
-        yield Result(
-            "network",
-            WARN,
-            "servers run on the host network: every server shares the host's loopback, so any user can reach every"
-            " other user's Jupyter port, kernels and TensorBoard",
-            f"remove c.{cls}.network_name = 'host' (the default isolating network is made at the hub's start)",
-        )
-        return
-    info = engine.inspect_network(probe.client, name)
-    for problem in loopback_problems(setup.hub.config, probe, network_gateway(info or {})):
-        yield Result("network", FAIL, problem, "the hub and the service listen where the servers reach them")
-    if info is None:
-        subnet = f" on {probe.network_subnet}" if probe.network_subnet else ""
-        yield Result("network", PASS, f"Docker network {name!r} does not exist yet: the hub creates it{subnet}")
-        return
-    problem = network_problem(info, probe.network_subnet)
-    if problem and not probe.allow_shared_network:
-        yield Result(
-            "network",
-            FAIL,
-            f"{problem}: the hub refuses to start",
-            f"remove that network (docker network rm {name}) so the hub makes an isolating one, or set"
-            f" c.{cls}.network_name to another name (docs/admin.md, Networking)",
-        )
-    elif problem:
-        yield Result(
-            "network", WARN, f"{problem} (allow_shared_network is on)", f"set c.{cls}.allow_shared_network = False"
-        )
-    else:
-        yield Result("network", PASS, f"Docker network {name!r} isolates the servers from each other")
-
-
-def _images(probe) -> dict[str, list[str]]:
-    """Each image the profiles use, with the profiles that use it."""
-    images: dict[str, list[str]] = {}
-    for profile in parse_profiles(probe.profiles, require_image=type(probe)._require_image):
-        images.setdefault(profile.image or probe.image, []).append(profile.slug)
-    return images
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
-
-
-def check_images(setup: Setup) -> Iterator[Result]:
-    """Every profile's image is on the Docker host, with JupyterHub, JupyterLab and jupyterhub-gpu inside."""
-    probe = _docker_probe(setup)
-    if callable(probe.profiles):
-        raise Unavailable("profiles is a callable: its images are known only at spawn time")
-    try:
-        images = _images(probe)
-    except ProfileError as e:
-        raise Unavailable(f"the profiles do not parse ({e})") from None
-    try:
-        probe.client.ping()
-    except Exception as e:
-        raise Unavailable(f"Docker is not reachable ({e})") from None
-    missing = missing_images(probe.client, images)  # the spawner's own test, as at each spawn
-    hub_version = setup.hub.version
-    lab_url = str(probe.default_url or "").startswith("/lab")
-    for image, slugs in images.items():
-        which = f"image {image} (profiles {', '.join(slugs)})"
-        if image in missing:
-            yield Result(
-                "images",
-                FAIL,
-                f"{which} is not on this Docker host: a student's spawn of it fails",
-                f"build it (make image, images/tensorflow/Dockerfile) or `docker pull {image}`, or change the"
-                " profiles' image",
-            )
-            continue
-        try:
-            found = engine.image_packages(probe.client, image, probe.container_user, timeout=max(setup.timeout, 60))
-        except engine.ProbeError as e:
-            yield Result("images", FAIL, f"{which}: {e}", "the image needs python3 with jupyterhub and jupyterlab")
-            continue
-        missing = []
-        if not found["jupyterhub"]:
-            missing.append(("jupyterhub", FAIL, "no jupyterhub-singleuser: the server cannot start"))
-        if not found["jupyterlab"]:
-            status = FAIL if lab_url else WARN
-            why = "c.Spawner.default_url = '/lab' answers 404" if lab_url else "students get the classic page only"
-            missing.append(("jupyterlab", status, why))
-        if not found["jupyterhub-gpu"]:
-            missing.append(("jupyterhub-gpu", FAIL, "no cost or GPU panel in JupyterLab, no samples for GPU culling"))
-        for package, status, why in missing:
-            yield Result(
-                "images",
-                status,
-                f"{which} has no {package}: {why}",
-                f"install {package} in the image (images/tensorflow/Dockerfile installs all three) and rebuild it",
-            )
-        if missing:
-            continue
-        versions = ", ".join(f"{name} {found[name]}" for name in engine.IMAGE_PACKAGES)
-        if found["jupyterhub-gpu"] != __version__:
-            yield Result(
-                "images",
-                WARN,
-                f"{which}: jupyterhub-gpu {found['jupyterhub-gpu']} inside, {__version__} in the hub",
-                "rebuild the image with the hub's jupyterhub-gpu version",
-            )
-        elif hub_version and _version_tuple(found["jupyterhub"])[:1] != _version_tuple(hub_version)[:1]:
-            yield Result(
-                "images",
-                WARN,
-                f"{which}: jupyterhub {found['jupyterhub']} inside, {hub_version} in the hub",
-                "install the hub's JupyterHub major version in the image",
-            )
-        else:
-            yield Result("images", PASS, f"{which}: {versions}")
 
 
 # -- roles and scopes ------------------------------------------------------------------------------------
@@ -773,84 +538,6 @@ def check_alerts(setup: Setup) -> Iterator[Result]:
         yield Result("alerts", PASS, f"{target.label}: {target.host}:{target.port} {answer}")
 
 
-# -- ports -------------------------------------------------------------------------------------------------
-
-
-def _hub_answers(bind_url: str, timeout: float) -> str | None:
-    """The running hub's version at its public URL, or None when no hub answers there."""
-    url = urlparse(bind_url)
-    host = url.hostname or "127.0.0.1"
-    if host in ("0.0.0.0", "::"):
-        host = "127.0.0.1"
-    base = f"{url.scheme}://{host}:{url.port or 80}{url.path.rstrip('/')}"
-    try:
-        with urllib.request.urlopen(f"{base}/hub/api/", timeout=min(timeout, 3)) as answer:
-            return str(json.loads(answer.read()).get("version"))
-    except (OSError, ValueError, urllib.error.URLError, AttributeError):
-        return None
-
-
-def _listen_addresses(setup: Setup) -> list[tuple[str, str, int]]:
-    """(setting, host, port) of what the hub, its proxy and the gpu service listen on."""
-    hub = setup.hub
-    bind = urlparse(hub.bind_url)
-    found = [("c.JupyterHub.bind_url", bind.hostname or "", bind.port or 80)]
-    found.append(("c.JupyterHub.hub_ip and hub_port, hub-only", hub.hub_ip or "", hub.hub_port))
-    proxy = hub.config.get("ConfigurableHTTPProxy", {})
-    if proxy.get("should_start", True) and hub.proxy_class.__name__ == "ConfigurableHTTPProxy":
-        api = urlparse(proxy.get("api_url") or "http://127.0.0.1:8001")  # JupyterHub's default
-        found.append(("c.ConfigurableHTTPProxy.api_url, hub-only", api.hostname or "127.0.0.1", api.port or 8001))
-    service_url = (setup.service_spec or {}).get("url")
-    if service_url and (setup.service_spec or {}).get("command"):
-        url = urlparse(service_url)
-        found.append(("the gpu service's url in c.JupyterHub.services", url.hostname or "", url.port or 80))
-    return found
-
-
-def port_problem(host: str, port: int) -> tuple[str, int] | None:
-    """Why ``host:port`` cannot be bound now (what, errno), or None when it is free."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT does not count
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            return e.strerror or str(e), e.errno
-    return None
-
-
-def check_ports(setup: Setup) -> Iterator[Result]:
-    """The hub's, the proxy API's and the service's ports are free (checked only while the hub is stopped)."""
-    hub = setup.need_hub()
-    running = _hub_answers(hub.bind_url, setup.timeout)
-    if running:
-        yield Result(
-            "ports", SKIP, f"a JupyterHub {running} answers at {hub.bind_url}: ports are checked before it starts"
-        )
-        return
-    for setting, host, port in _listen_addresses(setup):
-        where = f"{host or '*'}:{port}"
-        problem = port_problem(host, port)
-        if problem is None:
-            yield Result("ports", PASS, f"{where} free ({setting})")
-        elif problem[1] == errno.EADDRNOTAVAIL:
-            gateway = isinstance(setup.probe, GPUDockerSpawner) and host not in LOOPBACK
-            yield Result(
-                "ports",
-                WARN,
-                f"{where} ({setting}): {host} is not an address of this machine"
-                + (" yet: the Docker network's gateway appears when the hub creates the network" if gateway else ""),
-                "nothing to do if it is the Docker network's gateway; otherwise use an address of this host",
-            )
-        else:
-            yield Result(
-                "ports",
-                FAIL,
-                f"{where} ({setting}) is in use: {problem[0]}",
-                f"stop what listens there (ss -ltnp 'sport = :{port}'), or move {setting} to a free port",
-            )
-
-
 CHECKS: tuple[Check, ...] = (
     check_config,
     check_hub_files,
@@ -858,6 +545,7 @@ CHECKS: tuple[Check, ...] = (
     check_service_url,
     check_profiles,
     check_gpus,
+    check_gpu_host,
     check_limits,
     check_docker,
     check_images,
