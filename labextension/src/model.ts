@@ -11,6 +11,7 @@ import { type ISignal, Signal } from '@lumino/signaling';
 
 import { isStale, parseTime } from './format';
 import { type IAPIResult, requestAPI } from './handler';
+import { serverGone } from './servergone';
 import type { IStats } from './types';
 
 /** The longest wait between two polls while the server keeps failing, in ms. */
@@ -64,6 +65,11 @@ export class StatsModel implements IStatsState, IDisposable {
     return this._receivedAt;
   }
 
+  /** Whether the server is gone (the hub answered 424): the poll has stopped for good. */
+  get ended(): boolean {
+    return this._ended;
+  }
+
   /** Emitted after every poll, good or failed. */
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -86,6 +92,9 @@ export class StatsModel implements IStatsState, IDisposable {
 
   /** Poll now; resolves after the answer has been handled. */
   async refresh(): Promise<void> {
+    if (this._ended) {
+      return; // the server is gone: nothing to ask
+    }
     await this._poll.refresh();
     await this._poll.tick;
   }
@@ -105,6 +114,12 @@ export class StatsModel implements IStatsState, IDisposable {
     } else if (phase === 'rejected') {
       this._error = Private.message(payload);
       this._stale = true;
+      if (serverGone(payload)) {
+        // the hub says this server is not running: the session is over, asking again only adds
+        // a `424 GET .../gpu/api/v1/stats` line to the hub's log each time
+        this._ended = true;
+        void poll.stop();
+      }
       this._changed.emit();
     }
   }
@@ -128,6 +143,7 @@ export class StatsModel implements IStatsState, IDisposable {
   private _stale = false;
   private _error: string | null = null;
   private _receivedAt: number | null = null;
+  private _ended = false;
   private _changed = new Signal<this, void>(this);
 }
 

@@ -11,6 +11,7 @@ import { type ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { requestAPI } from './handler';
+import { serverGone } from './servergone';
 import type { ILocalizer } from './i18n';
 
 /** The server's view of the flag. */
@@ -47,17 +48,28 @@ export const serverAPI: IStopWhenDoneAPI = {
     ).data
 };
 
-/** The flag as this Lab knows it, polled while it is set. */
+/**
+ * The flag as this Lab knows it, polled while this server runs (a kernel may set it too).
+ *
+ * The poll ends for good once the server is gone: the hub's 424 for this server (stopped by the
+ * flag, by the user, the culler or the budget). Other failures back off.
+ */
 export class StopWhenDoneModel {
   constructor(options: StopWhenDoneModel.IOptions) {
     this._api = options.api ?? serverAPI;
     this._save = options.save;
+    const interval = options.interval ?? 2000;
     this._poll = new Poll({
       name: 'jupyterhub-gpu:stop-when-done',
-      factory: () => this.refresh(),
-      frequency: { interval: options.interval ?? 2000, backoff: false },
+      factory: () => this._tick(),
+      frequency: { interval, backoff: true, max: Math.max(interval, 60_000) },
       standby: () => (this.enabled ? false : 'when-hidden')
     });
+  }
+
+  /** Whether the server is gone (the session is over): nothing is polled any more. */
+  get ended(): boolean {
+    return this._ended;
   }
 
   /** The last state from the server (null before the first answer). */
@@ -85,7 +97,19 @@ export class StopWhenDoneModel {
 
   /** Read the server's state; when the run is over, save and let the server stop. */
   async refresh(): Promise<void> {
-    const state = await this._api.get();
+    if (this._ended) {
+      return;
+    }
+    let state: IStopWhenDone;
+    try {
+      state = await this._api.get();
+    } catch (error) {
+      if (serverGone(error)) {
+        this._end();
+        return;
+      }
+      throw error;
+    }
     this._update(state);
     if (state.state === 'saving' && !this._saving) {
       this._saving = true;
@@ -103,6 +127,25 @@ export class StopWhenDoneModel {
     this._poll.dispose();
   }
 
+  /** One poll; after the server is gone the poll stops instead of asking again. */
+  private async _tick(): Promise<void> {
+    await this.refresh();
+    if (this._ended && !this._poll.isDisposed) {
+      void this._poll.stop();
+    }
+  }
+
+  /** The server is gone: its last state is 'stopping' (billing stopped) and the poll ends. */
+  private _end(): void {
+    this._ended = true;
+    this._saving = false;
+    if (this._state && this._state.state !== 'off') {
+      this._update({ ...this._state, state: 'stopping' });
+    } else {
+      this._changed.emit();
+    }
+  }
+
   private _update(state: IStopWhenDone): void {
     const before = JSON.stringify(this._state);
     this._state = state;
@@ -116,6 +159,7 @@ export class StopWhenDoneModel {
   private _poll: Poll;
   private _state: IStopWhenDone | null = null;
   private _saving = false;
+  private _ended = false;
   private _changed = new Signal<this, void>(this);
 }
 

@@ -46,6 +46,36 @@ describe('StatsModel', () => {
     expect(model.isDisposed).toBe(true);
   });
 
+  it('stops polling for good once the hub says the server is gone (424)', async () => {
+    const gone = Object.assign(new Error('server not running'), {
+      response: { status: 424 }
+    });
+    const fetch = jest
+      .fn()
+      .mockResolvedValueOnce({ data: makeStats(), serverTime: sampledAt })
+      .mockRejectedValue(gone);
+    const model = new StatsModel({ fetch, interval: 5, standby: 'never' });
+    await model.refresh();
+    await new Promise(resolve => setTimeout(resolve, 300));
+    expect(model.ended).toBe(true);
+    const calls = fetch.mock.calls.length;
+    expect(calls).toBeLessThanOrEqual(3); // the first tick, the refresh, the 424: then no more
+    await model.refresh(); // a refresh asks nothing either
+    await new Promise(resolve => setTimeout(resolve, 100));
+    expect(fetch).toHaveBeenCalledTimes(calls);
+    expect(model.stats).not.toBeNull(); // the last figures stay shown
+    model.dispose();
+  });
+
+  it('keeps polling, backing off, after other failures', async () => {
+    const fetch = jest.fn().mockRejectedValue(new Error('Bad Gateway'));
+    const model = new StatsModel({ fetch, interval: 5, standby: 'never' });
+    await new Promise(resolve => setTimeout(resolve, 300));
+    expect(model.ended).toBe(false);
+    expect(fetch.mock.calls.length).toBeGreaterThan(2);
+    model.dispose();
+  });
+
   it('never calls a server without GPUs stale for want of a sample', async () => {
     const stats = makeStats({ gpus: [], history: [], sampled_at: null });
     const fetch = jest

@@ -65,6 +65,39 @@ describe('StopWhenDoneModel', () => {
     model.dispose();
   });
 
+  it('stops polling for good once the hub says the server is gone (424)', async () => {
+    const gone = Object.assign(new Error('server not running'), {
+      response: { status: 424 }
+    });
+    const api = fakeAPI([]);
+    api.get.mockRejectedValue(gone);
+    const model = new StopWhenDoneModel({ api, save: jest.fn(), interval: 5 });
+    const changes = jest.fn();
+    model.changed.connect(changes);
+    await model.set(true); // the flag is set: the poll runs even in a hidden tab
+    await new Promise(resolve => setTimeout(resolve, 300));
+    expect(api.get).toHaveBeenCalledTimes(1);
+    expect(model.ended).toBe(true);
+    expect(model.state?.state).toBe('stopping'); // the status bar says billing stopped
+    await model.refresh(); // asks nothing either
+    expect(api.get).toHaveBeenCalledTimes(1);
+    expect(changes).toHaveBeenCalled();
+    model.dispose();
+  });
+
+  it('keeps polling, backing off, after other failures', async () => {
+    const api = fakeAPI([]);
+    api.get.mockRejectedValue(new Error('Bad Gateway'));
+    const model = new StopWhenDoneModel({ api, save: jest.fn(), interval: 5 });
+    await model.set(true);
+    await new Promise(resolve => setTimeout(resolve, 300));
+    expect(model.ended).toBe(false);
+    const calls = api.get.mock.calls.length;
+    expect(calls).toBeGreaterThan(2);
+    expect(calls).toBeLessThan(30); // backing off: not one every 5 ms
+    model.dispose();
+  });
+
   it('still tells the server to stop when saving fails', async () => {
     const api = fakeAPI([state({ state: 'saving' })]);
     const model = new StopWhenDoneModel({
