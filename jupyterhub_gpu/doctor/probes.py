@@ -5,7 +5,8 @@
   network isolates (``enable_icc=false``) while the engine enforces nothing (``--iptables=false``): only a
   connection tells. A network the hub has not created yet is made for the probe (labelled, removed at once).
 - :func:`image_gpu_probe`: whether the image can read a GPU (``import pynvml, jupyterhub_gpu.gpus.nvml``)
-  and whether its packages agree (``pip check``), read in a container without network.
+  and whether its packages agree (``pip check``; in an image without pip, the same check over the
+  installed distributions' requirements), read in a container without network.
 
 Every probe container carries the label :data:`~jupyterhub_gpu.doctor.docker.PROBE_LABEL`, runs with no
 capabilities and no-new-privileges, is bounded in time, and is removed whatever happens.
@@ -174,6 +175,28 @@ GPU_CODE = (
     "r = subprocess.run([sys.executable, '-m', 'pip', 'check'], capture_output=True, text=True)\n"
     "out['pip_rc'] = r.returncode\n"
     "out['pip_check'] = (r.stdout + r.stderr).strip()[-2000:]\n"
+    "if 'No module named pip' in out['pip_check']:\n"  # no pip (a venv without it): its check by the metadata
+    "    import importlib.metadata as m, re\n"
+    "    norm = lambda n: re.sub(r'[-_.]+', '-', (n or '').lower())\n"
+    "    dists = list(m.distributions())\n"
+    "    have = {norm(d.metadata['Name']) for d in dists}\n"
+    "    lines = []\n"
+    "    for d in dists:\n"
+    "        for req in d.requires or []:\n"
+    "            if ';' in req:\n"
+    "                try:\n"
+    "                    from packaging.requirements import Requirement\n"
+    "                    marker = Requirement(req).marker\n"
+    "                    if marker and not marker.evaluate({'extra': ''}):\n"
+    "                        continue\n"
+    "                except Exception:\n"
+    "                    continue\n"
+    "            name = norm(re.split(r'[ ;<>=!~\\[(]', req.strip(), maxsplit=1)[0])\n"
+    "            if name not in have:\n"
+    "                what = (d.metadata['Name'], d.version, name)\n"
+    "                lines.append('%s %s requires %s, which is not installed.' % what)\n"
+    "    out['pip_rc'] = 1 if lines else 0\n"
+    "    out['pip_check'] = '\\n'.join(sorted(set(lines)))[-2000:]\n"
     "print(json.dumps(out))\n"
 )
 #: The distribution that holds a module the image lacks (the rest are named as their module is).
