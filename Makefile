@@ -43,7 +43,8 @@ demo: venv
 	$(BIN)/python config/demo_reservation.py
 	$(BIN)/jupyterhub -f config/demo_config.py
 
-docker-setup:
+# the test engine, started with the stand-in NVIDIA driver's hook on its PATH (scripts/nvml-sim-setup.sh)
+docker-setup: venv
 	STATE_DIR=$(STATE) bash scripts/docker-setup.sh
 
 postgres-setup:

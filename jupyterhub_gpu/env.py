@@ -55,8 +55,8 @@ DEVICE_INFO = "JUPYTERHUB_GPU_DEVICE_INFO"
 #: and "1/4" for a time-sliced share or "mig:1g.10gb" for a MIG slice (absent for a whole GPU).
 MEMORY_LIMIT_MIB = "JUPYTERHUB_GPU_MEMORY_LIMIT_MIB"
 SHARE = "JUPYTERHUB_GPU_SHARE"
-#: Kubernetes: "nvml" when the server lists its GPUs itself ("simulated": from the IDs a simulated device
-#: plugin put in ``NVIDIA_VISIBLE_DEVICES``), how many it has, and the extended resource.
+#: Kubernetes: "nvml" when the server lists its GPUs itself (with NVML, which sees only the GPUs the device
+#: plugin gave the pod), how many it has, and the extended resource.
 DEVICE_DISCOVERY = "JUPYTERHUB_GPU_DEVICE_DISCOVERY"
 COUNT = "JUPYTERHUB_GPU_COUNT"
 RESOURCE = "JUPYTERHUB_GPU_RESOURCE"
@@ -78,6 +78,10 @@ STARTUP_TIMEOUT = "JUPYTERHUB_GPU_STARTUP_TIMEOUT"
 CLI_URL = "JUPYTERHUB_GPU_URL"
 #: Simulated shared GPUs: the directory the servers of one machine share (:mod:`jupyterhub_gpu.gpus.shared_sim`).
 SIM_STATE_DIR = "JUPYTERHUB_GPU_SIM_STATE_DIR"
+#: The stand-in NVIDIA driver (tools/nvml-sim, :mod:`jupyterhub_gpu.gpus.standin`): its state file and the
+#: directory of its device nodes, for a process on the host (in a container: /run/nvidia-sim and /dev).
+NVML_STATE = "JUPYTERHUB_GPU_NVML_STATE"
+NVML_DEV_DIR = "JUPYTERHUB_GPU_NVML_DEV_DIR"
 
 #: Every variable of this list.
 NAMES = (
@@ -106,6 +110,8 @@ NAMES = (
     STARTUP_TIMEOUT,
     CLI_URL,
     SIM_STATE_DIR,
+    NVML_STATE,
+    NVML_DEV_DIR,
 )
 
 # -- written by the spawners ----------------------------------------------------------------
@@ -198,20 +204,20 @@ def memory_limit_of(devices: list[GPUDevice]) -> int | None:
     return sum(d.memory_mib for d in shared)
 
 
-def nvml_discovery_env(gpu_count: int, gpu_resource: str, simulated: bool = False) -> dict[str, str]:
-    """What changes on Kubernetes: a GPU pod lists the GPUs the device plugin gave it; a CPU pod has none.
+def nvml_discovery_env(gpu_count: int, gpu_resource: str) -> dict[str, str]:
+    """What changes on Kubernetes: a GPU pod lists the GPUs the device plugin gave it with NVML; a CPU pod has none.
 
-    On a node whose GPUs are simulated (the k8s test layer) there is no NVML: the pod takes its GPUs from the
-    IDs the simulated device plugin put in ``NVIDIA_VISIBLE_DEVICES``, as NVIDIA's plugin does.
+    NVML inside the pod sees only the GPUs the plugin chose (NVIDIA's plugin and container toolkit mount only
+    their device nodes; on the test cluster, the simulated plugin does the same with the stand-in driver's,
+    tools/nvml-sim), so the pod never trusts a GPU named by an environment variable.
     """
     if not gpu_count:
         return {COUNT: "0"}
-    discovery = "simulated" if simulated else "nvml"
     return {
         DEVICES: "",
         DEVICE_INFO: "[]",
-        DEVICE_DISCOVERY: discovery,
-        READER: discovery,
+        DEVICE_DISCOVERY: "nvml",
+        READER: "nvml",
         COUNT: str(gpu_count),
         RESOURCE: gpu_resource,
     }
@@ -251,8 +257,6 @@ def session_from_env(env: Mapping[str, str] = os.environ) -> dict | None:
 
 def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
     """The GPUs assigned to this server: listed by the spawner, or (Kubernetes) found with NVML."""
-    if env.get(DEVICE_DISCOVERY) == "simulated":
-        return plugin_devices(env)
     if env.get(DEVICE_DISCOVERY) == "nvml":
         # Kubernetes: the device plugin chose the GPUs and made only those visible to this pod
         try:
@@ -265,22 +269,6 @@ def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
         return [GPUDevice.from_dict(d) for d in json.loads(info)]
     uuids = [u for u in env.get(DEVICES, "").split(",") if u]
     return [GPUDevice(str(i), u, u, 0) for i, u in enumerate(uuids)]
-
-
-def plugin_devices(env: Mapping[str, str]) -> list[GPUDevice]:
-    """A pod's simulated GPUs: the IDs the (simulated) device plugin chose, named after the profile's model.
-
-    Only a server the spawner marked simulated reads them; each is labelled simulated, with the node's
-    memory per GPU where the spawner knew it (``MEMORY_LIMIT_MIB`` for a share), else 16 GiB.
-    """
-    if env.get(SIMULATED) != "1":
-        return []
-    ids = [i.strip() for i in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",")]
-    ids = [i for i in ids if i and i not in ("void", "none", "all")]
-    model = env.get(MODEL, "") or "GPU"
-    name = model if model.lower().startswith("simulated") else f"Simulated {model}"
-    memory = memory_limit_from_env(env) or 16384
-    return [pod_unit(GPUDevice(str(i), u, name, memory, simulated=True), env) for i, u in enumerate(ids)]
 
 
 def pod_unit(device: GPUDevice, env: Mapping[str, str]) -> GPUDevice:

@@ -15,6 +15,8 @@
 #   * a bridge jhgpu-k8s0 with the explicit subnet $K8S_SUBNET (default 10.214.0.0/24): the node's IP is its
 #     gateway (.1) and pods get addresses on it from the CNI bridge plugin; nothing routes anywhere else (no
 #     masquerade), so test traffic stays between this machine and its own pods;
+#   * the stand-in NVIDIA driver in $K8S_NVML_ROOT (scripts/nvml-sim-setup.sh): the device plugin advertises
+#     its GPUs and mounts its library, state and device nodes into each GPU pod, so pods read NVML;
 #   * the node `jhgpu-sim-node`, labelled nvidia.com/gpu.product=Simulated-T4 and tainted nvidia.com/gpu:NoSchedule
 #     as the values file expects, with 4 simulated `nvidia.com/gpu` (IDs GPU-sim-0..3) from
 #     gpu-device-plugin-sim, which speaks the kubelet's device-plugin API;
@@ -32,6 +34,9 @@ K8S_DIR="${K8S_DIR:-/var/lib/jhgpu-k8s}"
 RUN_DIR="${K8S_RUN_DIR:-/run/jhgpu-k8s}"
 K8S_SUBNET="${K8S_SUBNET:-10.214.0.0/24}"
 K8S_GPUS="${K8S_GPUS:-4}"
+# the stand-in NVIDIA driver of the node (scripts/nvml-sim-setup.sh): its own root, apart from the Docker
+# engine's, whose state the Docker tests rewrite
+K8S_NVML_ROOT="${K8S_NVML_ROOT:-/var/lib/jupyterhub-gpu-sim-k8s}"
 K8S_WAIT_S="${K8S_WAIT_S:-120}"
 K8S_IMAGE="${K8S_IMAGE:-jupyterhub-gpu/tensorflow:2.15-cpu}"
 K8S_HUB_IMAGE="${K8S_HUB_IMAGE:-jupyterhub-gpu/k8s-hub:test}"
@@ -420,7 +425,9 @@ start() {
     launch kubelet "$BIN/kubelet" --config "$K8S_DIR/kubelet.yaml" --kubeconfig "$K8S_DIR/kubelet.kubeconfig" \
         --root-dir "$K8S_DIR/kubelet" --hostname-override "$NODE" --node-ip "$NODE_IP" \
         --node-labels "nvidia.com/gpu.product=Simulated-T4,nvidia.com/gpu.memory=15360,nvidia.com/gpu.count=$K8S_GPUS"
-    launch gpu-device-plugin-sim "$BIN/gpu-device-plugin-sim" -dir "$PLUGIN_DIR" -count "$K8S_GPUS"
+    NVML_SIM_ROOT="$K8S_NVML_ROOT" NVML_SIM_GPUS="T4x$K8S_GPUS" NVML_SIM_KEEP=0 bash "$REPO_ROOT/scripts/nvml-sim-setup.sh"
+    launch gpu-device-plugin-sim "$BIN/gpu-device-plugin-sim" -dir "$PLUGIN_DIR" -count "$K8S_GPUS" \
+        -nvml-root "$K8S_NVML_ROOT"
     make_storage
     wait_for "the node with $K8S_GPUS simulated GPUs" "$K8S_WAIT_S" node_ready
     log "ready: KUBECONFIG=$K8S_DIR/admin.kubeconfig (node $NODE, $K8S_GPUS simulated nvidia.com/gpu, pods on $K8S_SUBNET)"

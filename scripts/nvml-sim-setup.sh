@@ -7,7 +7,8 @@
 # Builds libnvidia-ml.so.1 from tools/nvml-sim/nvml_sim.c into $NVML_SIM_ROOT/lib (default
 # /var/lib/jupyterhub-gpu-sim), installs the stand-in container hook into $NVML_SIM_ROOT/bin (dockerd
 # registers its nvidia device driver when that directory is on its PATH at start: scripts/docker-setup.sh)
-# and, where there is none yet, writes a state of 4 Simulated T4 (jupyterhub_gpu/gpus/standin.py).
+# and, where there is none yet, writes a state of $NVML_SIM_GPUS (default T4x4: 4 Simulated T4;
+# jupyterhub_gpu/gpus/standin.py).
 # Idempotent: the library is rebuilt only when its source changed. Never on a machine with a real driver
 # library in that root: the root is the stand-in's own.
 set -euo pipefail
@@ -32,7 +33,11 @@ if [[ ! -f $ROOT/lib/.source-hash || $(cat "$ROOT/lib/.source-hash") != "$hash" 
     printf '%s' "$hash" >"$ROOT/lib/.source-hash"
 fi
 install -m 0755 tools/nvml-sim/nvidia-container-runtime-hook "$ROOT/bin/nvidia-container-runtime-hook"
-PY=python3
-[[ -x .venv/bin/python ]] && PY=.venv/bin/python
-PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m jupyterhub_gpu.gpus.standin --root "$ROOT" --keep >/dev/null
+PY="${PYTHON:-.venv/bin/python}"
+if ! "$PY" -c "import jupyterhub_gpu.gpus.standin" 2>/dev/null; then
+    log "ERROR: $PY cannot import jupyterhub_gpu (run 'make venv', or set PYTHON to a Python that has it)"
+    exit 1
+fi
+"$PY" -m jupyterhub_gpu.gpus.standin --root "$ROOT" \
+    --gpus "${NVML_SIM_GPUS:-T4x4}" $([[ ${NVML_SIM_KEEP:-1} == 1 ]] && echo --keep) >/dev/null
 log "stand-in NVIDIA driver ready in $ROOT (state: $ROOT/state/nvml.state)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -99,6 +100,8 @@ class Hub:
         self.config_file = self.workdir / "jupyterhub_config.py"
         self.log_file = self.workdir / "hub.log"
         self.proc: subprocess.Popen | None = None
+        #: more environment for the hub process (the stand-in driver's, for example)
+        self.env: dict[str, str] = {}
         self.write_config(config)
 
     def write_config(self, config: str) -> None:
@@ -128,7 +131,7 @@ class Hub:
         self.config_file.write_text(textwrap.dedent(base) + "\n" + textwrap.dedent(config))
 
     def start(self, wait=True) -> None:
-        env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+        env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", **self.env)
         self.log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(
             [str(BIN / "jupyterhub"), "-f", str(self.config_file), "--debug"],
@@ -481,3 +484,34 @@ def pytest_configure(config):
             f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup (the k8s, Docker and chaos groups"
             " would run in several workers at once): install constraints.txt's versions (make venv)"
         )
+
+
+# -- the stand-in NVIDIA driver -------------------------------------------------------------------
+
+
+def build_standin(root: Path) -> Path:
+    """Build the stand-in library into ``root/lib`` as scripts/nvml-sim-setup.sh does."""
+    lib = root / "lib" / "libnvidia-ml.so.1"
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    flags = ["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libnvidia-ml.so.1"]
+    subprocess.run(["gcc", *flags, "-o", str(lib), str(ROOT / "tools/nvml-sim/nvml_sim.c"), "-lpthread"], check=True)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def standin_library(tmp_path_factory) -> Path:
+    lib = build_standin(tmp_path_factory.mktemp("nvml-sim"))
+    ctypes.CDLL(str(lib))  # now dlopen("libnvidia-ml.so.1") (pynvml) finds this one, by its soname
+    return lib
+
+
+@pytest.fixture
+def driver(standin_library, tmp_path, monkeypatch):
+    """The stand-in NVIDIA driver (tools/nvml-sim) as this process's NVML, its state in ``tmp_path``."""
+    from jupyterhub_gpu.gpus.standin import StandIn
+
+    standin = StandIn(root=tmp_path / "sim")
+    for key, value in standin.environment().items():
+        if key != "LD_LIBRARY_PATH":
+            monkeypatch.setenv(key, value)
+    return standin

@@ -22,17 +22,19 @@ A process's pid is the host's, as the real driver reports it (also inside a cont
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+import sys
 import tempfile
 import uuid as uuidlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from jupyterhub_gpu.env import NVML_DEV_DIR, NVML_STATE
+
 #: The machine-wide root of the stand-in driver for Docker (the hook on dockerd's PATH finds the rest from it).
 DEFAULT_ROOT = Path("/var/lib/jupyterhub-gpu-sim")
-STATE_ENV = "JUPYTERHUB_GPU_NVML_STATE"
-DEV_DIR_ENV = "JUPYTERHUB_GPU_NVML_DEV_DIR"
 _NAME = re.compile(r"^Simulated [^\r\n=]{1,80}$")
 _UUID = re.compile(r"^(GPU|MIG)-[A-Za-z0-9-]{1,80}$")
 
@@ -192,8 +194,8 @@ class StandIn:
         """What a process on the host needs to load the stand-in as its NVML (set before it starts)."""
         return {
             "LD_LIBRARY_PATH": str(self.library.parent),
-            STATE_ENV: str(self.state_file),
-            DEV_DIR_ENV: str(self.dev_dir),
+            NVML_STATE: str(self.state_file),
+            NVML_DEV_DIR: str(self.dev_dir),
         }
 
     def write(self, gpus: list[SimGPU] | None = None) -> None:
@@ -226,6 +228,14 @@ class StandIn:
     def uuids(self) -> dict[int, str]:
         return {g.index: g.with_uuid().uuid for g in self.gpus}
 
+    def uuids_in_state(self) -> list[str]:
+        """The GPUs' uuids as the state file on disk has them (written by anyone), in its order."""
+        found = []
+        for line in self.state_file.read_text().splitlines():
+            if line.startswith("gpu "):
+                found += [t[len("uuid=") :] for t in line.split(" name=")[0].split() if t.startswith("uuid=")]
+        return found
+
     def mig_uuids(self, index: int) -> list[str]:
         return [m.uuid for g in self.gpus if g.index == index for m in g.with_uuid().migs]
 
@@ -249,9 +259,6 @@ def parse_gpus(text: str) -> list[SimGPU]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m jupyterhub_gpu.gpus.standin [--root R] [--gpus T4x2] [--keep]``: write the stand-in's state."""
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(prog="python -m jupyterhub_gpu.gpus.standin", description=main.__doc__)
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=f"the stand-in's root (default {DEFAULT_ROOT})")
     parser.add_argument("--gpus", default="T4x4", help="the GPUs, MODELxCOUNT[,...] (default T4x4)")

@@ -11,41 +11,13 @@ import ctypes
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pynvml
 import pytest
 
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError, share_uuid
 from jupyterhub_gpu.gpus.nvml import NVMLReader, nvml_inventory
-from jupyterhub_gpu.gpus.standin import SimGPU, SimMIG, SimProcess, StandIn, StandInError, main, parse_gpus
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def build_standin(root: Path) -> Path:
-    """Build the stand-in library into ``root/lib`` as scripts/nvml-sim-setup.sh does."""
-    lib = root / "lib" / "libnvidia-ml.so.1"
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    flags = ["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libnvidia-ml.so.1"]
-    subprocess.run(["gcc", *flags, "-o", str(lib), str(ROOT / "tools/nvml-sim/nvml_sim.c"), "-lpthread"], check=True)
-    return lib
-
-
-@pytest.fixture(scope="session")
-def standin_library(tmp_path_factory) -> Path:
-    lib = build_standin(tmp_path_factory.mktemp("nvml-sim"))
-    ctypes.CDLL(str(lib))  # now dlopen("libnvidia-ml.so.1") finds this one
-    return lib
-
-
-@pytest.fixture
-def driver(standin_library, tmp_path, monkeypatch) -> StandIn:
-    standin = StandIn(root=tmp_path / "sim")
-    for key, value in standin.environment().items():
-        if key != "LD_LIBRARY_PATH":
-            monkeypatch.setenv(key, value)
-    return standin
+from jupyterhub_gpu.gpus.standin import SimGPU, SimMIG, SimProcess, StandInError, main, parse_gpus
 
 
 def a100_with_mig(index: int, processes=()) -> SimGPU:

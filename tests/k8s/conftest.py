@@ -30,6 +30,8 @@ NODE_IP = "10.214.0.1"
 GPUS = 4
 #: the CPU TensorFlow image (JupyterLab and the server extension); scripts/k8s-setup.sh imports it (K8S_IMAGE)
 IMAGE = os.environ.get("K8S_IMAGE", "jupyterhub-gpu/tensorflow:2.15-cpu")
+#: the node's stand-in NVIDIA driver (scripts/k8s-setup.sh: K8S_NVML_ROOT)
+K8S_NVML_ROOT = Path(os.environ.get("K8S_NVML_ROOT", "/var/lib/jupyterhub-gpu-sim-k8s"))
 #: the kubelet's record of which device each container got (the device manager's checkpoint)
 DEVICE_CHECKPOINT = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
 

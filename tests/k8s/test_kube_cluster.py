@@ -14,10 +14,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 
+from jupyterhub_gpu.gpus.standin import StandIn
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.spawners.kube.spawner import kube_time
 from tests.conftest import wait_for
-from tests.k8s.conftest import NODE, pod_devices, running, token, wait_pod
+from tests.k8s.conftest import K8S_NVML_ROOT, NODE, pod_devices, running, token, wait_pod
 
 pytestmark = pytest.mark.k8s
 
@@ -79,14 +80,17 @@ def test_a_spawn_is_a_real_pod_on_the_gpu_node_with_the_device_the_kubelet_chose
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert not any(v.get("hostPath") for v in spec.get("volumes", []))
 
-    # the kubelet's device manager gave it one simulated GPU, and the server names exactly that one
+    # the kubelet's device manager gave it one GPU of the node's stand-in driver, and the server names exactly
+    # that one, read with NVML in the pod (the plugin mounted the driver and that GPU's device node only)
     devices = wait_for(lambda: pod_devices(pod["metadata"]["uid"]), timeout=10, what="the device checkpoint")
-    assert len(devices) == 1 and devices[0].startswith("GPU-sim-")
+    standin = StandIn(root=K8S_NVML_ROOT)
+    assert len(devices) == 1 and devices[0] in set(standin.uuids_in_state())
     headers = token(hub, "alice")
     stats = requests.get(f"{hub.url}/user/alice/gpu/api/v1/stats?history=0", headers=headers, timeout=15).json()
     assert stats["simulated"] is True
     assert [g["uuid"] for g in stats["gpus"]] == devices
-    assert stats["gpus"][0]["name"].startswith("Simulated")
+    assert stats["gpus"][0]["name"] == "Simulated T4" and stats["reason"] is None
+    assert stats["gpus"][0]["memory_total_mib"] == 15360  # as the driver reports it
     # JupyterLab opens through the hub's proxy
     lab = requests.get(f"{hub.url}/user/alice/lab", headers=headers, timeout=30)
     assert lab.status_code == 200 and "JupyterLab" in lab.text

@@ -205,7 +205,6 @@ def make_kube_env(
     gpu_resource: str,
     memory_limit_mib: int | None = None,
     share: str = "",
-    simulated: bool = False,
 ) -> dict[str, str]:
     """The server's environment on Kubernetes, from :func:`jupyterhub_gpu.env.make_gpu_env`'s.
 
@@ -215,9 +214,6 @@ def make_kube_env(
     container (which sees only those GPUs). A CPU-only pod keeps
     ``NVIDIA_VISIBLE_DEVICES=void``: without a GPU limit, an image with
     ``NVIDIA_VISIBLE_DEVICES=all`` would otherwise see every GPU of its node.
-
-    On a simulated node (``simulated``: the k8s test layer) the pod reads the IDs the simulated device plugin
-    gave it instead of asking NVML.
 
     A time-sliced share or a MIG slice carries its memory cap
     (``JUPYTERHUB_GPU_MEMORY_LIMIT_MIB``) and what it is (``JUPYTERHUB_GPU_SHARE``:
@@ -230,7 +226,7 @@ def make_kube_env(
     else:
         out["NVIDIA_VISIBLE_DEVICES"] = "void"
         out["CUDA_VISIBLE_DEVICES"] = ""
-    out.update(nvml_discovery_env(gpu_count, gpu_resource, simulated))
+    out.update(nvml_discovery_env(gpu_count, gpu_resource))
     out.pop(MEMORY_LIMIT_MIB, None)
     out.pop(SHARE, None)
     if gpu_count and memory_limit_mib:

@@ -513,7 +513,6 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             gpu_resource=resource or "",
             memory_limit_mib=memory_limit,
             share=share or "",
-            simulated=bool(self._gpu_session.get("simulated")),
         )
         if profile.mem_limit:
             env["MEM_LIMIT"] = str(profile.mem_limit)

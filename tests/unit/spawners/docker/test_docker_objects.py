@@ -63,6 +63,7 @@ def test_gpu_env_for_two_gpus():
         profile_name="2× T4",
         currency_symbol="¥",
         service_url="http://127.0.0.1:10101/services/gpu/",
+        reader="simulated",
     )
     assert env == {
         "NVIDIA_VISIBLE_DEVICES": f"{U0},{U1}",
@@ -74,6 +75,7 @@ def test_gpu_env_for_two_gpus():
         "JUPYTERHUB_GPU_SESSION_ID": "0123456789abcdef",
         "JUPYTERHUB_GPU_STARTED": "2026-11-29T19:46:04.123456Z",
         "JUPYTERHUB_GPU_SIMULATED": "1",
+        "JUPYTERHUB_GPU_READER": "simulated",
         "JUPYTERHUB_GPU_DEVICE_INFO": (
             f'[{{"index": "0", "memory_mib": 16384, "name": "Simulated T4", "uuid": "{U0}"}}, '
             f'{{"index": "1", "memory_mib": 16384, "name": "Simulated T4", "uuid": "{U1}"}}]'
@@ -106,6 +108,7 @@ def test_gpu_env_for_cpu_only():
         "JUPYTERHUB_GPU_SESSION_ID": "s",
         "JUPYTERHUB_GPU_STARTED": "2026-11-29T19:46:04.123456Z",
         "JUPYTERHUB_GPU_SIMULATED": "0",
+        "JUPYTERHUB_GPU_READER": "nvml",
         "JUPYTERHUB_GPU_DEVICE_INFO": "[]",
         "JUPYTERHUB_GPU_MODEL": "",
         "JUPYTERHUB_GPU_PROFILE_NAME": "cpu",
@@ -544,3 +547,12 @@ def test_a_root_container_user_stops_the_hub_at_startup_with_a_clear_message(val
     c.GPUDockerSpawner.gpu_backend = "simulated"
     c.GPUDockerSpawner.profiles = [{"slug": "cpu", "gpu_count": 0, "image": "img:1", "price_per_hour": "0.60"}]
     assert GPUDockerSpawner.gpu_check_config(c) == []
+
+
+def test_gpu_env_names_the_reader_and_refuses_an_unknown_one():
+    common = dict(profile_slug="x", device_uuids=[U0], rate_per_minute=Decimal(1), currency="USD", session_id="s")
+    env = make_gpu_env(**common, started=STARTED, simulated=True)
+    # the stand-in driver's GPUs are simulated, but read with NVML like real ones
+    assert (env["JUPYTERHUB_GPU_SIMULATED"], env["JUPYTERHUB_GPU_READER"]) == ("1", "nvml")
+    with pytest.raises(ValueError, match="reader must be one of nvml, simulated"):
+        make_gpu_env(**common, started=STARTED, simulated=True, reader="cuda")
