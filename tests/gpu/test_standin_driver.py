@@ -8,6 +8,7 @@ a lab server runs: pynvml, :func:`nvml_inventory`, :class:`NVMLReader`.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError, share_uuid
 from jupyterhub_gpu.gpus.nvml import NVMLReader, nvml_inventory
 from jupyterhub_gpu.gpus.standin import SimGPU, SimMIG, SimProcess, StandInError, main, parse_gpus
+from tests.conftest import ROOT
 
 
 def a100_with_mig(index: int, processes=()) -> SimGPU:
@@ -200,3 +202,27 @@ def test_pynvml_in_a_fresh_process_loads_the_standin_by_its_path(driver, standin
     code = "from jupyterhub_gpu.gpus.nvml import nvml_inventory; print([d.name for d in nvml_inventory()])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['Simulated T4', 'Simulated T4']"
+
+
+def test_the_comparison_with_a_real_driver_runs_on_the_standin(driver, standin_library, tmp_path):
+    """tools/nvml-sim/compare.py (scripts/gpu-device-check.sh): its probe through the stand-in gives NVML's
+    types, units (memory in bytes) and error codes; a changed unit or code is a difference it reports."""
+    driver.write([SimGPU(0, util=50, used_mib=2048, processes=(SimProcess(4242, 1024, 10),))])
+    env = {**os.environ, **driver.environment(), "LD_LIBRARY_PATH": str(standin_library.parent)}
+    tool = str(ROOT / "tools/nvml-sim/compare.py")
+    out = subprocess.run([sys.executable, tool, "probe"], env=env, capture_output=True, text=True, check=True)
+    probe = json.loads(out.stdout)
+    assert probe["memory"] == {"type": "c_nvmlMemory_t", "fields": {"total": "bytes", "free": "bytes", "used": "bytes"}}
+    assert probe["utilization"]["fields"] == {"gpu": "small", "memory": "small"}
+    assert probe["power"] == {"type": "int", "unit": "large"}  # milliwatts
+    assert probe["index_past_the_last"] == {"error": pynvml.NVML_ERROR_INVALID_ARGUMENT}
+    assert probe["unknown_uuid"] == {"error": pynvml.NVML_ERROR_NOT_FOUND}
+    assert probe["name_buffer_too_small"] == {"error": pynvml.NVML_ERROR_INSUFFICIENT_SIZE}
+    (tmp_path / "a.json").write_text(json.dumps(probe))
+    same = subprocess.run([sys.executable, tool, "diff", tmp_path / "a.json", tmp_path / "a.json"], capture_output=True)
+    assert same.returncode == 0
+    (tmp_path / "b.json").write_text(json.dumps({**probe, "power": {"type": "float", "unit": "float"}}))
+    other = subprocess.run(
+        [sys.executable, tool, "diff", tmp_path / "a.json", tmp_path / "b.json"], capture_output=True, text=True
+    )
+    assert other.returncode == 1 and "power: real" in other.stdout
