@@ -1,9 +1,8 @@
 """GPUDockerSpawner against a real Docker engine (make test starts dockerd and builds the image).
 
-No NVIDIA runtime exists here, so the hub runs with the test-only switch
-``omit_device_requests``: the container is created without the GPU device
-request, and the tests assert the exact request that would have been sent,
-recorded in the container's ``jupyterhub-gpu.device-requests`` label.
+The GPUs are the stand-in NVIDIA driver's (tools/nvml-sim; scripts/docker-setup.sh starts the engine with
+its hook, so dockerd serves GPU device requests as with the NVIDIA Container Toolkit): the hub lists them
+with NVML and each container is created WITH its device request, which the hook serves.
 """
 
 from __future__ import annotations
@@ -15,12 +14,15 @@ import uuid
 
 import pytest
 
+from jupyterhub_gpu.gpus.standin import DEFAULT_ROOT, SimGPU, StandIn
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.docker
 
 IMAGE = "jupyterhub-gpu/test-singleuser:latest"
-GPUS = [f"GPU-{uuid.UUID(int=i)}" for i in range(1, 4)]
+#: the stand-in driver's three GPUs (their uuids depend on index and model only)
+STANDIN_GPUS = [SimGPU(i) for i in range(3)]
+GPUS = [g.with_uuid().uuid for g in STANDIN_GPUS]
 
 
 def docker(*args: str, check=True, timeout=120) -> str:
@@ -64,12 +66,9 @@ def datasets():
 
 
 def config(datasets: str, prefix: str) -> str:
-    static = [{"index": i, "uuid": u, "name": "Tesla T4", "memory_gb": 16} for i, u in enumerate(GPUS)]
     return f"""
 c.JupyterHub.spawner_class = "gpu-docker"
-c.GPUDockerSpawner.gpu_backend = "static"
-c.GPUDockerSpawner.static_gpus = {static!r}
-c.GPUDockerSpawner.omit_device_requests = True
+c.GPUDockerSpawner.gpu_backend = "nvml"
 c.GPUDockerSpawner.network_name = "host"
 c.GPUDockerSpawner.prefix = {prefix!r}
 c.GPUDockerSpawner.work_volume_template = {prefix + "-work-{username}"!r}
@@ -90,7 +89,11 @@ c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
 @pytest.fixture
 def hub(make_hub, datasets):
     prefix = f"jhgpu-test-{uuid.uuid4().hex[:6]}"
-    hub = make_hub(config(datasets, prefix))
+    standin = StandIn(root=DEFAULT_ROOT)
+    standin.write(STANDIN_GPUS)
+    hub = make_hub(config(datasets, prefix), start=False)
+    hub.env = standin.environment()  # the hub reads the stand-in as its NVML
+    hub.start()
     hub.prefix = prefix
     yield hub
     hub.cleanup()
@@ -123,13 +126,16 @@ def test_container_is_hardened_holds_its_gpus_and_mounts_owner_storage(hub, data
     assert env["JUPYTERHUB_GPU_RATE_PER_MINUTE"] == "0.1"
     assert env["JUPYTERHUB_GPU_CURRENCY"] == "CNY"
     assert env["JUPYTERHUB_GPU_SESSION_ID"] == alice["session_id"]
-    assert env["JUPYTERHUB_GPU_SIMULATED"] == "0"
+    assert env["JUPYTERHUB_GPU_SIMULATED"] == "1"  # the stand-in's GPUs are "Simulated T4"
+    assert env["JUPYTERHUB_GPU_READER"] == "nvml"
 
-    # the exact device request that would reach the NVIDIA runtime
-    assert json.loads(config["Labels"]["jupyterhub-gpu.device-requests"]) == [
+    # the device request reached the engine, and the (stand-in) NVIDIA hook gave the container those GPUs only
+    assert host["DeviceRequests"] == [
         {"Capabilities": [["gpu"]], "Count": 0, "DeviceIDs": alice["devices"], "Driver": "", "Options": {}}
     ]
-    assert not host.get("DeviceRequests")  # left out by the test-only switch
+    assert "jupyterhub-gpu.device-requests" not in config["Labels"]
+    nodes = docker("exec", info["Id"], "sh", "-c", "ls /dev | grep '^nvidia[0-9]' || true").split()
+    assert sorted(nodes) == sorted(f"nvidia{GPUS.index(u)}" for u in alice["devices"])
     assert config["Labels"]["jupyterhub-gpu.gpus"] == visible
     assert config["Labels"]["jupyterhub-gpu.user"] == "alice"
 

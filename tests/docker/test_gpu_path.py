@@ -21,7 +21,7 @@ import uuid
 import pytest
 import requests
 
-from jupyterhub_gpu.gpus.standin import DEFAULT_ROOT, SimGPU, SimProcess, StandIn
+from jupyterhub_gpu.gpus.standin import DEFAULT_ROOT, SimGPU, SimMIG, SimProcess, StandIn
 from jupyterhub_gpu.ledger import Ledger
 from tests.conftest import Hub, free_port, wait_for
 from tests.docker.test_docker_spawner import docker as docker_command
@@ -192,3 +192,21 @@ def test_a_gpu_server_reads_its_own_gpu_through_nvml_and_an_idle_gpu_is_culled(s
     assert [n for n in hub.ledger.notices("idle", include_dismissed=True) if n.kind == "cull"]  # warned first
     assert hub.server("busy") is not None and hub.server("busy").get("ready")
     assert not [n for n in hub.ledger.notices("busy", include_dismissed=True) if n.kind == "cull"]
+
+
+def test_a_mig_slice_is_listed_in_its_container_as_a_handle_of_its_parent(standin):
+    a100 = SimGPU(
+        3, model="A100", total_mib=40960, mig="on", migs=(SimMIG(0, "3g.20gb", 20480), SimMIG(1, "1g.10gb", 10240))
+    )
+    standin.write([SimGPU(0), SimGPU(1), SimGPU(2), a100])
+    mig = standin.mig_uuids(3)[1]
+    code = (
+        "import json; from jupyterhub_gpu.gpus.nvml import nvml_inventory;"
+        "print(json.dumps([(d.index, d.uuid, d.name, d.parent_uuid) for d in nvml_inventory()]))"
+    )
+    out = docker(
+        "run", "--rm", "--network", "none", "--user", "1000:100", "--cap-drop", "ALL", "--gpus", f"device={mig}",
+        "--entrypoint", "python", IMAGE, "-c", code,
+    )  # fmt: skip
+    # the container was given one slice: NVML lists its parent as GPU 0, with only that slice (slot 1)
+    assert json.loads(out) == [["0:1", mig, "Simulated A100 MIG 1g.10gb", standin.uuids()[3]]]
