@@ -1,10 +1,16 @@
 """A GPU profile's spawn on an engine without the NVIDIA runtime (issue 30): the student reads that the lab's GPU
 runtime is not set up (not "HTTP 500: Unhandled error starting server"), the admin's log has the fix, once at
-the hub's start too. Skipped where the engine serves GPU device requests (a stand-in NVIDIA hook on its PATH).
+the hub's start too.
+
+The suite's engine serves GPU device requests (scripts/docker-setup.sh starts it with the stand-in
+``nvidia-container-runtime-hook`` on its PATH), so this hub spawns on a dockerd of the test's own
+(tests/docker/own_dockerd.py) started without it: no ``nvidia`` device driver, as on a lab server before the
+NVIDIA Container Toolkit is installed. The hub's DockerSpawner reaches it through ``DOCKER_HOST``.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import uuid
 
@@ -12,7 +18,10 @@ import pytest
 
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.spawners.docker.engine import GPU_RUNTIME_MESSAGE
-from tests.docker.test_docker_spawner import IMAGE, remove_by_prefix
+from tests.docker import own_dockerd as own
+from tests.docker.test_docker_spawner import IMAGE
+
+own_plain_dockerd = own.own_plain_dockerd  # the fixture: a dockerd of the module's own, no NVIDIA hook
 
 pytestmark = pytest.mark.docker
 
@@ -36,18 +45,23 @@ c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
 """
 
 
-def test_a_gpu_spawn_without_the_nvidia_runtime_tells_the_student_and_the_admin(make_hub):
+def test_a_gpu_spawn_without_the_nvidia_runtime_tells_the_student_and_the_admin(own_plain_dockerd, make_hub):
+    daemon = own_plain_dockerd
+    assert "jupyterhub-gpu-sim" not in daemon.path, daemon.path
     tried = subprocess.run(
-        ["docker", "run", "--rm", "--gpus", "1", "--network", "none", "--entrypoint", "true", IMAGE],
+        ["docker", "-H", daemon.host, "run", "--rm", "--gpus", "1", "--network", "none", "--entrypoint", "true", IMAGE],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    if tried.returncode == 0:
-        pytest.skip("this Docker engine serves GPU device requests (an NVIDIA device driver is registered)")
+    if tried.returncode == 0:  # a safety: its PATH lacks the stand-in hook, yet an NVIDIA hook is registered
+        hook = shutil.which(own.NVIDIA_HOOK, path=daemon.path)
+        pytest.skip(f"the test's own dockerd serves GPU device requests ({own.NVIDIA_HOOK} on its PATH: {hook})")
     assert "could not select device driver" in tried.stderr, tried.stderr
     prefix = f"jhgpu-test-{uuid.uuid4().hex[:6]}"
-    hub = make_hub(config(prefix))
+    hub = make_hub(config(prefix), start=False)
+    hub.env["DOCKER_HOST"] = daemon.host  # the hub's DockerSpawner (and its startup probe) use the own engine
+    hub.start()
     try:
         start = [line for line in hub.log_text().splitlines() if "GPU profiles cannot start" in line]
         assert len(start) == 1 and start[0].startswith("[E "), start  # told at the hub's start, once
@@ -69,4 +83,5 @@ def test_a_gpu_spawn_without_the_nvidia_runtime_tells_the_student_and_the_admin(
         assert translator("zh-CN")(GPU_RUNTIME_MESSAGE) != GPU_RUNTIME_MESSAGE  # the Chinese is there
     finally:
         hub.cleanup()
-        remove_by_prefix(prefix)
+        for cid in daemon.docker("ps", "-aq", "--filter", f"name={prefix}", check=False).split():
+            daemon.docker("rm", "-f", cid, check=False)
