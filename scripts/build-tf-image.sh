@@ -23,6 +23,11 @@
 # third-party layer is kept tagged as <image>-deps (e.g. jupyterhub-gpu/tensorflow-deps:2.15-cpu), the
 # build cache that makes a change to jupyterhub-gpu alone a short rebuild.
 #
+# A rebuild takes the tag from the existing image: the log names that image (its id and build time)
+# before the build, and after it removes that one image by id, unless a container (running or
+# stopped) still uses it, in which case it is kept, untagged, and the log names the containers.
+# Nothing else is pruned.
+#
 # Environment (all optional): BASE_IMAGE, IMAGE, TF_VERSION, TF_PACKAGE override the variant's
 # values; FORCE=1 rebuilds even when up to date; STATE_DIR (default .state) holds the logs.
 set -euo pipefail
@@ -141,6 +146,8 @@ hash="$({
     (find examples -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
     find "$WHEEL_DIR" -maxdepth 1 -name '*.whl' -printf '%f\n' | LC_ALL=C sort
     sha256sum <"$LOCAL_WHEEL"
+    # jupyterhub-gpu's own dependencies, installed from the wheelhouse in the deps stage
+    sha256sum <"$DEPS_FILE"
     printf '%s\n' "$BASE_ID" "$TF_VERSION" "$TF_PACKAGE"
 } | sha256_of_stdin)"
 if [[ ${FORCE:-0} != 1 ]] && image_exists "$IMAGE"; then
@@ -157,6 +164,7 @@ rm -rf "$CONTEXT_DIR"
 mkdir -p "$CONTEXT_DIR"
 CLEANUP_DIRS+=("$CONTEXT_DIR")
 cp -a "$RECIPE_DIR"/. "$CONTEXT_DIR"/
+cp "$DEPS_FILE" "$CONTEXT_DIR/jupyterhub-gpu-deps.txt"
 cp -a examples "$CONTEXT_DIR/examples"
 cp -al "$WHEEL_DIR" "$CONTEXT_DIR/wheels" 2>/dev/null || cp -a "$WHEEL_DIR" "$CONTEXT_DIR/wheels"
 mkdir "$CONTEXT_DIR/local"
@@ -177,14 +185,49 @@ build() {
         die "docker build failed (full log: $BUILD_LOG)"
     }
 }
+image_id() { docker image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+short_id() { local id="${1#sha256:}"; printf '%s' "${id:0:12}"; }
+# The containers (running or not) created from image id $1, as "name (status)" lines.
+containers_using() {
+    docker ps --all --no-trunc --filter "ancestor=$1" --format '{{.Names}} ({{.Status}})' 2>/dev/null || true
+}
+# An image that a new build took the tag $1 from (old id $2): removed, unless a container still uses
+# it or another tag still names it; either way the log says what happened to it.
+retire_image() {
+    local tag="$1" old="$2" new users line
+    [[ -n $old ]] || return 0
+    new="$(image_id "$tag")"
+    [[ $old != "$new" ]] || return 0
+    users="$(containers_using "$old")"
+    if [[ -n $users ]]; then
+        log "kept the previous $tag ($(short_id "$old"), untagged now): containers still use it:"
+        while IFS= read -r line; do log "    $line"; done <<<"$users"
+        log "  remove it with 'docker image rm $(short_id "$old")' once they are gone"
+        return 0
+    fi
+    if docker image rm "$old" >/dev/null 2>&1; then
+        log "removed the previous $tag ($(short_id "$old"))"
+    else
+        log "kept the previous $tag ($(short_id "$old")): docker would not remove it (another tag or a child image uses it)"
+    fi
+}
+
+# Say what a build replaces before it does.
+OLD_IMAGE_ID="$(image_id "$IMAGE")"
+OLD_DEPS_ID="$(image_id "$DEPS_IMAGE")"
+if [[ -n $OLD_IMAGE_ID ]]; then
+    old_created="$(docker image inspect --format '{{ index .Config.Labels "org.opencontainers.image.created" }}' "$IMAGE" 2>/dev/null || true)"
+    log "replacing $IMAGE: the existing image $(short_id "$OLD_IMAGE_ID") (built ${old_created:-at an unknown time}) loses the tag" \
+        "and is removed after the build, unless a container still uses it"
+fi
 # The third-party layer (TensorFlow and the rest) is its own tagged stage: an untagged stage would be
-# pruned as dangling, and with it the cache that makes a change to jupyterhub-gpu a seconds-long build.
+# lost, and with it the cache that makes a change to jupyterhub-gpu a seconds-long build.
 build --target deps --tag "$DEPS_IMAGE"
 build --label "$HASH_LABEL=$hash" --label "org.opencontainers.image.created=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     --tag "$IMAGE"
-# superseded copies of both (untagged now)
-docker image prune --force --filter "label=$HASH_LABEL" >/dev/null || true
-docker image prune --force --filter "label=jupyterhub-gpu.stage=tf-deps" >/dev/null || true
+# the superseded copies of both, by id: never an image a container uses, never another build's
+retire_image "$IMAGE" "$OLD_IMAGE_ID"
+retire_image "$DEPS_IMAGE" "$OLD_DEPS_ID"
 
 log "smoke test: jupyterhub-singleuser --version as $(docker run --rm --network none "$IMAGE" id -un)"
 docker run --rm --network none "$IMAGE" jupyterhub-singleuser --version >&2 || die "smoke test of $IMAGE failed"
