@@ -40,6 +40,7 @@ def share_env(i: int, state_dir) -> dict:
         session_id=f"sess-share-{i}",
         started=datetime(2026, 1, 1, tzinfo=timezone.utc),
         simulated=True,
+        reader="simulated",  # gpu_backend = "simulated": the demo's Python simulation
         devices=[unit.to_dict()],
         gpu_model="T4",
         profile_name="¼ T4 (simulated)",

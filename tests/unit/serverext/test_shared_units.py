@@ -26,6 +26,7 @@ def spawn_env(monkeypatch, tmp_path, unit: GPUDevice):
         session_id="sess-q",
         started=datetime(2026, 1, 1, tzinfo=timezone.utc),
         simulated=True,
+        reader="simulated",  # gpu_backend = "simulated": the demo's Python simulation
         devices=[unit.to_dict()],
         gpu_model="T4",
         memory_limit_mib=gpu_env.memory_limit_of([unit]),
