@@ -169,6 +169,7 @@ def test_env_of_a_gpu_pod_leaves_the_devices_to_the_device_plugin():
         "JUPYTERHUB_GPU_DEVICES": "",
         "JUPYTERHUB_GPU_DEVICE_INFO": "[]",
         "JUPYTERHUB_GPU_DEVICE_DISCOVERY": "nvml",
+        "JUPYTERHUB_GPU_READER": "nvml",
         "JUPYTERHUB_GPU_COUNT": "2",
         "JUPYTERHUB_GPU_RESOURCE": "nvidia.com/gpu",
         "JUPYTERHUB_GPU_PROFILE": "a100",

@@ -298,6 +298,7 @@ def expected_gpu_env(spawner, *, profile, name, model, rate, count, resource, cp
         "JUPYTERHUB_GPU_SESSION_ID": session["session_id"],
         "JUPYTERHUB_GPU_STARTED": session["started"],
         "JUPYTERHUB_GPU_SIMULATED": "0",
+        "JUPYTERHUB_GPU_READER": "nvml",
         "JUPYTERHUB_GPU_DEVICES": "",
         "JUPYTERHUB_GPU_COUNT": str(count),
         "CPU_LIMIT": cpu,
@@ -493,12 +494,14 @@ async def test_form_counts_come_from_the_cached_cluster_inventory():
     assert cluster.calls == 1  # cached: never an API call per request
     form = forms[-1]
     for line in (
-        "1× T4 15 GB — CN¥0.05/min — 2 of 2 free",
+        # each display name once ("1× T4", "CPU only"); the line under it drops what the name already says
+        "15 GB — CN¥0.05/min — 2 of 2 free",
         "1× A100 MIG 1g.10gb — CN¥0.04/min — 7 of 7 slices free",
-        "2× A100 40 GB — CN¥0.50/min — 12 of 12 free",
-        "CPU only — CN¥0.01/min",
+        "40 GB — CN¥0.50/min — 12 of 12 free",
+        "CN¥0.01/min",
     ):
         assert line in form
+    assert form.count("1× T4") == 1 and form.count("CPU only") == 1
     assert "Simulated" not in form
     # a student outside "thesis" does not see the A100 profile
     assert "2× A100" not in await make_spawner(c, name="bob")._render_gpu_options_form()
