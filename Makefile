@@ -26,11 +26,13 @@ help:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt labextension/package.json labextension/yarn.lock
+$(VENV)/.installed: pyproject.toml constraints.txt labextension/package.json labextension/yarn.lock images/tensorflow/overrides.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@command -v node >/dev/null || { echo "Node.js >= 20.19 is needed to build labextension/ (pip install -e runs the build)"; exit 1; }
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,demo,docs]'
 	@test -x $(BIN)/configurable-http-proxy || npm install --silent -g --prefix $(VENV) configurable-http-proxy@$(CHP_VERSION)
+	@# the demo's JupyterLab, as the image's: no "Jupyter news" question (images/tensorflow/overrides.json)
+	@install -D -m 0644 images/tensorflow/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	@touch $@
 
 demo: venv

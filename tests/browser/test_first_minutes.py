@@ -162,13 +162,12 @@ def first_minutes(hub: Hub, browser, lang: str) -> None:
         a100 = page.locator("[data-profile=a100]")
         a100.wait_for(timeout=30_000)
         sim_a100 = translated(lang, "Simulated {model}", model="A100")
-        summary = (
-            f"1× {sim_a100} 40 GB — {translated(lang, '{rate}/min', rate=RATE[lang])} — {translated(lang, 'none free')}"
-        )
+        # the profile's name says the GPUs once; the line under it has the rest
+        summary = f"40 GB — {translated(lang, '{rate}/min', rate=RATE[lang])} — {translated(lang, 'none free')}"
         assert a100.locator(".jupyterhub-gpu-summary").inner_text() == summary
         name, description = PROFILE[lang]
         assert name in a100.inner_text() and description in a100.inner_text()
-        cpu_line = translated(lang, "CPU only — {price}", price=translated(lang, "{rate}/min", rate=CPU_RATE[lang]))
+        cpu_line = translated(lang, "{rate}/min", rate=CPU_RATE[lang])
         assert page.locator("[data-profile=cpu] .jupyterhub-gpu-summary").inner_text() == cpu_line
         form_texts = [
             "Server Options",

@@ -58,10 +58,11 @@ def test_demo_config_serves_the_simulated_profiles_and_the_service(tmp_path):
         assert r.status_code == 200
         form = s.get(f"{base}/hub/spawn", timeout=10).content.decode()
         assert "Simulated GPUs." in form
-        assert "1× Simulated T4 16 GB — CN¥0.05/min — 2 of 2 free" in form
-        assert "1× Simulated A100 40 GB — CN¥0.25/min — 1 of 1 free" in form
-        assert "2× Simulated T4 16 GB — CN¥0.10/min" in form  # alice is in the thesis group
-        assert "CPU only — CN¥0.01/min" in form
+        # each profile's name once: the line under a name that says the GPUs has the rest only
+        assert "16 GB — CN¥0.05/min — 2 of 2 free" in form
+        assert "40 GB — CN¥0.25/min — 1 of 1 free" in form
+        assert "16 GB — CN¥0.10/min" in form and 'value="t4x2"' in form  # alice is in the thesis group
+        assert "CN¥0.01/min" in form and "CPU only — CN¥0.01/min" not in form
         me = wait_for(
             lambda: (r := s.get(f"{base}/services/gpu/api/v1/me", timeout=10)).status_code == 200 and r.json(),
             60,
