@@ -77,7 +77,15 @@ install_packages() {
 # --- 2. daemon ---------------------------------------------------------------
 docker_ok() { docker info >/dev/null 2>&1; }
 
-dockerd_running() { pgrep -x dockerd >/dev/null 2>&1; }
+# the engine of the default socket: its pid file (a test's own dockerd, on a socket and pid file of its own,
+# is not it)
+main_dockerd_pid() {
+    local pid
+    pid="$(cat /var/run/docker.pid 2>/dev/null)" || return 1
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+}
+
+dockerd_running() { main_dockerd_pid >/dev/null; }
 
 show_log_tail() {
     if [[ -f $DOCKERD_LOG ]]; then
@@ -125,13 +133,13 @@ wait_for_docker() {
 # whether the running dockerd has the stand-in hook's directory on its PATH (it registered the nvidia driver)
 dockerd_has_hook() {
     local pid
-    pid="$(pgrep -o -x dockerd)" || return 1
+    pid="$(main_dockerd_pid)" || return 1
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q "^PATH=\(.*:\)\?$NVML_SIM_ROOT/bin\(:\|$\)"
 }
 
 stop_dockerd() {
     local pid waited=0
-    pid="$(pgrep -o -x dockerd)" || return 0
+    pid="$(main_dockerd_pid)" || return 0
     log "restarting dockerd (pid $pid) so that it registers the stand-in NVIDIA hook ($NVML_SIM_ROOT/bin)"
     as_root kill "$pid"
     while kill -0 "$pid" 2>/dev/null; do
