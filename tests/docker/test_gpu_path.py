@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from jupyterhub_gpu.gpus.standin import DEFAULT_ROOT, SimGPU, SimMIG, SimProcess, StandIn
-from jupyterhub_gpu.ledger import Ledger
+from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import Hub, free_port, wait_for
 from tests.docker.test_docker_spawner import docker as docker_command
 from tests.docker.test_docker_spawner import remove_by_prefix
