@@ -79,18 +79,19 @@ def remove_probe(client, cid: str, tries: int = 5) -> None:
             time.sleep(0.5 * (attempt + 1))
 
 
-def image_packages(client, image: str, user: str = "", timeout: float = 60) -> dict[str, str | None]:
-    """The versions of :data:`IMAGE_PACKAGES` in ``image`` (None: not installed), read in a throwaway container."""
+def run_python(client, image: str, code: str, *, label: str, user: str = "", timeout: float = 60) -> tuple:
+    """``(status, stdout, stderr)`` of ``python3 -c code`` in a throwaway container of ``image``: no network, no
+    capabilities, no new privileges, small limits, the doctor's label; removed whatever happens."""
     host_config = client.create_host_config(
         network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit="512m", pids_limit=64
     )
     container = client.create_container(
         image,
-        command=["-c", PROBE_CODE],
+        command=["-c", code],
         entrypoint=["python3"],
         user=user or None,
         network_disabled=True,
-        labels={PROBE_LABEL: "image-probe"},
+        labels={PROBE_LABEL: label},
         host_config=host_config,
     )
     cid = container["Id"]
@@ -101,8 +102,16 @@ def image_packages(client, image: str, user: str = "", timeout: float = 60) -> d
         err = client.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace").strip()
     except _errors().APIError as e:
         raise ProbeError(f"python3 did not run in the image: {e.explanation or e}") from None
+    except Exception as e:  # the engine's wait timed out
+        raise ProbeError(f"the image's probe did not answer in time: {type(e).__name__}: {e}") from None
     finally:
         remove_probe(client, cid)
+    return status, out, err
+
+
+def image_packages(client, image: str, user: str = "", timeout: float = 60) -> dict[str, str | None]:
+    """The versions of :data:`IMAGE_PACKAGES` in ``image`` (None: not installed), read in a throwaway container."""
+    status, out, err = run_python(client, image, PROBE_CODE, label="image-probe", user=user, timeout=timeout)
     if status != 0:
         raise ProbeError(f"python3 -c exited with {status}: {(err or out)[-300:]}")
     try:

@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from jupyterhub_gpu.doctor.docker import PROBE_LABEL, ProbeError, remove_probe
+from jupyterhub_gpu.doctor.docker import PROBE_LABEL, ProbeError, remove_probe, run_python
 from jupyterhub_gpu.spawners.docker.objects import make_network_spec
 
 PORT = 8888
@@ -205,29 +205,7 @@ DISTRIBUTIONS = {"pynvml": "nvidia-ml-py", "jupyterhub_gpu": "jupyterhub-gpu"}
 
 def image_gpu_probe(client, image: str, user: str = "", timeout: float = 120) -> dict:
     """``{"nvml": error or None, "missing": module, "pip_check": text, "pip_rc": status}`` read in the image."""
-    host_config = client.create_host_config(
-        network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit="512m", pids_limit=64
-    )
-    container = client.create_container(
-        image,
-        command=["-c", GPU_CODE],
-        entrypoint=["python3"],
-        user=user or None,
-        network_disabled=True,
-        labels={PROBE_LABEL: "image-gpu-probe"},
-        host_config=host_config,
-    )
-    cid = container["Id"]
-    try:
-        client.start(cid)
-        status = client.wait(cid, timeout=timeout).get("StatusCode")
-        out = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace").strip()
-    except _errors().APIError as e:
-        raise ProbeError(f"python3 did not run in the image: {e.explanation or e}") from None
-    except Exception as e:  # the engine's wait timed out
-        raise ProbeError(f"the image's probe did not answer in time: {type(e).__name__}: {e}") from None
-    finally:
-        remove_probe(client, cid)
+    status, out, _err = run_python(client, image, GPU_CODE, label="image-gpu-probe", user=user, timeout=timeout)
     try:
         found = json.loads(out.splitlines()[-1])
     except (ValueError, IndexError):
