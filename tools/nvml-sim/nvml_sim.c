@@ -493,19 +493,42 @@ static nvmlReturn_t power(device_t *d, unsigned int *mw) {
 }
 nvmlReturn_t nvmlDeviceGetPowerUsage(device_t *d, unsigned int *mw) { LOCKED(power(d, mw)); }
 
+/* The state as it is now, for a query on d that lists into a buffer of *count entries: NULL (and *r) on an error. */
+static state_t *listing_state(device_t *d, const unsigned int *count, nvmlReturn_t *r) {
+    *r = check(d);
+    if (*r) return NULL;
+    if (!count) {
+        *r = NVML_ERROR_INVALID_ARGUMENT;
+        return NULL;
+    }
+    state_t *s = malloc(sizeof *s);
+    if (!s) {
+        *r = NVML_ERROR_UNKNOWN;
+        return NULL;
+    }
+    device_t now;
+    *r = live(d, &now, s);
+    if (*r) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* NVML's answer to a listing of n entries into a buffer of *count: the size needed is always written back. */
+static nvmlReturn_t listed(unsigned int *count, unsigned int n, int have_buffer, nvmlReturn_t when_none) {
+    unsigned int room = *count;
+    *count = n;
+    if (n == 0) return when_none;
+    if (!have_buffer || room < n) return NVML_ERROR_INSUFFICIENT_SIZE;
+    return NVML_SUCCESS;
+}
+
 /* The processes on a device (a GPU's own, or a MIG device's), pids as the host sees them. */
 static nvmlReturn_t processes(device_t *d, unsigned int *count, nvmlProcessInfo_t *infos) {
-    nvmlReturn_t r = check(d);
-    if (r) return r;
-    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    state_t *s = malloc(sizeof *s);
-    if (!s) return NVML_ERROR_UNKNOWN;
-    device_t now;
-    r = live(d, &now, s);
-    if (r) {
-        free(s);
-        return r;
-    }
+    nvmlReturn_t r;
+    state_t *s = listing_state(d, count, &r);
+    if (!s) return r;
     unsigned int n = 0;
     for (int p = 0; p < s->nproc; p++) {
         int on = strcmp(s->proc[p].uuid, d->uuid) == 0;
@@ -524,11 +547,7 @@ static nvmlReturn_t processes(device_t *d, unsigned int *count, nvmlProcessInfo_
         n++;
     }
     free(s);
-    unsigned int room = *count;
-    *count = n;
-    if (n == 0) return NVML_SUCCESS;
-    if (!infos || room < n) return NVML_ERROR_INSUFFICIENT_SIZE;
-    return NVML_SUCCESS;
+    return listed(count, n, infos != NULL, NVML_SUCCESS);
 }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(device_t *d, unsigned int *c, nvmlProcessInfo_t *i) { LOCKED(processes(d, c, i)); }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(device_t *d, unsigned int *c, nvmlProcessInfo_t *i) { LOCKED(processes(d, c, i)); }
@@ -543,17 +562,9 @@ static unsigned long long now_us(void) {
  * lastSeen; none at all: NVML_ERROR_NOT_FOUND, as the real driver answers. */
 static nvmlReturn_t process_utilization(device_t *d, nvmlProcessUtilizationSample_t *samples, unsigned int *count,
                                         unsigned long long last_seen) {
-    nvmlReturn_t r = check(d);
-    if (r) return r;
-    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    state_t *s = malloc(sizeof *s);
-    if (!s) return NVML_ERROR_UNKNOWN;
-    device_t now;
-    r = live(d, &now, s);
-    if (r) {
-        free(s);
-        return r;
-    }
+    nvmlReturn_t r;
+    state_t *s = listing_state(d, count, &r);
+    if (!s) return r;
     unsigned long long stamp = now_us();
     unsigned int n = 0;
     for (int p = 0; p < s->nproc; p++) {
@@ -569,11 +580,7 @@ static nvmlReturn_t process_utilization(device_t *d, nvmlProcessUtilizationSampl
         n++;
     }
     free(s);
-    unsigned int room = *count;
-    *count = n;
-    if (n == 0) return NVML_ERROR_NOT_FOUND;
-    if (!samples || room < n) return NVML_ERROR_INSUFFICIENT_SIZE;
-    return NVML_SUCCESS;
+    return listed(count, n, samples != NULL, NVML_ERROR_NOT_FOUND);
 }
 nvmlReturn_t nvmlDeviceGetProcessUtilization(device_t *d, nvmlProcessUtilizationSample_t *samples, unsigned int *count,
                                              unsigned long long last_seen) {
