@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 
@@ -25,6 +26,8 @@ PROBE_CODE = (
 )
 log = logging.getLogger("jupyterhub_gpu.doctor")
 PROBE_LABEL = "jupyterhub-gpu.doctor"
+#: DOCKER_HOST values that name the engine of /var/run/docker.pid (another socket is another dockerd)
+DEFAULT_HOSTS = ("", "unix:///var/run/docker.sock", "unix:///run/docker.sock")
 NVIDIA_HOOK = "nvidia-container-runtime-hook"  # dockerd offers the "gpu" capability when this is on its PATH
 
 
@@ -46,15 +49,34 @@ def engine_version(client) -> dict:
 def has_nvidia_runtime(info: dict, local_engine: bool) -> tuple[bool, str]:
     """Whether the engine can give containers GPUs, and what showed it.
 
-    ``nvidia`` among the engine's runtimes (``nvidia-ctk runtime configure``), or the NVIDIA hook on this
-    machine's PATH for a local engine (dockerd registers the ``gpu`` device driver when it finds it).
+    ``nvidia`` among the engine's runtimes (``nvidia-ctk runtime configure``), or, for a local engine, the
+    NVIDIA hook on the PATH dockerd started with (it registers its ``gpu`` device driver when it finds the hook
+    there: a hook on this shell's PATH that dockerd never saw gives no GPU).
     """
     runtimes = sorted((info.get("Runtimes") or {}).keys())
     if "nvidia" in runtimes:
         return True, "the nvidia runtime is registered"
-    if local_engine and shutil.which(NVIDIA_HOOK):
-        return True, f"{NVIDIA_HOOK} is installed"
+    if local_engine:
+        path = dockerd_path() if os.environ.get("DOCKER_HOST", "") in DEFAULT_HOSTS else None
+        hook = shutil.which(NVIDIA_HOOK, path=path) if path is not None else shutil.which(NVIDIA_HOOK)
+        if hook:
+            return True, f"{hook} is on dockerd's PATH"
     return False, f"runtimes: {', '.join(runtimes) or 'none'}"
+
+
+def dockerd_path(pid_file: str = "/var/run/docker.pid") -> str | None:
+    """The PATH the local dockerd started with (None: not readable here, e.g. not as root)."""
+    try:
+        with open(pid_file) as f:
+            pid = int(f.read().strip())
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    for item in environ:
+        if item.startswith(b"PATH="):
+            return item[len(b"PATH=") :].decode(errors="replace")
+    return ""
 
 
 def inspect_network(client, name: str) -> dict | None:

@@ -132,6 +132,10 @@ def load_setup(hub_config: str, service_config: str | None = None, timeout: floa
         return setup
     spawner_class = setup.hub.spawner_class
     if is_gpu_spawner(spawner_class):
+        if hasattr(spawner_class, "_client"):
+            # DockerSpawner keeps one client per class, made from the first config it saw: this config's
+            # engine (client_kwargs, DOCKER_HOST) is the one to check, also when the doctor runs twice in a process
+            spawner_class._client = None
         try:
             setup.probe = config_probe(setup.hub.config, spawner_class)
         except (TraitError, ValueError) as e:

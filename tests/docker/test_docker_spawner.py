@@ -65,10 +65,25 @@ def datasets():
     docker("volume", "rm", "-f", name, check=False)
 
 
-def config(datasets: str, prefix: str) -> str:
+def standin_hub_config() -> str:
+    """Hub config lines that make the stand-in driver (three Simulated T4, :data:`STANDIN_GPUS`) the hub's NVML.
+
+    The state is written now; the hub loads the library by its path before the spawner lists the GPUs (pynvml
+    then finds it by its soname), so any hub of these tests reads it, whoever starts the hub.
+    """
+    standin = StandIn(root=DEFAULT_ROOT)
+    standin.write(STANDIN_GPUS)
     return f"""
-c.JupyterHub.spawner_class = "gpu-docker"
+import ctypes as _ctypes, os as _os
+_os.environ.update({standin.environment()!r})
+_ctypes.CDLL({str(standin.library)!r})
 c.GPUDockerSpawner.gpu_backend = "nvml"
+"""
+
+
+def config(datasets: str, prefix: str) -> str:
+    return standin_hub_config() + f"""
+c.JupyterHub.spawner_class = "gpu-docker"
 c.GPUDockerSpawner.network_name = "host"
 c.GPUDockerSpawner.prefix = {prefix!r}
 c.GPUDockerSpawner.work_volume_template = {prefix + "-work-{username}"!r}
@@ -89,11 +104,7 @@ c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
 @pytest.fixture
 def hub(make_hub, datasets):
     prefix = f"jhgpu-test-{uuid.uuid4().hex[:6]}"
-    standin = StandIn(root=DEFAULT_ROOT)
-    standin.write(STANDIN_GPUS)
-    hub = make_hub(config(datasets, prefix), start=False)
-    hub.env = standin.environment()  # the hub reads the stand-in as its NVML
-    hub.start()
+    hub = make_hub(config(datasets, prefix))
     hub.prefix = prefix
     yield hub
     hub.cleanup()

@@ -16,8 +16,8 @@ that weakens Docker's defaults (``no-new-privileges=false`` after ours,
 ``extra_create_kwargs`` asks for root. The spawner drops all of that, with a
 warning in the hub's log naming each option, so none of it may reach a container.
 
-No NVIDIA runtime exists here: the test-only switch ``omit_device_requests``
-leaves the device request out and records it in a label (see tests/docker/).
+The GPUs are the stand-in NVIDIA driver's (tools/nvml-sim): the engine gets the real device request and
+the stand-in hook serves it (see tests/docker/).
 """
 
 from __future__ import annotations
@@ -196,12 +196,15 @@ def test_every_container_is_hardened_even_against_the_admins_extras(hardened_hub
         visible = ",".join(devices)
         if env.get("NVIDIA_VISIBLE_DEVICES") != visible or env.get("CUDA_VISIBLE_DEVICES") != visible:
             problems.append(f"{user}: visible devices {env.get('NVIDIA_VISIBLE_DEVICES')} != assigned {visible}")
-        requested = json.loads(cfg["Labels"].get("jupyterhub-gpu.device-requests", "[]"))
+        # the one device request the engine got (the stand-in NVIDIA hook served it): the assigned GPUs by UUID,
+        # never the admin's "all GPUs" (Count -1) request
+        requested = host.get("DeviceRequests") or []
         ids = [i for r in requested for i in r.get("DeviceIDs") or []]
-        if ids != devices or any(r.get("Count") not in (0, None) for r in requested):
+        if ids != devices or any(r.get("Count") not in (0, None) or r.get("Driver") for r in requested):
             problems.append(f"{user}: device request {requested} != the assigned {devices}")
-        if host.get("DeviceRequests"):  # the test switch leaves the request out; an admin's must not sneak in
-            problems.append(f"{user}: DeviceRequests in the container: {host['DeviceRequests']}")
+        nodes = docker("exec", cid, "sh", "-c", "ls /dev | grep '^nvidia[0-9]' || true").split()
+        if len(nodes) != len(devices):
+            problems.append(f"{user}: device nodes {nodes} for the assigned {devices}")
         if not set(devices) <= set(GPUS):
             problems.append(f"{user}: unknown GPUs {devices}")
         if cfg["Labels"].get("jupyterhub-gpu.user") != user or not cfg["Labels"].get("jupyterhub-gpu.session-id"):
