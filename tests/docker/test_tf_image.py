@@ -1,8 +1,8 @@
 """The TensorFlow single-user image (CPU variant) in real containers started by GPUDockerSpawner from a real hub.
 
 `make test` builds jupyterhub-gpu/tensorflow:2.15-cpu from images/tensorflow/Dockerfile
-(scripts/build-tf-image.sh cpu). One hub serves every test here; the GPU device request is left
-out by the test-only switch, as in test_docker_spawner.py.
+(scripts/build-tf-image.sh cpu). One hub serves every test here; its GPUs are the stand-in NVIDIA driver's
+(tools/nvml-sim), so each container is created with its real GPU device request, as in test_docker_spawner.py.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import requests
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
+from jupyterhub_gpu.gpus.standin import DEFAULT_ROOT, SimGPU, StandIn
 from tests.conftest import Hub, wait_for
 from tests.docker.test_docker_spawner import docker as docker_command
 from tests.docker.test_docker_spawner import remove_by_prefix
@@ -27,7 +28,7 @@ from tests.docker.test_docker_spawner import remove_by_prefix
 pytestmark = pytest.mark.docker
 
 IMAGE = "jupyterhub-gpu/tensorflow:2.15-cpu"
-GPUS = [f"GPU-{uuid.UUID(int=i)}" for i in range(11, 13)]
+STANDIN_GPUS = [SimGPU(0), SimGPU(1)]
 EXAMPLE = "/opt/jupyterhub-gpu/examples/train-checkpoint-resume.ipynb"
 
 
@@ -42,14 +43,13 @@ def hub(tmp_path_factory):
     if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode:
         pytest.fail(f"image {IMAGE} missing: run `make tf-test-image`")
     prefix = f"jhgpu-tf-{uuid.uuid4().hex[:6]}"
-    static = [{"index": i, "uuid": u, "name": "Tesla T4", "memory_gb": 16} for i, u in enumerate(GPUS)]
+    standin = StandIn(root=DEFAULT_ROOT)
+    standin.write(STANDIN_GPUS)
     hub = Hub(
         tmp_path_factory.mktemp("tfhub"),
         f"""
 c.JupyterHub.spawner_class = "gpu-docker"
-c.GPUDockerSpawner.gpu_backend = "static"
-c.GPUDockerSpawner.static_gpus = {static!r}
-c.GPUDockerSpawner.omit_device_requests = True
+c.GPUDockerSpawner.gpu_backend = "nvml"
 c.GPUDockerSpawner.network_name = "host"
 c.GPUDockerSpawner.prefix = {prefix!r}
 c.GPUDockerSpawner.work_volume_template = {prefix + "-work-{username}"!r}
@@ -63,6 +63,7 @@ c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
 """,
     )
     hub.prefix = prefix
+    hub.env = standin.environment()
     hub.start()
     yield hub
     hub.cleanup()
