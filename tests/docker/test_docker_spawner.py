@@ -82,7 +82,9 @@ c.GPUDockerSpawner.gpu_backend = "nvml"
 
 
 def config(datasets: str, prefix: str) -> str:
-    return standin_hub_config() + f"""
+    return (
+        standin_hub_config()
+        + f"""
 c.JupyterHub.spawner_class = "gpu-docker"
 c.GPUDockerSpawner.network_name = "host"
 c.GPUDockerSpawner.prefix = {prefix!r}
@@ -99,6 +101,7 @@ c.GPUDockerSpawner.profiles = [
 c.Spawner.args = []
 c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
 """
+    )
 
 
 @pytest.fixture
