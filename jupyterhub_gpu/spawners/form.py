@@ -215,6 +215,8 @@ def assignment_message(profile: Profile, devices: list[GPUDevice], currency: Cur
     return _("Assigned {devices}; starting {profile} at {rate}", devices=shown, profile=name, rate=rate)
 
 
+#: How a display name may write a share of a GPU ("¼ T4"), besides "1/4".
+FRACTIONS = {2: "½", 3: "⅓", 4: "¼", 5: "⅕", 6: "⅙", 8: "⅛"}
 #: Words that say a GPU is simulated, in the languages of :mod:`jupyterhub_gpu.i18n` (casefolded).
 SIMULATED_WORDS = ("simulated", "模拟")
 
@@ -248,6 +250,13 @@ def _named_head(profile: Profile, name: str, line: str, lang: str) -> str | None
         if not line.startswith(head):
             continue
         says = _says(name, bare) and (profile.gpu_count == 1 or _says(name, str(profile.gpu_count)))
+        # a share or a slice: the name must say which part of the GPU too ("¼ T4", "A100 1g.10gb"), else the
+        # line keeps "share 1/4 of a T4" / "MIG 1g.10gb of an A100" (the part is what the student pays for)
+        if profile.gpu_share:
+            k = profile.gpu_share
+            says = says and (_says(name, f"1/{k}") or FRACTIONS.get(k, "1/") in name)
+        if profile.mig:
+            says = says and _says(name, profile.mig)
         if any(word in shown.casefold() for word in SIMULATED_WORDS):
             says = says and any(word in name.casefold() for word in SIMULATED_WORDS)
         return head if says else None

@@ -120,6 +120,35 @@ def test_a_name_that_does_not_say_the_gpus_keeps_the_whole_line(profile, lang, l
     assert form_module.form_line(p, describe_profile(p, real_t4s(), CNY, lang), lang) == line
 
 
+def test_a_share_or_a_slice_keeps_its_part_when_the_name_does_not_say_it():
+    profiles = parse_profiles(
+        [
+            {"price_per_gpu_hour": "3.00", **p}
+            for p in (
+                {"slug": "shared", "display_name": "Shared T4", "gpu_model": "T4", "gpu_share": 4},
+                {"slug": "quarter", "display_name": "T4 1/4", "gpu_model": "T4", "gpu_share": 4},
+                {"slug": "slice", "display_name": "A100 slice", "gpu_model": "A100", "mig": "1g.10gb"},
+                {"slug": "small", "display_name": "A100 1g.10gb", "gpu_model": "A100", "mig": "1g.10gb"},
+            )
+        ],
+        require_image=False,
+    )
+    alloc = GPUAllocator(
+        static_inventory(
+            [
+                {"index": 0, "uuid": "GPU-t4", "name": "Tesla T4", "memory_gb": 16},
+                {"index": "1:0", "uuid": "MIG-a", "name": "NVIDIA A100-SXM4-40GB MIG 1g.10gb", "memory_gb": 10,
+                 "parent_uuid": "GPU-a100"},
+            ]
+        )
+    )  # fmt: skip
+    lines = {p.slug: form_module.form_line(p, describe_profile(p, alloc, CNY), "en") for p in profiles}
+    assert lines["shared"].startswith("share 1/4 of a T4 ")  # "Shared T4" does not say a quarter
+    assert not lines["quarter"].startswith("share")  # "T4 1/4" does
+    assert lines["slice"].startswith("MIG 1g.10gb of an A100")  # "A100 slice" does not say which slice
+    assert not lines["small"].startswith("MIG")
+
+
 def test_simulated_gpus_stay_labelled_when_the_name_does_not_say_so():
     (p,) = parse_profiles([{"slug": "t4", "display_name": "One T4", "gpu_model": "T4",
                             "price_per_gpu_hour": "3.00"}], require_image=False)  # fmt: skip

@@ -216,7 +216,7 @@ async def test_the_form_counts_shares_from_the_nodes_replicas_and_slices_from_th
     for line in (
         # each display name is said once; the line under it drops what the name already says (the model)
         "4 GB — CN¥0.0125/min — 3 of 8 shares free",
-        "CN¥0.04/min — 6 of 7 slices free",
+        "MIG 1g.10gb of an A100 — CN¥0.04/min — 6 of 7 slices free",  # "A100 slice" does not say which slice
         "15 GB — CN¥0.05/min — 2 of 2 free",
     ):
         assert line in form, line
