@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import time
+
+from jupyterhub_gpu.spawners.docker.engine import engine_path, remove_probe
 
 IMAGE_PACKAGES = ("jupyterlab", "jupyterhub", "jupyterhub-gpu")
 PROBE_CODE = (
@@ -26,8 +26,6 @@ PROBE_CODE = (
 )
 log = logging.getLogger("jupyterhub_gpu.doctor")
 PROBE_LABEL = "jupyterhub-gpu.doctor"
-#: DOCKER_HOST values that name the engine of /var/run/docker.pid (another socket is another dockerd)
-DEFAULT_HOSTS = ("", "unix:///var/run/docker.sock", "unix:///run/docker.sock")
 NVIDIA_HOOK = "nvidia-container-runtime-hook"  # dockerd offers the "gpu" capability when this is on its PATH
 
 
@@ -57,26 +55,11 @@ def has_nvidia_runtime(info: dict, local_engine: bool) -> tuple[bool, str]:
     if "nvidia" in runtimes:
         return True, "the nvidia runtime is registered"
     if local_engine:
-        path = dockerd_path() if os.environ.get("DOCKER_HOST", "") in DEFAULT_HOSTS else None
+        path = engine_path(info)
         hook = shutil.which(NVIDIA_HOOK, path=path) if path is not None else shutil.which(NVIDIA_HOOK)
         if hook:
             return True, f"{hook} is on dockerd's PATH"
     return False, f"runtimes: {', '.join(runtimes) or 'none'}"
-
-
-def dockerd_path(pid_file: str = "/var/run/docker.pid") -> str | None:
-    """The PATH the local dockerd started with (None: not readable here, e.g. not as root)."""
-    try:
-        with open(pid_file) as f:
-            pid = int(f.read().strip())
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read().split(b"\0")
-    except (OSError, ValueError):
-        return None
-    for item in environ:
-        if item.startswith(b"PATH="):
-            return item[len(b"PATH=") :].decode(errors="replace")
-    return ""
 
 
 def inspect_network(client, name: str) -> dict | None:
@@ -84,21 +67,6 @@ def inspect_network(client, name: str) -> dict | None:
         return client.inspect_network(name)
     except _errors().NotFound:
         return None
-
-
-def remove_probe(client, cid: str, tries: int = 5) -> None:
-    """Remove a probe container; a busy engine may refuse once ("removal in progress", a time-out): try again."""
-    for attempt in range(tries):
-        try:
-            client.remove_container(cid, force=True)
-            return
-        except _errors().NotFound:
-            return
-        except Exception as e:  # the engine is busy: the next attempt, then a warning naming the container
-            if attempt == tries - 1:
-                log.warning("could not remove the doctor's probe container %s: %s", cid[:12], e)
-                return
-            time.sleep(0.5 * (attempt + 1))
 
 
 def run_python(client, image: str, code: str, *, label: str, user: str = "", timeout: float = 60) -> tuple:

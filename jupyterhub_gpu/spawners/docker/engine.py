@@ -176,7 +176,7 @@ def docker_time(value) -> datetime | None:
 
 
 def _dockerd_command_lines(proc: str = "/proc"):
-    """The command lines of the dockerd processes this process can see."""
+    """``(pid, argv)`` of the dockerd processes this process can see."""
     try:
         entries = os.listdir(proc)
     except OSError:
@@ -190,7 +190,7 @@ def _dockerd_command_lines(proc: str = "/proc"):
             continue
         argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
         if argv and os.path.basename(argv[0]) == "dockerd":
-            yield argv
+            yield entry, argv
 
 
 def _option(argv: list[str], *names: str) -> str | None:
@@ -206,16 +206,16 @@ def _option(argv: list[str], *names: str) -> str | None:
     return found
 
 
-def engine_iptables(info: dict, proc: str = "/proc") -> bool | None:
-    """Whether the local dockerd whose data root ``docker info`` names manages iptables; None when unknown.
+def _local_dockerd(info: dict, proc: str = "/proc") -> tuple[str, list[str], dict] | None:
+    """``(pid, argv, daemon.json)`` of the local dockerd whose data root ``docker info`` names, or None.
 
-    Read from the daemon's command line (``--iptables``) and its config file (``--config-file``, by default
-    ``/etc/docker/daemon.json``); unknown for an engine on another host or out of this process's sight.
+    Its config file is ``--config-file``, by default ``/etc/docker/daemon.json``; None for an engine on
+    another host or out of this process's sight.
     """
     root = info.get("DockerRootDir")
     if not root:
         return None
-    for argv in _dockerd_command_lines(proc):
+    for pid, argv in _dockerd_command_lines(proc):
         config_file = _option(argv, "--config-file") or "/etc/docker/daemon.json"
         try:
             daemon = json.loads(Path(config_file).read_text())
@@ -224,13 +224,40 @@ def engine_iptables(info: dict, proc: str = "/proc") -> bool | None:
         if not isinstance(daemon, dict):
             daemon = {}
         data_root = _option(argv, "--data-root", "--graph", "-g") or daemon.get("data-root") or "/var/lib/docker"
-        if os.path.realpath(data_root) != os.path.realpath(root):
-            continue
-        flag = _option(argv, "--iptables")
-        if flag is None:
-            flag = daemon.get("iptables", True)
-        return str(flag).strip().lower() not in ("false", "0", "no")
+        if os.path.realpath(data_root) == os.path.realpath(root):
+            return pid, argv, daemon
     return None
+
+
+def engine_iptables(info: dict, proc: str = "/proc") -> bool | None:
+    """Whether the local dockerd whose data root ``docker info`` names manages iptables; None when unknown.
+
+    Read from the daemon's command line (``--iptables``) and its config file (:func:`_local_dockerd`).
+    """
+    found = _local_dockerd(info, proc)
+    if found is None:
+        return None
+    _pid, argv, daemon = found
+    flag = _option(argv, "--iptables")
+    if flag is None:
+        flag = daemon.get("iptables", True)
+    return str(flag).strip().lower() not in ("false", "0", "no")
+
+
+def engine_path(info: dict, proc: str = "/proc") -> str | None:
+    """The PATH that local dockerd started with (it registers its ``nvidia`` device driver when the NVIDIA hook
+    is on it); None when unknown (another host, or its environment out of this process's sight)."""
+    found = _local_dockerd(info, proc)
+    if found is None:
+        return None
+    try:
+        environ = Path(proc, found[0], "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in environ:
+        if item.startswith(b"PATH="):
+            return item[len(b"PATH=") :].decode("utf-8", "replace")
+    return ""
 
 
 def iptables_problem(client, network: str) -> str | None:
