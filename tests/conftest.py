@@ -515,3 +515,24 @@ def driver(standin_library, tmp_path, monkeypatch):
         if key != "LD_LIBRARY_PATH":
             monkeypatch.setenv(key, value)
     return standin
+
+
+def gpu_service_registration(url: str, service_config, python: str = sys.executable) -> str:
+    """Hub config lines that run the gpu service as a managed service at ``url`` with its config file, and give
+    it and the users the scopes it needs (``from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES`` first)."""
+    return f"""
+c.JupyterHub.custom_scopes = CUSTOM_SCOPES
+c.JupyterHub.services.append({{
+    "name": "gpu",
+    "url": {url!r},
+    "command": [{python!r}, "-m", "jupyterhub_gpu.service", "--config={service_config}"],
+    "oauth_no_confirm": True,
+    "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES),
+}})
+c.JupyterHub.load_roles.append({{
+    "name": "gpu-service",
+    "services": ["gpu"],
+    "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
+}})
+c.JupyterHub.load_roles.append({{"name": "user", "scopes": ["self", "access:services!service=gpu"]}})
+"""

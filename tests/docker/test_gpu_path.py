@@ -15,7 +15,6 @@ import functools
 import json
 import shutil
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -23,7 +22,7 @@ import requests
 
 from jupyterhub_gpu.gpus.standin import DEFAULT_ROOT, SimGPU, SimMIG, SimProcess, StandIn
 from jupyterhub_gpu.ledger.store import Ledger
-from tests.conftest import Hub, free_port, wait_for
+from tests.conftest import Hub, free_port, gpu_service_registration, wait_for
 from tests.docker.test_docker_spawner import docker as docker_command
 from tests.docker.test_docker_spawner import remove_by_prefix
 
@@ -94,21 +93,8 @@ c.GPUDockerSpawner.profiles = [
 ]
 c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
 c.Spawner.args = ["--GPUStats.push_interval=2", "--GPUStats.interval=0.5"]
-c.JupyterHub.custom_scopes = CUSTOM_SCOPES
-c.JupyterHub.services.append({{
-    "name": "gpu",
-    "url": "http://127.0.0.1:{service_port}",
-    "command": [{sys.executable!r}, "-m", "jupyterhub_gpu.service", "--config={service_config}"],
-    "oauth_no_confirm": True,
-    "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES),
-}})
-c.JupyterHub.load_roles.append({{
-    "name": "gpu-service",
-    "services": ["gpu"],
-    "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
-}})
-c.JupyterHub.load_roles.append({{"name": "user", "scopes": ["self", "access:services!service=gpu"]}})
-""",
+"""
+        + gpu_service_registration(f"http://127.0.0.1:{service_port}", service_config),
     )
     hub.env = standin.environment()  # the hub lists the GPUs through the stand-in library, as through NVML
     hub.prefix = prefix

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port, gpu_service_registration, wait_for
 
 K8S_DIR = Path(os.environ.get("K8S_DIR", "/var/lib/jhgpu-k8s"))
 KUBECONFIG = K8S_DIR / "admin.kubeconfig"
@@ -216,20 +216,7 @@ c.GPUKubeSpawner.profiles = [
     {{"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "image": {IMAGE!r},
       "price_per_gpu_hour": "3.00", "mem_limit": "1G", "default": True}},
 ]
-c.JupyterHub.custom_scopes = CUSTOM_SCOPES
-c.JupyterHub.services.append({{
-    "name": "gpu",
-    "url": "http://{NODE_IP}:{service_port}",
-    "command": [{python!r}, "-m", "jupyterhub_gpu.service", "--config={service_config_path or service_config}"],
-    "oauth_no_confirm": True,
-    "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES),
-}})
-c.JupyterHub.load_roles.append({{
-    "name": "gpu-service",
-    "services": ["gpu"],
-    "scopes": ["list:users", "read:users", "read:groups", "read:servers", "delete:servers", "start:servers"],
-}})
-c.JupyterHub.load_roles.append({{"name": "user", "scopes": ["self", "access:services!service=gpu"]}})
+{gpu_service_registration(f"http://{NODE_IP}:{service_port}", service_config_path or service_config, python)}
 {extra}
 """
 
