@@ -32,6 +32,17 @@ def docker(*args: str, check=True, timeout=120) -> str:
     return r.stdout.strip()
 
 
+def try_gpu_request(*host: str, image: str = IMAGE) -> subprocess.CompletedProcess:
+    """``docker [host] run --gpus 1`` of a no-op container: whether (and, in stderr, why not) the engine serves a GPU
+    device request (the suite's engine does: the stand-in NVIDIA hook is on its PATH)."""
+    return subprocess.run(
+        ["docker", *host, "run", "--rm", "--gpus", "1", "--network", "none", "--entrypoint", "true", image],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def seed_datasets(name: str) -> None:
     """Create the shared datasets volume ``name`` with one file in it (written as root, read-only later)."""
     docker("volume", "create", name)

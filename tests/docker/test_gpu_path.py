@@ -24,23 +24,12 @@ from jupyterhub_gpu.gpus.standin import DEFAULT_ROOT, SimGPU, SimMIG, SimProcess
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import Hub, free_port, gpu_service_registration, wait_for
 from tests.docker.test_docker_spawner import docker as docker_command
-from tests.docker.test_docker_spawner import remove_by_prefix
+from tests.docker.test_docker_spawner import remove_by_prefix, try_gpu_request
 
 pytestmark = pytest.mark.docker
 
 IMAGE = "jupyterhub-gpu/tensorflow:2.15-cpu"
 docker = functools.partial(docker_command, timeout=180)
-
-
-def engine_has_nvidia_driver() -> bool:
-    """Whether the engine serves GPU device requests (the stand-in hook registered its nvidia driver)."""
-    r = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "--gpus", "device=0", "--entrypoint", "true", IMAGE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return r.returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +42,7 @@ def standin():
     if not driver.library.exists():
         pytest.fail(f"no stand-in driver in {DEFAULT_ROOT}: run scripts/nvml-sim-setup.sh (make docker-setup)")
     driver.write([SimGPU(0), SimGPU(1), SimGPU(2)])
-    if not engine_has_nvidia_driver():
+    if try_gpu_request(image=IMAGE).returncode:
         pytest.fail("the Docker engine has no nvidia device driver: scripts/docker-setup.sh starts it with the hook")
     yield driver
     driver.write([SimGPU(i) for i in range(4)])  # as scripts/nvml-sim-setup.sh leaves it

@@ -11,7 +11,6 @@ NVIDIA Container Toolkit is installed. The hub's DockerSpawner reaches it throug
 from __future__ import annotations
 
 import shutil
-import subprocess
 import uuid
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.spawners.docker.engine import GPU_RUNTIME_MESSAGE
 from tests.docker import own_dockerd as own
-from tests.docker.test_docker_spawner import IMAGE
+from tests.docker.test_docker_spawner import IMAGE, try_gpu_request
 
 own_plain_dockerd = own.own_plain_dockerd  # the fixture: a dockerd of the module's own, no NVIDIA hook
 
@@ -48,12 +47,7 @@ c.GPUDockerSpawner.cmd = ["jupyterhub-singleuser"]
 def test_a_gpu_spawn_without_the_nvidia_runtime_tells_the_student_and_the_admin(own_plain_dockerd, make_hub):
     daemon = own_plain_dockerd
     assert "jupyterhub-gpu-sim" not in daemon.path, daemon.path
-    tried = subprocess.run(
-        ["docker", "-H", daemon.host, "run", "--rm", "--gpus", "1", "--network", "none", "--entrypoint", "true", IMAGE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    tried = try_gpu_request("-H", daemon.host)
     if tried.returncode == 0:  # a safety: its PATH lacks the stand-in hook, yet an NVIDIA hook is registered
         hook = shutil.which(own.NVIDIA_HOOK, path=daemon.path)
         pytest.skip(f"the test's own dockerd serves GPU device requests ({own.NVIDIA_HOOK} on its PATH: {hook})")

@@ -6,7 +6,6 @@ Run with ``-m docker`` (make test starts dockerd and builds the test image).
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 import uuid
 from collections import Counter
@@ -15,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, free_port, wait_for
 from tests.docker.test_docker_spawner import IMAGE as TEST_IMAGE  # jupyterhub, no jupyterlab, no jupyterhub-gpu
-from tests.docker.test_docker_spawner import docker, engine  # noqa: F401 (engine: fails the module without dockerd)
+from tests.docker.test_docker_spawner import docker, engine, try_gpu_request  # noqa: F401 (engine: fails the module without dockerd)
 from tests.doctor.conftest import REFERENCE
 
 ADMIN_DOC = ROOT / "docs" / "admin.md"
@@ -47,12 +46,7 @@ def docker_config(profiles: str, network: str = 'c.GPUDockerSpawner.network_name
 
 def gpu_requests_work() -> bool:
     """Whether the test dockerd serves a GPU device request (a stand-in NVIDIA hook on its PATH may make it so)."""
-    done = subprocess.run(
-        ["docker", "run", "--rm", "--gpus", "1", "--network", "none", "--entrypoint", "true", TEST_IMAGE],
-        capture_output=True,
-        timeout=120,
-    )
-    return done.returncode == 0
+    return try_gpu_request(image=TEST_IMAGE).returncode == 0
 
 
 def test_the_reference_docker_config_on_this_machine_without_nvidia(doctor):

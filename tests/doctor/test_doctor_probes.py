@@ -22,7 +22,7 @@ from jupyterhub_gpu.spawners.docker import engine as docker_engine
 from tests.conftest import wait_for
 from tests.docker import own_dockerd as own
 from tests.docker.test_docker_spawner import IMAGE as TEST_IMAGE
-from tests.docker.test_docker_spawner import docker, engine  # noqa: F401 (engine: fails the module without dockerd)
+from tests.docker.test_docker_spawner import docker, engine, try_gpu_request  # noqa: F401 (engine: fails the module without dockerd)
 from tests.doctor.test_doctor_docker import docker_config
 
 pytestmark = pytest.mark.docker
@@ -49,13 +49,7 @@ def network_lines(subnet, base_url: str = "") -> str:
 
 def gpu_requests_work(*host: str) -> bool:
     """Whether this engine serves a GPU device request (a stand-in NVIDIA hook may make it so)."""
-    done = subprocess.run(
-        ["docker", *host, "run", "--rm", "--gpus", "1", "--network", "none", "--entrypoint", "true", TEST_IMAGE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return done.returncode == 0
+    return try_gpu_request(*host, image=TEST_IMAGE).returncode == 0
 
 
 def no_probe_left(*host: str) -> None:
