@@ -3,7 +3,7 @@ reservations, played by the pool simulator with the scheduler's real code (issue
 
 Generates a seeded semester (:mod:`jupyterhub_gpu.sim.semester`: 4× T4 + 4× A100, two courses with weekly classes
 and a deadline week, a thesis group, 120 students) and plays it under the three policies
-(:data:`jupyterhub_gpu.scheduling.POLICIES`), then prints one table:
+(:data:`jupyterhub_gpu.scheduler.POLICIES`), then prints one table:
 
 - the pool's GPU-hours busy / allocated / available;
 - wait p50 / p90 / p99 (minutes) per group and per tier, and in the deadline week;
@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from jupyterhub_gpu.money import Currency, from_micros
-from jupyterhub_gpu.scheduling import POLICIES
+from jupyterhub_gpu.scheduler import POLICIES
 from jupyterhub_gpu.sim.semester import SemesterParams, quick_params, run_semester
 
 FIFO, FAIR, TIER = tuple(POLICIES)

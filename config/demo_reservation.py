@@ -17,7 +17,7 @@ def book_sample_reservation(ledger_url: str, zone: str) -> None:
     from jupyterhub_gpu.clock import utcnow
     from jupyterhub_gpu.ledger.queries import schedule as rows
     from jupyterhub_gpu.ledger.store import Ledger
-    from jupyterhub_gpu.scheduling import Reservation, check_reservation
+    from jupyterhub_gpu.scheduler import Reservation, check_reservation
 
     ledger = Ledger(ledger_url)
     try:

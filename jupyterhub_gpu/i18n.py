@@ -826,7 +826,7 @@ ZH_CN.update(
     }
 )
 
-# issue 16: the scheduler's texts (jupyterhub_gpu/scheduling.py TEXTS) and the gpu service's words of the schedule
+# issue 16: the scheduler's texts (jupyterhub_gpu/scheduler/ TEXTS) and the gpu service's words of the schedule
 # (service/domain/schedule.py: stop-order notices, GET queue)
 ZH_CN.update(
     {

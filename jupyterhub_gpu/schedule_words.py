@@ -1,7 +1,7 @@
 """The scheduler's words in the reader's language (issue 16): shared by the hub's spawn page and the gpu service.
 
-The scheduler (:mod:`jupyterhub_gpu.scheduling`) keeps each text as a key of its English templates
-(:data:`~jupyterhub_gpu.scheduling.TEXTS`) and the values to fill in, some of them already worded in English
+The scheduler (:mod:`jupyterhub_gpu.scheduler`) keeps each text as a key of its English templates
+(:data:`~jupyterhub_gpu.scheduler.TEXTS`) and the values to fill in, some of them already worded in English
 (``this week``, ``1 h 5 min``, ``4 T4s``, ``Tue 8 Sep 14:00``): :func:`values_in` words again those of a shape it
 knows for another language, and leaves the others (a reservation's label, a model) as they are;
 :func:`reason_words` and :func:`status_words` give a whole text; :func:`wait_words` the estimate.
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, tzinfo
 from string import Formatter
 
 from jupyterhub_gpu.i18n import translator
-from jupyterhub_gpu.scheduling import TEXTS
+from jupyterhub_gpu.scheduler import TEXTS
 
 #: A number of GPUs of a model, as the scheduler's ``gpus_text`` writes it in English.
 GPUS_TEXTS = {"one": "1 {model}", "many": "{count} {model}s"}
@@ -155,7 +155,7 @@ def values_in(values: Mapping[str, object], lang: str = "en") -> dict[str, str]:
 
 
 def reason_words(key: str, values: Mapping[str, object], lang: str = "en") -> str:
-    """One of the scheduler's texts (a key of :data:`~jupyterhub_gpu.scheduling.TEXTS`) in ``lang``; a key it
+    """One of the scheduler's texts (a key of :data:`~jupyterhub_gpu.scheduler.TEXTS`) in ``lang``; a key it
     does not know (a newer hub's) is shown as the key."""
     if key not in TEXTS:
         return key

@@ -327,7 +327,7 @@ class ReservationRecord(Base):
     """``count`` GPUs of ``gpu_model`` kept for ``group`` from ``start`` to ``end``, once or weekly until a day.
 
     ``weekly_until`` is the last day (in the lab's time zone) a weekly window may start on; None: once.
-    The rules (what may be booked) are :func:`jupyterhub_gpu.scheduling.check_reservation`.
+    The rules (what may be booked) are :func:`jupyterhub_gpu.scheduler.check_reservation`.
     """
 
     __tablename__ = "gpu_reservations"
@@ -362,7 +362,7 @@ class GroupShare(Base):
 class ScheduleOrder(Base):
     """A session the hub's scheduler told to stop at ``stop_at``: ``kind`` ``preempted`` or ``reserved``.
 
-    Why, in words: ``reason_key`` (a key of :data:`jupyterhub_gpu.scheduling.TEXTS`) and ``reason_values`` (JSON),
+    Why, in words: ``reason_key`` (a key of :data:`jupyterhub_gpu.scheduler.TEXTS`) and ``reason_values`` (JSON),
     so that each reader's language words it. The gpu service sends the notice (``noticed_at``) and stops the
     server at ``stop_at`` (``done_at``). The ``preempted`` rows are the ledger's preemption records.
     """

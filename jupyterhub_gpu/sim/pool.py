@@ -1,6 +1,6 @@
 """A lab's GPU pool in virtual time: arrivals, the wait queue, session ends, culling, preemption and reservations.
 
-The pool simulator runs the scheduler's real code (:func:`~jupyterhub_gpu.scheduling.schedule`)
+The pool simulator runs the scheduler's real code (:func:`~jupyterhub_gpu.scheduler.schedule`)
 as the culling simulator (:mod:`.replay`) runs the real cull rules: at every minute where something happens (a
 request arrives, a session ends or is stopped, a reservation window opens or closes, a preemptible session
 passes its minimum runtime, a waiting student gives up) it builds the :class:`Snapshot` the service would build
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
 from jupyterhub_gpu.billing import billed_minutes
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.scheduler import (
     END,
     GRANT,
     PREEMPT,

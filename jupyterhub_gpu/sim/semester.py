@@ -37,7 +37,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from jupyterhub_gpu.money import to_micros
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.scheduler import (
     POLICIES,
     PREEMPTIBLE,
     STANDARD,

@@ -324,7 +324,7 @@ def render_options_form(
 
 
 def scheduling_text(key: str, values, lang: str = "en") -> str:
-    """One of the scheduler's texts (:data:`jupyterhub_gpu.scheduling.TEXTS`) in ``lang``, its values too."""
+    """One of the scheduler's texts (:data:`jupyterhub_gpu.scheduler.TEXTS`) in ``lang``, its values too."""
     return reason_words(key, values, lang)
 
 

@@ -58,7 +58,7 @@ from jupyterhub_gpu.i18n import language_of, translator
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, to_micros
-from jupyterhub_gpu.scheduling import FairShare, Fifo, Policy, Preemption, Reservations
+from jupyterhub_gpu.scheduler import FairShare, Fifo, Policy, Preemption, Reservations
 from jupyterhub_gpu.session import SessionStart, StopReason, default_pool
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
 from jupyterhub_gpu.spawners.assign.plan import Ask, Planner, ProfileFacts, unit_of

@@ -3,7 +3,7 @@
 Read from the source with :mod:`ast` (nothing is imported), so a new module is checked the moment it exists.
 The layers, lowest first (docs/architecture.md draws them):
 
-- the pure core: ``clock``, ``money``, ``billing``, ``session``, ``env``, ``lab``, ``i18n``, ``scheduling``, ``gpus/``:
+- the pure core: ``clock``, ``money``, ``billing``, ``session``, ``env``, ``lab``, ``i18n``, ``scheduler/``, ``gpus/``:
   shared by every side;
 - ``ledger/``: every table, the Ledger and its queries;
 - ``spawners/`` (the hub side) and ``service/`` (domain <- web, notify, hubapi, tick, app), which never import
@@ -23,7 +23,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
 NAME = "jupyterhub_gpu"
 
-CORE = ("clock", "money", "billing", "session", "env", "gpus", "lab", "i18n", "scheduling", "schedule_words")
+CORE = ("clock", "money", "billing", "session", "env", "gpus", "lab", "i18n", "scheduler", "schedule_words")
 
 # Which layer a module may import from, by prefix (the module's own package is always allowed).
 ALLOWED = {
@@ -35,7 +35,7 @@ ALLOWED = {
     "env": CORE,
     "lab": CORE,
     "i18n": CORE,
-    "scheduling": CORE,
+    "scheduler": CORE,
     "schedule_words": CORE,
     "ledger": (*CORE, "ledger"),
     "spawners": (*CORE, "ledger", "spawners", "hubpages"),  # hubpages: installs the pages' language hook

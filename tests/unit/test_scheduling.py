@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.scheduler import (
     END,
     GRANT,
     POLICIES,

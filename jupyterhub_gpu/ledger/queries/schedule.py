@@ -2,7 +2,7 @@
 the stop orders of the hub's scheduler (``gpu_schedule_orders``: preemptions and reservation ends), the queue the
 hub publishes (``gpu_queue``), and what a scheduling cycle reads of past sessions (usage and lengths).
 
-What may be booked is :func:`jupyterhub_gpu.scheduling.check_reservation`; here rows are read and
+What may be booked is :func:`jupyterhub_gpu.scheduler.check_reservation`; here rows are read and
 written. :func:`add_reservation` runs the caller's check on the bookings as they are inside the same step as the
 insert, so two concurrent bookings cannot together pass the pool's size. Times are stored as naive UTC and come
 back aware, in the zone the caller names (the lab's: weekly windows repeat at its wall-clock time).
@@ -159,7 +159,7 @@ def shares(ledger: Ledger, groups: Sequence[str] | None = None) -> list[StoredSh
 
 
 def share_table(ledger: Ledger) -> dict[str, dict[str, int]]:
-    """group -> model -> share, the shape of :attr:`~jupyterhub_gpu.scheduling.Snapshot.shares`."""
+    """group -> model -> share, the shape of :attr:`~jupyterhub_gpu.scheduler.Snapshot.shares`."""
     table: dict[str, dict[str, int]] = {}
     for s in shares(ledger):
         table.setdefault(s.group, {})[s.gpu_model] = s.share
@@ -195,7 +195,7 @@ ORDER_KINDS = (PREEMPTED, RESERVED)
 
 @dataclass(frozen=True)
 class StopOrder:
-    """A session told to stop at ``stop_at`` (aware UTC), why (``reason_key`` of ``scheduling.TEXTS``, ``values``)."""
+    """A session told to stop at ``stop_at`` (aware UTC), why (``reason_key`` of ``scheduler.TEXTS``, ``values``)."""
 
     session_id: str
     user: str

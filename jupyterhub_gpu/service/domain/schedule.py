@@ -1,6 +1,6 @@
 """The schedule at work on the service's side (issue 16): what people read of it, in their language.
 
-The hub's scheduler (:mod:`jupyterhub_gpu.scheduling`, run by the hub's wait queue) decides; the ledger keeps
+The hub's scheduler (:mod:`jupyterhub_gpu.scheduler`, run by the hub's wait queue) decides; the ledger keeps
 what it decided (:mod:`jupyterhub_gpu.ledger.queries.schedule`: the stop orders and the queue it publishes);
 the tick carries the orders out (:func:`..tick.enforce_schedule`) and the REST API shows the queue
 (:mod:`..web.api.queue`). Here are the words:
@@ -11,7 +11,7 @@ the tick carries the orders out (:func:`..tick.enforce_schedule`) and the REST A
   event ``cull``), with what happens after (put back in the queue, a job run again);
 - :func:`status_words` and :func:`reason_words`: a waiting request's headline ("Waiting for a free A100 —
   position 2 of 5 — about 12 min") and why it stands there, from the scheduler's templates
-  (:data:`~jupyterhub_gpu.scheduling.TEXTS`) and the values the hub stored with them;
+  (:data:`~jupyterhub_gpu.scheduler.TEXTS`) and the values the hub stored with them;
 - :func:`withdrawn_message`: a stop order the hub withdrew after its notice went out (the waiting request left
   the queue, the booking was cancelled): "The stop of this server at 14:02 is off: the GPU is no longer needed.";
 - :func:`resume_refused_message`: a preempted server that the hub would not put back in the queue.

@@ -1,11 +1,11 @@
 """The hub's wait queue run by the lab's scheduler (issue 16, docs/scheduling.md).
 
 A :class:`Planner` sits beside a :class:`.queue.FairQueue`. Each cycle it describes the pool in a
-:class:`jupyterhub_gpu.scheduling.Snapshot`: the waiting requests (from the queue), the free and total units of
+:class:`jupyterhub_gpu.scheduler.Snapshot`: the waiting requests (from the queue), the free and total units of
 each model (from the allocator), the running sessions (the ledger's open sessions the allocator holds GPUs for),
 the groups' shares and decayed use, the reservations, the stop orders already given and the profiles' past session
 lengths (the ledger, read in the background at most every ``refresh`` seconds, and at each arrival when older).
-:func:`~jupyterhub_gpu.scheduling.schedule` says what to do, and the queue does it:
+:func:`~jupyterhub_gpu.scheduler.schedule` says what to do, and the queue does it:
 
 - ``grant``: the queue grants exactly those requests, in that order, when the allocator has their units;
 - ``queue``: each waiting request gets its place (the queue is reordered), why, and the estimate; the spawn page
@@ -27,10 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 
-from jupyterhub_gpu import scheduling
+from jupyterhub_gpu import scheduler
 from jupyterhub_gpu.clock import aware_utc, utcnow
 from jupyterhub_gpu.ledger.queries import schedule as rows
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.scheduler import (
     END,
     PREEMPT,
     PREEMPTIBLE,
@@ -189,7 +189,7 @@ class Planner:
                 usage_rows.append((pool, model_key(facts.model, facts.unit), count, started, stopped))
             if stopped is not None and stopped >= now - HISTORY:
                 lengths.setdefault(profile, []).append((stopped - started) / timedelta(minutes=1))
-        view.usage = scheduling.decayed_usage(usage_rows, now, half_life)
+        view.usage = scheduler.decayed_usage(usage_rows, now, half_life)
         view.history = {p: SessionLengths(v[-HISTORY_LENGTHS:]) for p, v in lengths.items()}
 
     async def fresh(self, max_age: float | None = None) -> None:
@@ -318,7 +318,7 @@ class Planner:
         waiters = list(waiters)
         snapshot = self.snapshot(waiters, held, now)
         try:
-            decisions = scheduling.schedule(snapshot, self.policy)
+            decisions = scheduler.schedule(snapshot, self.policy)
         except Exception:
             log.exception("the scheduler failed: the queue keeps its order this cycle")
             return []

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from jupyterhub_gpu.gpus.device import GPUDevice
-from jupyterhub_gpu.scheduling import GRANT, QUEUE, Decision
+from jupyterhub_gpu.scheduler import GRANT, QUEUE, Decision
 from jupyterhub_gpu.spawners import metrics
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, QueueCancelled, QueueTimeout
 from jupyterhub_gpu.spawners.messages import Phrase

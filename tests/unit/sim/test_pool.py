@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.scheduling import (
+from jupyterhub_gpu.scheduler import (
     POLICIES,
     PREEMPTIBLE,
     FairShare,

@@ -16,7 +16,7 @@ from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.gpus.simulated import simulated_inventory
 from jupyterhub_gpu.ledger.queries import schedule as rows
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.scheduling import FairShare, Fifo, Policy, Preemption, Reservations
+from jupyterhub_gpu.scheduler import FairShare, Fifo, Policy, Preemption, Reservations
 from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
 from jupyterhub_gpu.spawners.assign.plan import Ask, Planner, ProfileFacts
@@ -215,7 +215,7 @@ def test_a_reserved_gpu_is_kept_for_the_class_and_a_strangers_session_is_told_it
 def test_the_spawn_page_words_the_schedulers_decisions_in_the_readers_language():
     from datetime import datetime
 
-    from jupyterhub_gpu.scheduling import QUEUE, Decision, Reservation
+    from jupyterhub_gpu.scheduler import QUEUE, Decision, Reservation
     from jupyterhub_gpu.spawners.form import queue_status, reserved_note
 
     decision = Decision(

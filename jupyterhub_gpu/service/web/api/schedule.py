@@ -5,7 +5,7 @@ A booking keeps N GPUs of a model for a group in a window, once or weekly until 
 ``custom:gpu-usage:read!group=NAME`` scopes, windows of at most ``c.GPUService.reservation_max_hours``
 starting at least ``c.GPUService.reservation_notice_hours`` from now (so that an instructor cannot take the
 pool for long or at short notice). A booking is checked by the pure
-:func:`~jupyterhub_gpu.scheduling.check_reservation` against the lab's GPUs
+:func:`~jupyterhub_gpu.scheduler.check_reservation` against the lab's GPUs
 (``c.GPUService.gpu_pool``), the groups the hub knows and the bookings already made; a refused one changes
 nothing. Group shares (fair-share weights per GPU model) are set by admins. Nothing here moves the hub's
 wait queue yet: docs/scheduling.md says what is wired.
@@ -29,7 +29,7 @@ from jupyterhub_gpu.ledger.queries.schedule import (
     set_share,
     shares,
 )
-from jupyterhub_gpu.scheduling import Reservation, ReservationError, check_reservation
+from jupyterhub_gpu.scheduler import Reservation, ReservationError, check_reservation
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, parse_reservation, parse_share

@@ -1,0 +1,209 @@
+"""One scheduling cycle: :func:`schedule` (refusals, stops, grants, preemptions, end warnings, the queue)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from jupyterhub_gpu.scheduler.estimate import queue_decisions
+from jupyterhub_gpu.scheduler.policies import Policy
+from jupyterhub_gpu.scheduler.preempt import preempt
+from jupyterhub_gpu.scheduler.snapshot import (
+    END,
+    GRANT,
+    PREEMPTIBLE,
+    QUEUE,
+    REFUSE,
+    STOP,
+    Decision,
+    Request,
+    Snapshot,
+    aware,
+)
+from jupyterhub_gpu.scheduler.state import Cycle, Holder, Windows, holder_of, limit_values
+from jupyterhub_gpu.scheduler.texts import TEXTS, clock_text, gpus_text
+
+
+def _refusal(request: Request, units: Mapping[str, int]) -> Decision | None:
+    total = units.get(request.model, 0)
+    values = {
+        "model": request.model,
+        "count": str(request.count),
+        "gpus": gpus_text(request.count, request.model) if isinstance(request.count, int) else str(request.count),
+        "total": str(total),
+    }
+    if isinstance(request.count, bool) or not isinstance(request.count, int) or request.count < 1:
+        return Decision(REFUSE, "refuse.bad_count", values, request=request.id, model=request.model)
+    if total <= 0:
+        values["models"] = ", ".join(sorted(m for m, n in units.items() if n > 0)) or "none"
+        return Decision(REFUSE, "refuse.model", values, request=request.id, model=request.model)
+    if request.count > total:
+        return Decision(REFUSE, "refuse.count", values, request=request.id, model=request.model)
+    return None
+
+
+def schedule(snapshot: Snapshot, policy: Policy) -> list[Decision]:
+    """One scheduling cycle: the decisions for ``snapshot`` under ``policy``.
+
+    In this order: refusals, stops, grants, preemptions, end warnings, then the queue (per model, in order).
+    A caller applies the stops before the grants: their GPUs are granted in the same cycle.
+    """
+    now = aware(snapshot.now, "snapshot.now")
+    zone = snapshot.zone
+    units = snapshot.units()
+    decisions: list[Decision] = []
+
+    waiting = []
+    for request in snapshot.waiting:
+        refusal = _refusal(request, units)
+        if refusal is not None:
+            decisions.append(refusal)
+        else:
+            waiting.append(request)
+
+    windows = Windows(snapshot, policy.reservations, units) if policy.reservations is not None else None
+    if windows is not None:
+        decisions.extend(windows.refused)
+
+    free = dict(snapshot.free)
+    running = []
+    for session in snapshot.running:
+        if session.stop_at is not None and session.stop_at <= now:
+            key = f"stop.{session.stop_key}" if f"stop.{session.stop_key}" in TEXTS else "stop"
+            values = {"at": clock_text(session.stop_at, zone, now)}
+            decisions.append(Decision(STOP, key, values, session=session.id, model=session.model, at=now))
+            free[session.model] = free.get(session.model, 0) + session.count
+        else:
+            running.append(session)
+
+    cycle = Cycle(snapshot, policy, units, running, windows)
+    cycle.ranks = policy.order.ranks(snapshot, waiting)
+    tiered = policy.preemption is not None
+    cycle.order = sorted(
+        waiting, key=lambda r: (tiered and r.tier == PREEMPTIBLE, cycle.ranks[r.id].value, r.arrived, r.id)
+    )
+    cycle.holders = {m: [] for m in units}
+    for i, session in enumerate(sorted(running, key=lambda s: (s.started, s.id))):
+        cycle.holders.setdefault(session.model, []).append(holder_of(session, i))
+    _reserve(cycle, free)
+    _grant(cycle)
+    _limits(cycle)
+    decisions.extend(cycle.granted.values())
+    preempted = preempt(cycle) if policy.preemption is not None else []
+    decisions.extend(preempted)
+    decisions.extend(_end_warnings(cycle, {d.session for d in preempted}))
+    decisions.extend(queue_decisions(cycle, decisions))
+    return decisions
+
+
+def _reserve(cycle: Cycle, free: Mapping[str, int]) -> None:
+    """Set the reserved units aside that no member uses now, and what is left for anyone."""
+    windows = cycle.windows
+    for model in cycle.units:
+        active = windows.active(model) if windows is not None else []
+        left = free.get(model, 0)
+        if active:
+            room = {r.id: r.count for _, _, r in active}
+            for h in sorted(cycle.holders[model], key=lambda h: (h.started, h.order)):
+                home = next((r for _, _, r in active if h.member_of(r.group) and room[r.id] >= h.count), None)
+                if home is not None:
+                    room[home.id] -= h.count
+            mine = {}
+            for _, _, r in active:
+                mine[r.id] = min(room[r.id], left)
+                left -= mine[r.id]
+            cycle.reserved_free[model] = mine
+        cycle.general[model] = left
+
+
+def _grant(cycle: Cycle) -> None:
+    """Grant the waiting requests in order while their model has units; the queue of a model is strict."""
+    now, zone, windows = cycle.snapshot.now, cycle.snapshot.zone, cycle.windows
+    reservation_of = {r.id: r for r in cycle.snapshot.reservations}
+    blocked = dict.fromkeys(cycle.units, False)
+    later = len(cycle.running)
+    for request in cycle.order:
+        model = request.model
+        mine = cycle.reserved_free.get(model, {})
+        homes = [rid for rid, n in mine.items() if n > 0 and request.member_of(reservation_of[rid].group)]
+        from_reserved = min(request.count, sum(mine[rid] for rid in homes))
+        from_general = request.count - from_reserved
+        if from_general and (blocked[model] or cycle.general[model] < from_general):
+            if not blocked[model] and windows is not None:
+                # the GPUs it would take are set aside for a reservation in force: say so
+                held = [(end, r) for _, end, r in windows.active(model) if mine.get(r.id) and r.id not in homes]
+                if held and cycle.general[model] + sum(mine[res.id] for _, res in held) >= from_general:
+                    end, res = held[0]
+                    values = {"gpus": gpus_text(res.count, model), "model": model, "label": res.name}
+                    values["end"] = clock_text(end, zone, now)
+                    cycle.blocked_by[model] = Decision(QUEUE, "reserved", values)
+            blocked[model] = True
+            continue
+        candidate = Holder(request.id, model, request.count, now, later, request.tier, None, request.member_of)
+        if windows is not None and from_general:
+            moment = windows.limit(model, candidate, [*cycle.holders[model], candidate])
+            if moment is not None and windows.stop_time(moment) - now < cycle.policy.reservations.min_run:
+                if not blocked[model]:
+                    res = windows.reservation_for(model, moment, candidate)
+                    values = {"model": model, "label": res.name, "start": clock_text(moment, zone, now)}
+                    cycle.blocked_by[model] = Decision(QUEUE, "reserved.soon", values)
+                blocked[model] = True
+                continue
+        later += 1
+        cycle.holders[model].append(candidate)
+        cycle.general[model] -= from_general
+        take, label = from_reserved, None
+        for rid in homes:
+            used = min(take, mine[rid])
+            mine[rid] -= used
+            take -= used
+            label = label or (reservation_of[rid].name if used else None)
+        values = {"count": str(request.count), "gpus": gpus_text(request.count, model), "model": model}
+        if label is not None and not from_general:
+            values["label"] = label
+            cycle.granted[request.id] = Decision(GRANT, "grant.reserved", values, request=request.id, model=model)
+        else:
+            cycle.granted[request.id] = Decision(GRANT, "grant", values, request=request.id, model=model)
+
+
+def _limits(cycle: Cycle) -> None:
+    """Who must be gone before each window (running sessions and this cycle's grants); grants get their limit."""
+    windows = cycle.windows
+    if windows is None:
+        return
+    now, zone = cycle.snapshot.now, cycle.snapshot.zone
+    for model in cycle.units:
+        for moment in windows.moments(model):
+            present = [h for h in cycle.holders[model] if h.id not in cycle.ends]
+            for h in windows.to_end(model, moment, present):
+                cycle.ends[h.id] = (windows.stop_time(moment), moment, windows.reservation_for(model, moment, h))
+    for request_id, grant in list(cycle.granted.items()):
+        if request_id in cycle.ends:
+            until, moment, res = cycle.ends.pop(request_id)
+            values = limit_values(until, moment, res, zone, now)
+            cycle.granted[request_id] = Decision(
+                GRANT, "grant.until", values, request=request_id, model=grant.model, at=until
+            )
+
+
+def _end_warnings(cycle: Cycle, preempted: Collection[str | None]) -> list[Decision]:
+    now, zone = cycle.snapshot.now, cycle.snapshot.zone
+    by_id = {s.id: s for s in cycle.running}
+    out = []
+    for session_id, (until, moment, res) in cycle.ends.items():
+        session = by_id.get(session_id)
+        if session is None or session_id in preempted:
+            continue
+        if session.stop_at is not None and session.stop_at <= until:
+            continue  # told already, or told to stop sooner
+        values = limit_values(until, moment, res, zone, now)
+        out.append(Decision(END, "end", values, session=session_id, reservation=res.id, model=session.model, at=until))
+    return out
+
+
+def estimate(snapshot: Snapshot, policy: Policy, request_id: str) -> Decision | None:
+    """The queue decision of one waiting request (``status``: ``Waiting for a free A100 — position 2 of 5 — about
+    12 min``), or None when it would be granted (or refused) now."""
+    for decision in schedule(snapshot, policy):
+        if decision.kind == QUEUE and decision.request == request_id:
+            return decision
+    return None

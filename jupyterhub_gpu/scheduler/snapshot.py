@@ -1,0 +1,262 @@
+"""What one scheduling cycle knows (:class:`Snapshot`) and what it decides (:class:`Decision`)."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, tzinfo
+
+from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, wait_text
+
+#: The tiers of a request or session: full price, or cheaper and preemptible.
+STANDARD = "standard"
+PREEMPTIBLE = "preemptible"
+TIERS = (STANDARD, PREEMPTIBLE)
+
+#: Decision kinds.
+GRANT = "grant"
+PREEMPT = "preempt"
+END = "end"
+STOP = "stop"
+REFUSE = "refuse"
+QUEUE = "queue"
+KINDS = (GRANT, PREEMPT, END, STOP, REFUSE, QUEUE)
+
+
+def aware(moment: datetime, what: str) -> datetime:
+    if not isinstance(moment, datetime) or moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{what} must be a timezone-aware datetime, got {moment!r}")
+    return moment
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request waiting for GPUs.
+
+    ``group`` is the group whose share it counts against (the pool that pays); ``groups`` the user's other
+    groups, which count for reservations. ``tier`` is :data:`STANDARD` or :data:`PREEMPTIBLE`.
+    """
+
+    id: str
+    user: str
+    group: str
+    model: str
+    arrived: datetime
+    count: int = 1
+    profile: str = ""
+    tier: str = STANDARD
+    groups: tuple[str, ...] = ()
+
+    def member_of(self, group: str) -> bool:
+        return group == self.group or group in self.groups
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running session holding ``count`` units of ``model``.
+
+    ``last_gpu_use``: the last time its GPU was busy (None: never). ``ends``: its earliest known end (its
+    ``max_age``, its budget running out, a job's time limit), None when unknown. ``checkpoints``: it saves its
+    work when told to stop (``CheckpointAndResume``). ``stop_at``: it was already told to stop then (a
+    preemption's notice, a reservation's end), and ``stop_key`` why: ``"preempted"`` or ``"reserved"``.
+    """
+
+    id: str
+    user: str
+    group: str
+    model: str
+    started: datetime
+    count: int = 1
+    profile: str = ""
+    tier: str = STANDARD
+    last_gpu_use: datetime | None = None
+    ends: datetime | None = None
+    checkpoints: bool = False
+    groups: tuple[str, ...] = ()
+    stop_at: datetime | None = None
+    stop_key: str | None = None
+
+    def member_of(self, group: str) -> bool:
+        return group == self.group or group in self.groups
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """``count`` units of ``model`` for ``group`` from ``start`` to ``end``, once or every week until ``weekly_until``.
+
+    ``weekly_until`` is the last day (in the start's time zone) a weekly window may start on; None: once.
+    ``label`` is the name students read ("CS231N"); the group's name when empty. Windows repeat at the same
+    wall-clock time (the start's time zone), across a change of summer time too.
+    """
+
+    id: str
+    group: str
+    model: str
+    count: int
+    start: datetime
+    end: datetime
+    weekly_until: date | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or self.group
+
+    def windows(self, since: datetime, until: datetime) -> list[tuple[datetime, datetime]]:
+        """The windows ``(start, end)`` that overlap ``[since, until)``, in order."""
+        length = self.end - self.start
+        if self.weekly_until is None:
+            return [(self.start, self.end)] if self.start < until and self.end > since else []
+        first = max(0, math.floor((since - self.end) / WEEK))
+        found = []
+        k = first
+        while True:
+            start = self.start + k * WEEK  # wall-clock arithmetic in the start's time zone
+            if start.date() > self.weekly_until or start >= until:
+                return found
+            if start + length > since:
+                found.append((start, start + length))
+            k += 1
+
+    def window_at(self, moment: datetime) -> tuple[datetime, datetime] | None:
+        """The window in force at ``moment``, or None."""
+        found = self.windows(moment, moment + timedelta(microseconds=1))
+        return found[0] if found else None
+
+
+class SessionLengths:
+    """A profile's past session lengths in minutes (from the ledger, or the simulator's finished sessions)."""
+
+    __slots__ = ("_median", "_sorted")
+
+    def __init__(self, minutes: Iterable[float]):
+        self._sorted = sorted(float(m) for m in minutes)
+        self._median = _median(self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    @property
+    def lengths(self) -> tuple[float, ...]:
+        """The lengths, shortest first."""
+        return tuple(self._sorted)
+
+    def median(self) -> float | None:
+        """The median length, or None with no history."""
+        return self._median
+
+    def remaining(self, age: float) -> float | None:
+        """The median time left of a session ``age`` minutes old: over the past sessions that lasted longer.
+
+        None when no past session lasted longer (nothing is known of how long it will still run).
+        """
+        longer = self._sorted[bisect.bisect_right(self._sorted, age) :]
+        median = _median(longer)
+        return None if median is None else median - age
+
+
+def _median(ordered: Sequence[float]) -> float | None:
+    n = len(ordered)
+    if not n:
+        return None
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one scheduling cycle knows.
+
+    ``free``: free units per GPU model now. ``pool``: the units the pool has of each model (None: the free
+    units plus those the running sessions hold). ``shares``: group -> model -> share (a weight; a group missing
+    from a model has the fair-share plugin's default share). ``usage``: group -> model -> decayed GPU-hours
+    (:func:`decayed_usage`). ``history``: profile -> :class:`SessionLengths`, for the wait estimate. ``tz``:
+    the time zone times are written in for students (None: ``now``'s).
+    """
+
+    now: datetime
+    free: Mapping[str, int]
+    waiting: Sequence[Request] = ()
+    running: Sequence[Running] = ()
+    pool: Mapping[str, int] | None = None
+    shares: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    reservations: Sequence[Reservation] = ()
+    history: Mapping[str, SessionLengths] = field(default_factory=dict)
+    tz: tzinfo | None = None
+
+    def units(self) -> dict[str, int]:
+        """The units of each model the pool has."""
+        if self.pool is not None:
+            return dict(self.pool)
+        total = dict(self.free)
+        for session in self.running:
+            total[session.model] = total.get(session.model, 0) + session.count
+        return total
+
+    @property
+    def zone(self) -> tzinfo:
+        return self.tz or self.now.tzinfo
+
+
+def decayed_usage(
+    sessions: Iterable[tuple[str, str, int, datetime, datetime | None]], now: datetime, half_life: timedelta
+) -> dict[str, dict[str, float]]:
+    """Decayed GPU-hours per group and model of ``(group, model, count, started, stopped or None)`` sessions.
+
+    A GPU-hour used ``t`` ago counts ``2 ** (-t / half_life)``: the integral of that weight over each session's
+    time up to ``now`` (a running session counts to ``now``), as Slurm's fair-share decays usage.
+    """
+    aware(now, "now")
+    h = half_life / timedelta(hours=1)
+    out: dict[str, dict[str, float]] = {}
+    for group, model, count, started, stopped in sessions:
+        end = min(stopped, now) if stopped is not None else now
+        if end <= started:
+            continue
+        age_end = (now - end) / timedelta(hours=1)
+        age_start = (now - started) / timedelta(hours=1)
+        hours = count * h / math.log(2) * (2 ** (-age_end / h) - 2 ** (-age_start / h))
+        by_model = out.setdefault(group, {})
+        by_model[model] = by_model.get(model, 0.0) + hours
+    return out
+
+
+# -- decisions -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One thing to do, with its reason: ``TEXTS[key]`` worded with ``values`` (:attr:`reason`).
+
+    ``at``: for ``grant``, the time the session may run until (None: no limit); for ``preempt``, ``end`` and
+    ``stop``, when the session stops. ``queue`` decisions carry ``position`` of ``length`` (the requests
+    waiting for the model), ``wait`` (the estimate, None when there is none) and :attr:`status`.
+    """
+
+    kind: str
+    key: str
+    values: Mapping[str, str] = field(default_factory=dict)
+    request: str | None = None
+    session: str | None = None
+    reservation: str | None = None
+    model: str | None = None
+    at: datetime | None = None
+    position: int | None = None
+    length: int | None = None
+    wait: timedelta | None = None
+    for_request: str | None = None
+
+    @property
+    def reason(self) -> str:
+        return TEXTS[self.key].format(**self.values)
+
+    @property
+    def status(self) -> str:
+        """A waiting request's headline: ``Waiting for a free A100 — position 2 of 5 — about 12 min``."""
+        if self.kind != QUEUE:
+            return self.reason
+        return TEXTS["status"].format(
+            model=self.model, position=self.position, length=self.length, wait=wait_text(self.wait)
+        )

@@ -1,0 +1,161 @@
+"""What one run of :func:`~jupyterhub_gpu.scheduler.schedule` works on: holders, reservation windows, the cycle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+
+from jupyterhub_gpu.scheduler.policies import Policy, Rank, Reservations
+from jupyterhub_gpu.scheduler.snapshot import PREEMPTIBLE, REFUSE, Decision, Request, Reservation, Running, Snapshot
+from jupyterhub_gpu.scheduler.texts import clock_text, gpus_text
+
+
+@dataclass
+class Holder:
+    """A session (running, or granted in this cycle) as the reservation check sees it."""
+
+    id: str
+    model: str
+    count: int
+    started: datetime
+    order: int  # among sessions started at the same time: the later granted, the larger
+    tier: str
+    gone_by: datetime | None  # when it is known to have stopped
+    member_of: Callable[[str], bool]
+
+
+class Windows:
+    """The reservation windows that matter in this cycle, and who must end before each of them."""
+
+    def __init__(self, snapshot: Snapshot, rule: Reservations, units: Mapping[str, int]):
+        self.rule = rule
+        self.now = snapshot.now
+        self.units = units
+        self.refused: list[Decision] = []
+        # (start, end, reservation) of each window in force now or starting within the horizon, per model
+        self.by_model: dict[str, list[tuple[datetime, datetime, Reservation]]] = {}
+        for res in snapshot.reservations:
+            for start, end in res.windows(self.now, self.now + rule.horizon):
+                total = units.get(res.model, 0)
+                others = sum(r.count for s, e, r in self.by_model.get(res.model, ()) if s < end and e > start)
+                if others + res.count > total:  # the pool shrank under a booking: the later booking gives way
+                    values = {
+                        "label": res.name,
+                        "count": str(res.count),
+                        "gpus": gpus_text(res.count, res.model),
+                        "model": res.model,
+                        "start": clock_text(start, snapshot.zone, self.now),
+                        "end": clock_text(end, snapshot.zone, self.now),
+                        "total": str(total),
+                        "taken": str(others),
+                    }
+                    self.refused.append(
+                        Decision(REFUSE, "refuse.reservation", values, reservation=res.id, model=res.model, at=start)
+                    )
+                    continue
+                self.by_model.setdefault(res.model, []).append((start, end, res))
+        for windows in self.by_model.values():
+            windows.sort(key=lambda w: (w[0], w[2].id))
+
+    def active(self, model: str) -> list[tuple[datetime, datetime, Reservation]]:
+        return [w for w in self.by_model.get(model, ()) if w[0] <= self.now < w[1]]
+
+    def moments(self, model: str) -> list[datetime]:
+        """The moments to check a model at: now when a window is in force, and each later window's start."""
+        return sorted({max(s, self.now) for s, _, _ in self.by_model.get(model, ())})
+
+    def in_force(self, model: str, moment: datetime) -> list[Reservation]:
+        return [r for s, e, r in self.by_model.get(model, ()) if s <= moment < e]
+
+    def to_end(self, model: str, moment: datetime, holders: Sequence[Holder]) -> list[Holder]:
+        """The holders that must be gone by ``moment`` so that each reservation then has its GPUs, in order.
+
+        A member's session counts towards its group's reservation while the reservation has room for it; the
+        others are chosen, preemptible first, then the most recently started, until the reservations fit.
+        """
+        reservations = self.in_force(model, moment)
+        if not reservations:
+            return []
+        room = {r.id: r.count for r in reservations}
+        outside = []
+        for h in sorted(holders, key=lambda h: (h.started, h.order)):
+            if h.gone_by is not None and h.gone_by <= moment:
+                continue
+            home = next((r for r in reservations if h.member_of(r.group) and room[r.id] >= h.count), None)
+            if home is not None:
+                room[home.id] -= h.count
+            else:
+                outside.append(h)
+        excess = sum(r.count for r in reservations) + sum(h.count for h in outside) - self.units.get(model, 0)
+        if excess <= 0:
+            return []
+        outside.sort(key=lambda h: (h.tier != PREEMPTIBLE, -h.started.timestamp(), -h.order))
+        chosen = []
+        for h in outside:
+            if excess <= 0:
+                break
+            chosen.append(h)
+            excess -= h.count
+        return chosen
+
+    def reservation_for(self, model: str, moment: datetime, holder: Holder) -> Reservation:
+        """The reservation a holder gives way to at ``moment`` (one of a group it is not a member of, if any)."""
+        found = self.in_force(model, moment)
+        return next((r for r in found if not holder.member_of(r.group)), found[0])
+
+    def limit(self, model: str, holder: Holder, holders: Sequence[Holder]) -> datetime | None:
+        """The first window start before which ``holder`` would have to end; None: no limit."""
+        for moment in self.moments(model):
+            if any(h is holder for h in self.to_end(model, moment, holders)):
+                return moment
+        return None
+
+    def stop_time(self, moment: datetime) -> datetime:
+        """When a session stops for a window that starts at ``moment``: ``lead`` before it, and never sooner than
+        ``lead`` from now (a late booking, or a window already in force)."""
+        return max(moment - self.rule.lead, self.now + self.rule.lead)
+
+
+def holder_of(session: Running, order: int) -> Holder:
+    known = [t for t in (session.stop_at, session.ends) if t is not None]
+    return Holder(
+        session.id,
+        session.model,
+        session.count,
+        session.started,
+        order,
+        session.tier,
+        min(known) if known else None,
+        session.member_of,
+    )
+
+
+def limit_values(until: datetime, moment: datetime, res: Reservation, zone: tzinfo, now: datetime) -> dict:
+    return {
+        "until": clock_text(until, zone, now),
+        "count": str(res.count),
+        "gpus": gpus_text(res.count, res.model),
+        "model": res.model,
+        "label": res.name,
+        "start": clock_text(moment, zone, now),
+    }
+
+
+@dataclass
+class Cycle:
+    """What one run of :func:`schedule` works on, model by model."""
+
+    snapshot: Snapshot
+    policy: Policy
+    units: dict[str, int]
+    running: list[Running]
+    windows: Windows | None
+    order: list[Request] = field(default_factory=list)
+    ranks: dict[str, Rank] = field(default_factory=dict)
+    holders: dict[str, list[Holder]] = field(default_factory=dict)
+    general: dict[str, int] = field(default_factory=dict)  # free units anyone may take
+    reserved_free: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> reservation -> idle units
+    granted: dict[str, Decision] = field(default_factory=dict)
+    blocked_by: dict[str, Decision] = field(default_factory=dict)  # model -> why its head waits, if a reservation
+    ends: dict[str, tuple[datetime, datetime, Reservation]] = field(default_factory=dict)
