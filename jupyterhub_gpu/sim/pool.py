@@ -1,22 +1,22 @@
 """A lab's GPU pool in virtual time: arrivals, the wait queue, session ends, culling, preemption and reservations.
 
-The pool simulator runs the scheduler's real code (:func:`~jupyterhub_gpu.scheduler.schedule`)
-as the culling simulator (:mod:`.replay`) runs the real cull rules: at every minute where something happens (a
-request arrives, a session ends or is stopped, a reservation window opens or closes, a preemptible session
-passes its minimum runtime, a waiting student gives up) it builds the :class:`Snapshot` the service would build
-and applies the decisions:
+The pool simulator runs the scheduler's real code (:func:`~jupyterhub_gpu.scheduler.schedule`) as the culling
+simulator (:mod:`.replay`) runs the real cull rules: at every minute where something happens (a request arrives,
+a session ends or is stopped, a reservation window opens or closes, a preemptible session passes its minimum
+runtime, a waiting student gives up) it builds the :class:`Snapshot` the service would build and applies the
+decisions:
 
 - a ``grant`` starts the session on its units; what the session then does comes from its :class:`Job`'s trace
   (one :class:`~.replay.TraceMinute` per minute, as the culling simulator's traces), and it ends when its user
   stops it or when the service's cull rules (:func:`~jupyterhub_gpu.service.domain.culling.evaluate`, the
   defaults unless told otherwise) stop it, whichever comes first;
-- a ``preempt`` or an ``end`` stops it at the decision's time: the work since its last checkpoint is lost (none
-  for a session that checkpoints, ``CheckpointAndResume``; all its GPU work so far for one that does not), and a
-  job that asked to be resumed goes back in the queue, from its checkpoint (or from the start);
+- a ``preempt`` or an ``end`` stops it at the decision's time: the work since its last checkpoint is lost
+  (:func:`.checkpoint.resume_point`; all its GPU work so far without ``CheckpointAndResume``), and a job that
+  asked to be resumed goes back in the queue, from its checkpoint (or from the start);
 - a ``queue`` decision's estimate is kept from the first time a request waits, and compared with its wait.
 
 Sessions are billed per started minute (:func:`~jupyterhub_gpu.billing.charge`) at their profile's rate, or at
-the preemptible rate when the policy has the tier. Time is whole minutes from ``Lab.origin``.
+the preemptible rate under the tier. Time is whole minutes from ``Lab.origin``. Figures: :mod:`.metrics`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from jupyterhub_gpu.scheduler import (
 )
 from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES, CullRule, evaluate
 from jupyterhub_gpu.session import StopReason
+from jupyterhub_gpu.sim.checkpoint import resume_point
 from jupyterhub_gpu.sim.replay import TraceMinute, minute_signals
 
 #: How many past sessions of a profile the wait estimate learns from (the most recent).
@@ -64,8 +65,9 @@ class Job:
     the last one, unless a cull rule stops it sooner. ``arrival`` is in minutes from the lab's origin.
     ``patience``: minutes its user waits in the queue before giving up (None: for ever). ``requeue``: when it
     is preempted (or stopped for a reservation) it asks to be put back in the queue, and resumes from its
-    checkpoint (from the start without one). ``time_limit``: a notebook job's limit, a known end. Rates are
-    per GPU-minute in micro-units (the full price, and the preemptible tier's).
+    checkpoint (from the start without one). ``checkpoints``: it has ``CheckpointAndResume`` (:mod:`.checkpoint`:
+    ``epoch_minutes``, ``saves_on_stop``). ``time_limit``: a notebook job's limit, a known end. Rates are per
+    GPU-minute in micro-units (the full price, and the preemptible tier's).
     """
 
     id: str
@@ -86,6 +88,8 @@ class Job:
     preemptible_rate_micros: int = 0
     groups: tuple[str, ...] = ()
     preemptible_profile: str = ""  # the profile of its tier, where the policy offers the tier
+    epoch_minutes: int | None = None
+    saves_on_stop: bool = True
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,7 @@ class RunRecord:
     end: str  # NATURAL, a cull rule's kind, PREEMPTED, RESERVED or HORIZON
     lost_gpu_minutes: int
     cost_micros: int
+    billed_gpu_minutes: int = 0  # per started minute, times its GPUs
 
 
 @dataclass(frozen=True)
@@ -260,6 +265,7 @@ class Result:
     windows: list[WindowRecord] = field(default_factory=list)
     preemptions: int = 0
     cycles: int = 0
+    jobs: Sequence[Job] = ()  # the workload played, in arrival order
 
 
 class PoolSim:
@@ -290,7 +296,7 @@ class PoolSim:
         self.history: dict[str, deque] = {}
         self._history_view: dict[str, SessionLengths] = {}
         self._resumes: dict[str, int] = {}
-        self.result = Result(policy.name, lab)
+        self.result = Result(policy.name, lab, jobs=tuple(self.jobs))
 
     # -- time and events --
 
@@ -452,18 +458,19 @@ class PoolSim:
         busy = sum(1 for m in done if m.gpu_busy)
         lost = 0
         if end in (PREEMPTED, RESERVED):
-            if not job.checkpoints:
-                # no checkpoint: every minute of GPU work of the job so far is lost
-                lost = sum(1 for m in job.minutes[: run.offset + ran] if m.gpu_busy) * job.count
-            if job.requeue and run.offset + ran < len(job.minutes):
+            stopped = run.offset + ran
+            offset = resume_point(job, run.offset, stopped)
+            # the GPU work between its checkpoint and the stop is lost (without one: all of the job's so far)
+            lost = sum(1 for m in job.minutes[offset:stopped] if m.gpu_busy) * job.count
+            if job.requeue and stopped < len(job.minutes):
                 n = self._resumes.get(job.id, 0) + 1
                 self._resumes[job.id] = n
-                offset = run.offset + ran if job.checkpoints else 0
                 self._arrive(job, minute, offset, n)
         elif end != HORIZON and run.offset == 0:
             lengths = self.history.setdefault(run.profile, deque(maxlen=HISTORY))
             lengths.append(ran)
             self._history_view.pop(run.profile, None)
+        billed = billed_minutes(self.at(run.start), self.at(minute)) if ran > 0 else 0
         self.result.runs.append(
             RunRecord(
                 id=run.id,
@@ -478,9 +485,8 @@ class PoolSim:
                 busy_gpu_minutes=busy * job.count,
                 end=end,
                 lost_gpu_minutes=lost,
-                cost_micros=billed_minutes(self.at(run.start), self.at(minute)) * run.rate_micros * job.count
-                if ran > 0
-                else 0,
+                cost_micros=billed * run.rate_micros * job.count,
+                billed_gpu_minutes=billed * job.count,
             )
         )
 
@@ -591,113 +597,3 @@ def simulate(
 ) -> Result:
     """Play ``jobs`` on ``lab`` under ``policy``; ``lengths`` (job id -> :func:`cull_length`) saves recomputing."""
     return PoolSim(lab, jobs, policy, rules, lengths).run()
-
-
-# -- the report ----------------------------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The ``p``-th percentile (0-100) by the nearest-rank method; None of nothing."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def _waits(records: Iterable[RequestRecord]) -> dict:
-    waits = [r.wait for r in records]
-    return {
-        "requests": len(waits),
-        "p50": percentile(waits, 50),
-        "p90": percentile(waits, 90),
-        "p99": percentile(waits, 99),
-    }
-
-
-def report(
-    result: Result, weeks: Mapping[str, tuple[int, int]] | None = None, students: Mapping[str, int] | None = None
-) -> dict:
-    """The figures of one run: the pool's GPU-hours, waits, the estimate's error, preemptions, windows, spend.
-
-    Waits are minutes from a request's arrival to its grant; a request never served counts with the time it
-    waited (until its user gave up, or the horizon): a lower bound. ``weeks``: name -> (first, last minute) of
-    periods whose waits are given apart (the deadline week). ``students``: group -> members, for the spend per
-    student.
-    """
-    lab = result.lab
-    available = sum(lab.pool.values()) * lab.minutes
-    allocated = sum(r.minutes * r.count for r in result.runs)
-    busy = sum(r.busy_gpu_minutes for r in result.runs)
-    requests = [r for r in result.requests if r.outcome != "refused"]
-    errors = [
-        abs(r.estimate - r.wait) for r in requests if r.outcome == "granted" and r.estimated and r.estimate is not None
-    ]
-    spend_group: dict[str, int] = {}
-    spend_user: dict[str, int] = {}
-    group_of_user: dict[str, str] = {}
-    for run in result.runs:
-        spend_group[run.group] = spend_group.get(run.group, 0) + run.cost_micros
-        spend_user[run.user] = spend_user.get(run.user, 0) + run.cost_micros
-        group_of_user[run.user] = run.group
-    per_student = {}
-    for group in sorted(spend_group):
-        members = (students or {}).get(group) or sum(1 for g in group_of_user.values() if g == group)
-        spent = sorted([v for u, v in spend_user.items() if group_of_user[u] == group])
-        spent += [0] * max(0, members - len(spent))
-        spent.sort()
-        per_student[group] = {
-            "students": members,
-            "mean_micros": spend_group[group] // members if members else 0,
-            "p50_micros": percentile(spent, 50),
-            "p90_micros": percentile(spent, 90),
-            "max_micros": spent[-1] if spent else 0,
-        }
-    out = {
-        "policy": result.policy,
-        "pool_gpu_hours": {
-            "available": round(available / 60, 1),
-            "allocated": round(allocated / 60, 1),
-            "busy": round(busy / 60, 1),
-            "allocated_share": round(allocated / available, 4) if available else 0.0,
-            "busy_share": round(busy / available, 4) if available else 0.0,
-        },
-        "requests": {
-            outcome: sum(1 for r in result.requests if r.outcome == outcome)
-            for outcome in ("granted", "abandoned", "refused", "waiting")
-        },
-        "wait_minutes": {
-            "all": _waits(requests),
-            "by_group": {g: _waits(r for r in requests if r.group == g) for g in sorted({r.group for r in requests})},
-            "by_tier": {t: _waits(r for r in requests if r.tier == t) for t in (STANDARD, PREEMPTIBLE)},
-        },
-        "estimate_error_minutes": {
-            "estimated": len(errors),
-            "waited": sum(1 for r in requests if r.outcome == "granted" and r.wait > 0),
-            "p50": percentile(errors, 50),
-            "p90": percentile(errors, 90),
-        },
-        "preemptions": result.preemptions,
-        "reservation_stops": sum(1 for r in result.runs if r.end == RESERVED),
-        "lost_gpu_minutes": sum(r.lost_gpu_minutes for r in result.runs),
-        "culled": sum(1 for r in result.runs if r.end not in (NATURAL, PREEMPTED, RESERVED, HORIZON)),
-        "reservation_windows": {
-            "windows": len(result.windows),
-            "served_in_full": sum(1 for w in result.windows if w.served),
-            "short": [
-                {"reservation": w.reservation, "start": w.start, "booked": w.booked, "available": w.available}
-                for w in result.windows
-                if not w.served
-            ],
-        },
-        "spend_micros": {"by_group": dict(sorted(spend_group.items())), "per_student": per_student},
-        "cycles": result.cycles,
-    }
-    for name, (first, last) in (weeks or {}).items():
-        mine = [r for r in requests if first <= r.arrival < last]
-        out["wait_minutes"][name] = {
-            "all": _waits(mine),
-            "standard": _waits(r for r in mine if r.tier == STANDARD),
-            "preemptible": _waits(r for r in mine if r.tier == PREEMPTIBLE),
-        }
-    return out

@@ -1,8 +1,14 @@
-"""A seeded semester of a lab's GPU pool, played under each scheduling policy (issue 16).
+"""A seeded semester of a lab's GPU pool, played under each scheduling policy.
 
-``python -m jupyterhub_gpu.sim semester [--seed N] [--quick] [--weeks W] [--policy NAME ...]`` prints the
-pool simulator's report (:func:`.pool.report`) of each policy as JSON; ``benchmarks/semester.py`` prints it as
-a table with the issue's targets.
+``python -m jupyterhub_gpu.sim semester [--load light|heavy] [--seed N] [--quick] [--weeks W] [--policy NAME ...]``
+prints the pool simulator's report (:func:`.metrics.report`) of each policy as JSON; ``benchmarks/semester.py``
+prints both loads as tables with their targets.
+
+Two loads (:data:`LOADS`): ``light``, the semester below, whose deadline week asks for about as many GPU-hours
+as the pool has (and the whole term for about a third of its hours), and ``heavy``, the same term with a
+deadline week in which the courses' students ask :attr:`SemesterParams.deadline_factor` = 6 times as often
+instead of 3: it asks for 1.5 to 2 times the pool's GPU-hours (:func:`demand`), so that what a policy does
+when the pool cannot serve everyone shows.
 
 The lab (:func:`lab_and_jobs`, every figure a field of :class:`SemesterParams`): 4× T4 and 4× A100; two courses
 of 56 students with a weekly two-hour class each (CS231N: Tuesdays 14:00–16:00 with 4 T4s reserved; CS224N:
@@ -21,6 +27,15 @@ price): jobs and trainings that checkpoint (``CheckpointAndResume``) mostly pick
 that do not rarely do, and a few interactive sessions do to save money. Jobs and trainings ask to be resumed
 when preempted (from their checkpoint, or from the start). A waiting student gives up after a patience drawn per
 kind (interactive: 20–60 min; trainings: 1–3 h; the thesis group's runs: 2–8 h; a class: 30 min; jobs never).
+
+How a checkpointing session saves (:mod:`.checkpoint`), drawn from a random stream of its own (so the requests
+are the same as without it): an epoch of ``epoch_minutes`` of GPU work (jobs 5–30, trainings 3–20, the thesis
+group's runs 10–60 minutes), and the seconds it takes, when its server is stopped, to finish the running batch
+and write the checkpoint (log-uniform, 0.5–12 s): over :data:`.checkpoint.STOP_SAVE_SECONDS` (8) the save is
+cut off and the work since the last epoch's save is lost.
+
+GPUs are whole: the pool simulator counts units per model, as the scheduler's snapshot did when it was written,
+so a share of a GPU (1/4 T4) is not part of the semester.
 """
 
 from __future__ import annotations
@@ -31,7 +46,8 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -45,7 +61,9 @@ from jupyterhub_gpu.scheduler import (
     check_reservation,
     policy_named,
 )
-from jupyterhub_gpu.sim.pool import Job, Lab, cull_length, report, simulate
+from jupyterhub_gpu.sim.checkpoint import STOP_SAVE_SECONDS
+from jupyterhub_gpu.sim.metrics import report
+from jupyterhub_gpu.sim.pool import Job, Lab, cull_length, simulate
 from jupyterhub_gpu.sim.replay import TraceMinute
 
 # the culling simulator's session bodies (its builders are private to the package: one source of what a session does)
@@ -108,6 +126,9 @@ class SemesterParams:
     preemptible_if_checkpoint: float = 0.75
     preemptible_otherwise: float = 0.1
     interactive_preemptible: float = 0.15
+    # how a checkpointing session saves: GPU-minutes per epoch by kind, and seconds to save at a stop
+    epoch_minutes: tuple[tuple[str, int, int], ...] = (("job", 5, 30), ("training", 3, 20), ("long", 10, 60))
+    stop_save_seconds: tuple[float, float] = (0.5, 12.0)  # log-uniform
     # prices per GPU-minute (decimal strings, as configured), and the preemptible tier's factor
     t4_price: str = "0.05"
     a100_price: str = "0.20"
@@ -124,8 +145,16 @@ def _poisson(rng: random.Random, mean: float) -> int:
         k += 1
 
 
-def _minutes(raw: list[dict]) -> tuple[TraceMinute, ...]:
-    return tuple(TraceMinute(m["gpu_util"], m["gpu_mem_frac"], m["kernel_busy"], m["user_active"]) for m in raw)
+def _minutes(raw: list[dict], seen: dict) -> tuple[TraceMinute, ...]:
+    """The trace's minutes; equal minutes are one object (a term has a million minutes and a few thousand kinds)."""
+    out = []
+    for m in raw:
+        key = (m["gpu_util"], m["gpu_mem_frac"], m["kernel_busy"], m["user_active"])
+        minute = seen.get(key)
+        if minute is None:
+            minute = seen[key] = TraceMinute(*key)
+        out.append(minute)
+    return tuple(out)
 
 
 def _pick(rng: random.Random, weighted) -> str:
@@ -136,8 +165,8 @@ def _pick(rng: random.Random, weighted) -> str:
 class _Maker:
     """Builds the jobs of one semester from one random stream."""
 
-    def __init__(self, params: SemesterParams, rng: random.Random):
-        self.p, self.rng = params, rng
+    def __init__(self, params: SemesterParams, rng: random.Random, saves: random.Random):
+        self.p, self.rng, self.saves = params, rng, saves
         self.trace = TraceParams()
         self.klass = TraceParams(interactive_min=75, interactive_max=105, interactive_tail_mean=3.0)
         factor = Decimal(params.preemptible_factor)
@@ -145,6 +174,7 @@ class _Maker:
         for model, price in (("T4", params.t4_price), ("A100", params.a100_price)):
             self.rates[model] = (to_micros(Decimal(price)), to_micros(Decimal(price) * factor))
         self.jobs: list[Job] = []
+        self.seen: dict = {}
 
     def body(self, kind: str, thesis: bool) -> tuple[TraceMinute, ...]:
         rng = self.rng
@@ -159,7 +189,9 @@ class _Maker:
             raw, _ = _session(rng, self.klass, "interactive")
         else:
             raw, _ = _session(rng, self.trace, kind)
-        return _minutes(raw or [{"gpu_util": 0, "gpu_mem_frac": 0, "kernel_busy": False, "user_active": True}])
+        return _minutes(
+            raw or [{"gpu_util": 0, "gpu_mem_frac": 0, "kernel_busy": False, "user_active": True}], self.seen
+        )
 
     def add(self, user: str, group: str, kind: str, arrival: int, model: str, count: int, thesis: bool) -> None:
         rng, p = self.rng, self.p
@@ -181,6 +213,13 @@ class _Maker:
         }.get(kind)
         full, cheap = self.rates[model]
         profile = f"{model.lower()}x{count}" if count > 1 else model.lower()
+        epoch, saves_on_stop = None, True
+        if checkpoints:
+            low, high = next((lo, hi) for k, lo, hi in p.epoch_minutes if k == kind)
+            epoch = self.saves.randint(low, high)
+            fast, slow = p.stop_save_seconds
+            seconds = math.exp(self.saves.uniform(math.log(fast), math.log(slow)))
+            saves_on_stop = seconds <= STOP_SAVE_SECONDS
         self.jobs.append(
             Job(
                 id=f"j{len(self.jobs):05d}",
@@ -200,6 +239,8 @@ class _Maker:
                 time_limit=60 * (len(minutes) // 60 + 2) if kind == "job" else None,
                 rate_micros=full,
                 preemptible_rate_micros=cheap,
+                epoch_minutes=epoch,
+                saves_on_stop=saves_on_stop,
             )
         )
 
@@ -220,7 +261,7 @@ def lab_and_jobs(seed: int, params: SemesterParams | None = None) -> tuple[Lab, 
     horizon = p.weeks * WEEK_MINUTES
     last_day = first + timedelta(days=7 * p.weeks - 1)
     pool = {"T4": p.t4, "A100": p.a100}
-    maker = _Maker(p, rng)
+    maker = _Maker(p, rng, random.Random(f"{seed}:checkpoints"))
     groups = {c.group: c.students for c in p.courses} | {"thesis": p.thesis_students}
 
     reservations: list[Reservation] = []
@@ -288,16 +329,54 @@ def lab_and_jobs(seed: int, params: SemesterParams | None = None) -> tuple[Lab, 
     return lab, sorted(maker.jobs, key=lambda j: (j.arrival, j.id)), facts
 
 
-def run_semester(seed: int, params: SemesterParams | None = None, policies=tuple(POLICIES)) -> dict:
-    """Generate the semester for ``seed`` and play it under each policy: ``{"facts", "reports", "seconds"}``."""
+def demand(lab: Lab, jobs, lengths: Mapping[str, tuple[int, str | None]], first: int, last: int) -> dict:
+    """What the requests arriving in ``[first, last)`` ask for, against what the pool has in that time.
+
+    ``held``: the GPU-minutes they would hold if each were served on arrival and never stopped early (its whole
+    session, until its user, its job or a cull rule ends it); ``busy``: the GPU work in them. Each as GPU-minutes
+    and as a part of the pool's GPU-minutes from ``first`` to ``last`` (``ratio``, ``busy_ratio``), also per model.
+    """
+    held: dict[str, int] = dict.fromkeys(lab.pool, 0)
+    busy = 0
+    for job in jobs:
+        if first <= job.arrival < last:
+            n = lengths[job.id][0]
+            held[job.model] = held.get(job.model, 0) + n * job.count
+            busy += sum(1 for m in job.minutes[:n] if m.gpu_busy) * job.count
+    has = sum(lab.pool.values()) * (last - first)
+    return {
+        "held_gpu_minutes": sum(held.values()),
+        "busy_gpu_minutes": busy,
+        "ratio": round(sum(held.values()) / has, 4) if has else 0.0,
+        "busy_ratio": round(busy / has, 4) if has else 0.0,
+        "by_model": {m: round(v / (n * (last - first)), 4) for m, n in lab.pool.items() if n for v in (held[m],)},
+    }
+
+
+def full_price_only(jobs) -> list[Job]:
+    """The requests whose students chose the full price: what the tier can at best make of their waits is what
+    they get when no preemptible request exists at all."""
+    return [job for job in jobs if job.tier != PREEMPTIBLE]
+
+
+def run_semester(
+    seed: int, params: SemesterParams | None = None, policies=tuple(POLICIES), bound: str | None = None
+) -> dict:
+    """Generate the semester for ``seed`` and play it under each policy: ``{"facts", "reports", "seconds"}``.
+
+    ``bound``: a policy under which the full-price requests alone (:func:`full_price_only`) are played too, as
+    ``"bound"``: the best any preemption could do for them.
+    """
     began = time.perf_counter()
     lab, jobs, facts = lab_and_jobs(seed, params)
     lengths = {job.id: cull_length(job.minutes) for job in jobs}  # the cull rules' verdict does not depend on policy
     # the GPU work asked for: what every request would compute if it were served at once and never preempted
-    offered = sum(sum(1 for m in job.minutes[: lengths[job.id][0]] if m.gpu_busy) * job.count for job in jobs)
-    available = sum(lab.pool.values()) * lab.minutes
-    facts["offered_busy_gpu_hours"] = round(offered / 60, 1)
-    facts["offered_busy_share"] = round(offered / available, 4) if available else 0.0
+    whole = demand(lab, jobs, lengths, 0, lab.minutes)
+    facts["offered_busy_gpu_hours"] = round(whole["busy_gpu_minutes"] / 60, 1)
+    facts["offered_busy_share"] = whole["busy_ratio"]
+    facts["offered_held_share"] = whole["ratio"]
+    facts["deadline_demand"] = demand(lab, jobs, lengths, *facts["deadline_minutes"])
+    facts["deadline_full_price"] = demand(lab, full_price_only(jobs), lengths, *facts["deadline_minutes"])
     prepared = time.perf_counter() - began
     reports = {}
     seconds = {}
@@ -306,12 +385,39 @@ def run_semester(seed: int, params: SemesterParams | None = None, policies=tuple
         result = simulate(lab, jobs, policy_named(name), lengths=lengths)
         reports[name] = report(result, {"deadline_week": facts["deadline_minutes"]}, facts["students"])
         seconds[name] = round(time.perf_counter() - began_policy, 2)
-    return {"facts": facts, "reports": reports, "seconds": {"generate": round(prepared, 2), **seconds}}
+    out = {"facts": facts, "reports": reports, "seconds": {"generate": round(prepared, 2), **seconds}}
+    if bound is not None:
+        began_policy = time.perf_counter()
+        result = simulate(lab, full_price_only(jobs), policy_named(bound), lengths=lengths)
+        out["bound"] = report(result, {"deadline_week": facts["deadline_minutes"]}, facts["students"])
+        out["seconds"]["bound"] = round(time.perf_counter() - began_policy, 2)
+    return out
 
 
-def quick_params() -> SemesterParams:
+#: The two loads: the light semester, and the same term with a deadline week that asks for 1.5-2x the pool.
+LOADS: dict[str, SemesterParams] = {
+    "light": SemesterParams(),
+    "heavy": SemesterParams(deadline_factor=6.0),
+}
+
+
+def load_params(load: str = "light", quick: bool = False, weeks: int | None = None) -> SemesterParams:
+    """The parameters of a load; ``quick``: three weeks, the second the deadline week; ``weeks``: a shorter term."""
+    if load not in LOADS:
+        raise ValueError(f"unknown load {load!r}: use one of {', '.join(LOADS)}")
+    params = LOADS[load]
+    if quick:
+        params = replace(params, weeks=3, deadline_week=2)
+    if weeks is not None:
+        if weeks < 1:
+            raise ValueError("--weeks must be at least 1")
+        params = replace(params, weeks=weeks, deadline_week=min(params.deadline_week, weeks))
+    return params
+
+
+def quick_params(load: str = "light") -> SemesterParams:
     """Three weeks, the second a deadline week: the same lab, for tests and ``--quick``."""
-    return SemesterParams(weeks=3, deadline_week=2)
+    return load_params(load, quick=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -319,6 +425,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m jupyterhub_gpu.sim semester",
         description="Play a seeded semester of a lab's GPU pool under scheduling policies; print the reports as JSON.",
     )
+    p.add_argument("--load", choices=list(LOADS), default="light", help="the semester's load (default: %(default)s)")
     p.add_argument("--seed", type=int, default=2026, help="random seed (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="three weeks instead of a term")
     p.add_argument("--weeks", type=int, help="weeks of the term (default 15; --quick: 3)")
@@ -332,12 +439,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def params_from(args) -> SemesterParams:
-    params = quick_params() if args.quick else SemesterParams()
-    if args.weeks is not None:
-        if args.weeks < 1:
-            raise ValueError("--weeks must be at least 1")
-        params = SemesterParams(weeks=args.weeks, deadline_week=min(params.deadline_week, args.weeks))
-    return params
+    return load_params(getattr(args, "load", "light"), args.quick, args.weeks)
 
 
 def main(argv=None) -> int:
@@ -348,6 +450,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = run_semester(args.seed, params, tuple(args.policy or POLICIES))
+    out["facts"]["load"] = args.load
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -19,6 +19,7 @@ from jupyterhub_gpu.scheduler import (
 )
 from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES
 from jupyterhub_gpu.sim import __main__ as cli
+from jupyterhub_gpu.sim.metrics import percentile, report
 from jupyterhub_gpu.sim.pool import (
     HORIZON,
     NATURAL,
@@ -28,8 +29,6 @@ from jupyterhub_gpu.sim.pool import (
     Lab,
     PoolSim,
     cull_length,
-    percentile,
-    report,
     simulate,
 )
 from jupyterhub_gpu.sim.replay import TraceMinute, parse_session, replay_rules
@@ -264,16 +263,29 @@ def test_the_cli_plays_a_semester_as_json(capsys):
     assert "--weeks must be at least 1" in capsys.readouterr().err
 
 
-def test_the_benchmark_prints_the_table_and_the_targets(capsys):
+def test_the_benchmark_prints_both_semesters_and_the_targets(capsys):
     spec = importlib.util.spec_from_file_location("semester_benchmark", ROOT / "benchmarks" / "semester.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
     assert benchmark.main(["--weeks", "1", "--seed", "7"]) == 0
     out = capsys.readouterr().out
-    header = next(line for line in out.splitlines() if line.lstrip().startswith("|"))
-    assert [cell.strip() for cell in header.split("|")[1:]] == list(POLICIES)
-    for label in ("pool GPU-h busy (share)", "estimate error p50/p90 min (n)", "reservation windows served in full"):
-        assert label in out
-    verdicts = [line for line in out.splitlines() if line.startswith(("PASS: ", "FAIL: "))]
-    assert len(verdicts) == 3
-    assert verdicts[2].startswith("PASS: no class reservation starts with fewer GPUs than booked")
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("semester ")] == [
+        "semester 'light'",
+        "semester 'heavy'",
+    ]
+    headers = [line for line in out.splitlines() if line.lstrip().startswith("|")]
+    assert len(headers) == 2
+    assert [cell.strip() for cell in headers[0].split("|")[1:]] == list(POLICIES)
+    for label in (
+        "requests served/gave up/left",
+        "billed GPU-h (GPU did work)",
+        "always-on, same requests",
+        "work lost to preemption GPU-min",
+        "reservation windows served in full",
+        "spend thesis (spend/GPU-h/share)",
+    ):
+        assert out.count(label) == 2
+    verdicts = [line for line in out.splitlines() if line.startswith(("PASS: ", "FAIL: ", "figure: "))]
+    assert len(verdicts) == 10
+    assert sum(line.startswith("PASS: every class reservation starts with every booked GPU") for line in verdicts) == 2
+    assert sum("with no preemptible request at all" in line for line in verdicts) == 2
