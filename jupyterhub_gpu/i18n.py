@@ -780,6 +780,15 @@ ZH_CN.update(
         ),
         "The profile '{profile}' has {gpus} × {memory} GB.": "配置“{profile}”有 {gpus} × {memory} GB 显存。",
         "The profile '{profile}' has {memory} GB.": "配置“{profile}”有 {memory} GB 显存。",
+        # a move to another profile keeps the tier and the group that pays (service/domain/moves.py, restart-bigger)
+        "The group {group}, which pays for this session, cannot pay for {profile}.": (
+            "为此会话付费的组 {group} 无法为 {profile} 付费。"
+        ),
+        "No profile bigger than {profile} is open to you at the same tier, paid by the same group:"
+        " your server keeps running.": "没有比 {profile} 更大、同一价格档且由同一组付费的配置可供您使用：您的服务器继续运行。",
+        "The restart on {profile} would be refused: {reason} Your server keeps running.": (
+            "在 {profile} 上重启会被拒绝：{reason}您的服务器继续运行。"
+        ),
         # advice that suggests a share (service/domain/advice.py share_unit, share_sentence)
         "Half a {model}": "半块 {model}",
         "Half an {model}": "半块 {model}",

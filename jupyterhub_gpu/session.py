@@ -104,6 +104,8 @@ class SessionStart:
     #: The tier (``"preemptible"``; None: full price), and whether its user asked to be requeued when preempted.
     tier: str | None = None
     resume: bool = False
+    #: The id of the server's own API token (``a17``), where the spawner knew it: only it reports for the session.
+    server_token: str | None = None
 
     def pool_name(self) -> str | None:
         """The group that pays; ValueError for a pool that is not one of the user's groups."""
@@ -138,6 +140,7 @@ class SessionStart:
             language=gpu.get("language") if gpu.get("language") in LANGUAGES else None,
             tier="preemptible" if gpu.get("tier") == "preemptible" else None,
             resume=gpu.get("resume") is True,
+            server_token=gpu.get("server_token") if isinstance(gpu.get("server_token"), str) else None,
         )
 
 
@@ -162,6 +165,7 @@ class SessionFacts:
     profile: str = ""
     server_name: str = ""
     pool: str | None = None  # the one group that paid (a group's report counts the sessions it paid for)
+    tier: str | None = None  # "preemptible", or None: full price (the advice keeps it)
     minutes: int = 0  # billed so far
     gpu_model: str = ""
     final: bool = True

@@ -59,6 +59,8 @@ class SessionRecord(Base):
     # issue 16: "preemptible" for the cheaper tier (None: full price); resume: put back in the queue when preempted
     tier: Mapped[str | None] = mapped_column(String(16), nullable=True)
     resume: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # the id of the server's own API token (migration 0016; NULL: unknown): only it reports for the session
+    server_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     @property
     def group_list(self) -> list[str]:
@@ -186,6 +188,8 @@ class PriceRecord(Base):
     # a profile of part of a GPU (migration 0013): how many servers share one GPU, or its MIG slice ("1g.10gb")
     gpu_share: Mapped[int | None] = mapped_column(Integer, nullable=True)
     mig: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # the tier (migration 0016): "preemptible" for the cheaper tier, NULL for full price
+    tier: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 # -- right-sizing advice (rules: service/domain/advice.py; rows: queries/advice.py) ----------------

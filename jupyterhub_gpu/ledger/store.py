@@ -164,6 +164,7 @@ class Ledger:
                     language=start.language,
                     tier=start.tier,
                     resume=start.resume,
+                    server_token=start.server_token,
                 )
             )
             try:
@@ -620,6 +621,8 @@ class Ledger:
                     gpu_memory_mib=int(memory) if memory else None,
                     gpu_share=int(profile["gpu_share"]) if profile.get("gpu_share") else None,  # issue 17
                     mig=profile.get("mig") or None,
+                    # a spawner Profile says ``preemptible``; a published row ``tier``
+                    tier="preemptible" if profile.get("preemptible") or profile.get("tier") == "preemptible" else None,
                 )
             )
         with self.Session() as db:
@@ -670,6 +673,7 @@ class Ledger:
                 "gpu_memory_mib": r.gpu_memory_mib,
                 "gpu_share": r.gpu_share,  # part of a GPU (issue 17): None for a whole GPU
                 "mig": r.mig,
+                "tier": r.tier,  # "preemptible", or None: full price
             }
             for r in records
         ]

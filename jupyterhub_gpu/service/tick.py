@@ -77,6 +77,7 @@ from jupyterhub_gpu.service.domain.jobs import (
     run_notice,
     run_once,
 )
+from jupyterhub_gpu.service.domain.moves import affordable_for, restart_options
 from jupyterhub_gpu.service.domain.notices import CHANNELS, AlertSettings, Once
 from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
 from jupyterhub_gpu.service.domain.schedule import (
@@ -551,7 +552,11 @@ async def enforce_culling(
             if s.gpu_count and cap_reached(s, signals, memory_threshold, catalogue_options):
                 # a share's (or MIG slice's) cap nearly reached (issue 17): at once, naming the cap and a bigger one
                 job_server = s.server_name.startswith(SERVER_PREFIX)
-                message, key = cap_message(s, signals, catalogue_options, None if job_server else currency)
+                # a bigger profile is named only when its budgets can pay for it
+                affordable = affordable_for(ledger, s, now, tz, currency.format) if currency is not None else None
+                message, key = cap_message(
+                    s, signals, catalogue_options, None if job_server else currency, affordable=affordable
+                )
                 await notifier.send(message, ("lab",), once=key, now=now)
             elif s.gpu_count and gpu_memory_high(signals, memory_threshold, memory_minutes):
                 # once per session: a notice, never a stop
@@ -559,7 +564,10 @@ async def enforce_culling(
                 # (not for a job's server: nobody watches its Lab, and a job cannot be restarted on another profile)
                 job_server = s.server_name.startswith(SERVER_PREFIX)
                 options = () if currency is None or job_server else memory_options(ledger, advice_settings)
-                message, key = memory_message(s, memory_threshold, memory_minutes, options, currency)
+                affordable = affordable_for(ledger, s, now, tz, currency.format) if currency is not None else None
+                message, key = memory_message(
+                    s, memory_threshold, memory_minutes, options, currency, affordable=affordable
+                )
                 await notifier.send(message, ("lab",), once=key, now=now)
     return result
 
@@ -686,7 +694,8 @@ async def requeue_job(ledger: Ledger, hub: HubClient, job: JobRecord, session: S
                 "job %s moved on (%s before) while its server was preempted: not started again", job.id, job.state
             )
             return "waiting"
-        options = {"profile": job.profile, "job_id": job.id}
+        # the same group pays as for the run it replaces (service/domain/moves.py)
+        options = {**restart_options(session, job.profile), "job_id": job.id}
         try:
             await hub.start_server(job.user, job.server_name, options, display_name=job.id, language=session.language)
         except HubAPIError as e:

@@ -250,7 +250,10 @@ def publish_lab_settings(app, spawner_class, probe, ledger) -> None:
     )
     if warning:
         app.log.warning("jupyterhub-gpu: %s", warning)
-    ledger.set_lab_settings(lab.published_rows(values, sources), utcnow())
+    rows = lab.published_rows(values, sources)
+    # the spawn's budget check, for the gpu service's own check of a restart before it stops anything
+    rows[lab.MIN_MINUTES] = str(probe.budget_min_minutes)
+    ledger.set_lab_settings(rows, utcnow())
     app.log.info("jupyterhub-gpu: published currency %s, time zone %s", probe.currency, probe.budget_timezone)
 
 

@@ -4,7 +4,9 @@ A session's per-minute usage (:class:`~.ledger.UsageMinute`) is summarised into
 peak and percentile GPU memory, utilization percentiles, the share of busy
 minutes and which GPUs did any work (:func:`summarize`). :func:`advise`, a pure
 function of that summary, the session and the profile catalogue, names the
-cheapest profile the user may use
+cheapest profile of the session's tier that the group paying for it may use
+(:func:`.moves.keeps_choices`: a full-price session is never advised onto the
+preemptible tier, nor paid by another group)
 
 - whose GPU memory per GPU has ``headroom`` (default 20%) over the observed peak
   of the GPUs that did work,
@@ -48,6 +50,7 @@ from jupyterhub_gpu.ledger.queries.advice import (
 from jupyterhub_gpu.ledger.queries.samples import memory_unknown
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, from_micros, to_micros
+from jupyterhub_gpu.service.domain.moves import Chosen, keeps_choices
 from jupyterhub_gpu.service.domain.notices import Message, Once, day_in
 from jupyterhub_gpu.session import IDLE_UTIL_PERCENT, SessionFacts
 
@@ -144,6 +147,8 @@ class ProfileOption:
     #: memory divided by it), or the MIG slice ("1g.10gb", whose ``memory_mib`` is the slice's)
     gpu_share: int | None = None
     mig: str | None = None
+    #: the preemptible tier (docs/scheduling.md): an automatic choice never moves a session to another tier
+    preemptible: bool = False
 
     def allows(self, groups: Iterable[str]) -> bool:
         return not self.allowed_groups or bool(set(self.allowed_groups) & set(groups))
@@ -211,6 +216,7 @@ def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[Profile
                 allowed_groups=tuple(p.get("allowed_groups") or ()),
                 gpu_share=int(share) if share else None,
                 mig=mig,
+                preemptible=p.get("tier") == "preemptible",
             )
         )
     return options
@@ -528,11 +534,12 @@ def advise(
     util_scale = session.gpu_count / used if used else 1.0
     best: tuple | None = None
     unknown_memory = False
+    chosen = Chosen.of(session)
     for position, option in enumerate(options):
         if option.slug == session.profile or option.rate_micros >= session.rate_micros:
             continue
-        if option.gpu_count < max(used, 1) or not option.allows(session.groups):
-            continue
+        if option.gpu_count < max(used, 1) or keeps_choices(chosen, option) is not None:
+            continue  # the same tier, paid by the same group (service/domain/moves.py)
         if option.memory_mib is None:
             unknown_memory = True
             continue
@@ -616,6 +623,8 @@ def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOpti
         currency=record.currency,
         minutes=minutes or 0,
         groups=tuple(record.group_list),
+        pool=record.pool,
+        tier=record.tier,
         gpu_model=option.gpu_model if option else "",
         final=final,
     )

@@ -68,6 +68,7 @@ from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.gpus.device import parse_share_uuid
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import from_micros
+from jupyterhub_gpu.service.domain.moves import Chosen, next_bigger
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
 from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT, StopReason
 
@@ -703,30 +704,16 @@ def cull_message(session, decision: Decision, settings: AlertSettings, lang: str
     )
 
 
-def bigger_profile(options: Sequence, current: str, groups: Iterable[str]):
-    """The next bigger profile than ``current`` that a user of ``groups`` may use, or None.
+def bigger_profile(options: Sequence, session, affordable=None):
+    """The next bigger profile a session may grow to, or None: :func:`.moves.next_bigger`.
 
     ``options`` are the advice's catalogue (``advice.catalogue``: the published profiles with the
-    admins' edits and each one's memory per GPU). Bigger: more memory per GPU (with at least as many
-    GPUs), or more GPUs of at least as much memory each; a profile whose memory is unknown is never
-    offered. The next one is the cheapest per minute, then the smallest.
+    admins' edits and each one's memory per GPU); ``session`` the ledger's record (or a
+    :class:`.moves.Chosen`). Bigger keeps the tier, the group that pays and the kind of unit (a share
+    grows to a whole GPU); a profile whose memory is unknown is never offered. The next one is the
+    cheapest per minute, then the smallest, among those ``affordable(option)`` says the budgets can pay.
     """
-    groups = set(groups)
-    mine = next((o for o in options if o.slug == current), None)
-    if mine is None or not mine.gpu_count or not mine.memory_mib:
-        return None
-    bigger = [
-        o
-        for o in options
-        if o.slug != current
-        and o.allows(groups)
-        and o.gpu_count
-        and o.memory_mib
-        and o.memory_mib >= mine.memory_mib
-        and o.gpu_count >= mine.gpu_count
-        and (o.memory_mib > mine.memory_mib or o.gpu_count > mine.gpu_count)
-    ]
-    return min(bigger, key=lambda o: (o.rate_micros, o.memory_mib * o.gpu_count, o.slug), default=None)
+    return next_bigger(options, Chosen.of(session), affordable)
 
 
 def memory_text(threshold: float, minutes: int, bigger, currency, lang: str = "en") -> str:
@@ -754,15 +741,21 @@ def memory_text(threshold: float, minutes: int, bigger, currency, lang: str = "e
 
 
 def memory_message(
-    session, threshold: float = 0.9, minutes: int = 10, options: Sequence = (), currency=None, lang: str = "en"
+    session,
+    threshold: float = 0.9,
+    minutes: int = 10,
+    options: Sequence = (),
+    currency=None,
+    lang: str = "en",
+    affordable=None,
 ) -> tuple[Message, Once]:
     """The "GPU memory high" notice of a session, in JupyterLab only, and its once-per-session key.
 
     With the catalogue (``options``) and the ``currency`` it names the next bigger profile the user
-    may use (:func:`bigger_profile`) and its price per minute; its kind is then ``bigger:<slug>``,
-    which the Lab shows with a "Restart on <profile>" button (docs/user.md).
+    may use (:func:`bigger_profile`, one its budgets can pay for: ``affordable``) and its price per minute;
+    its kind is then ``bigger:<slug>``, which the Lab shows with a "Restart on <profile>" button (docs/user.md).
     """
-    bigger = bigger_profile(options, session.profile, session.group_list) if currency is not None else None
+    bigger = bigger_profile(options, session, affordable) if currency is not None else None
     if currency is None:
         text = memory_notice(threshold, minutes)
     else:
@@ -779,7 +772,7 @@ def memory_message(
         what=f"memory notice for {session.user}",
         source="jupyterhub_gpu.service",
         lang=lang,
-        words=lambda other: memory_message(session, threshold, minutes, options, currency, other)[0],
+        words=lambda other: memory_message(session, threshold, minutes, options, currency, other, affordable)[0],
     )
     return message, Once(session.user, f"session:{session.id}", session.started, 90)
 
@@ -869,13 +862,14 @@ def cap_text(unit: str, used_fraction: float, cap_mib: int | None, bigger, lang:
 
 
 def cap_message(
-    session, signals: Sequence[MinuteSignal], options: Sequence = (), currency=None, lang: str = "en"
+    session, signals: Sequence[MinuteSignal], options: Sequence = (), currency=None, lang: str = "en", affordable=None
 ) -> tuple[Message, Once]:
     """The cap notice of a session on a share or MIG slice, in JupyterLab only, and its once-per-session key.
 
     The cap is the unit's memory in the catalogue (``options``: a share's is its GPU's divided by the share
     count, :func:`.advice.catalogue`), the use the latest sampled minute's fraction of it. With the
-    ``currency`` it names the next bigger profile the user may use (:func:`bigger_profile`) and its kind is
+    ``currency`` it names the next bigger profile the user may use and pay for (:func:`bigger_profile`,
+    ``affordable``) and its kind is
     ``bigger:<slug>`` (the Lab's "Restart on <profile>" button). Its key is the "GPU memory high" notice's:
     a session gets one of the two, the cap notice first (it needs no ten minutes).
     """
@@ -883,7 +877,7 @@ def cap_message(
     latest = next((s for s in reversed(signals) if s.gpu_mem_frac is not None), None)
     used = latest.gpu_mem_frac if latest is not None else 1.0
     mine = next((o for o in options if o.slug == session.profile), None)
-    bigger = bigger_profile(options, session.profile, session.group_list) if currency is not None else None
+    bigger = bigger_profile(options, session, affordable) if currency is not None else None
     kind = "advice"
     if bigger is not None and len(f"bigger:{bigger.slug}") <= 32:  # the notice's kind column is 32 characters
         kind = f"bigger:{bigger.slug}"
@@ -896,6 +890,6 @@ def cap_message(
         what=f"memory cap notice for {session.user}",
         source="jupyterhub_gpu.service",
         lang=lang,
-        words=lambda other: cap_message(session, signals, options, currency, other)[0],
+        words=lambda other: cap_message(session, signals, options, currency, other, affordable)[0],
     )
     return message, Once(session.user, f"session:{session.id}", session.started, 90)

@@ -586,7 +586,8 @@ def test_a_preempted_job_is_requeued_not_failed(ledger, hub, notifier):
     assert hub.of("POST") == [
         (
             f"/hub/api/users/alice/servers/{job.server_name}",
-            {"user_options": {"profile": "t4-pre", "job_id": job.id}, "display_name": job.id},
+            # the group that paid for the preempted run pays again
+            {"user_options": {"profile": "t4-pre", "pool": "cs231n", "job_id": job.id}, "display_name": job.id},
         )
     ]
     # later ticks: it waits in the hub's queue (not over its time limit, not lost), and is started once

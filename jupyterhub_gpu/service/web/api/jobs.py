@@ -10,6 +10,7 @@ import time
 
 from tornado import web
 
+from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.jobs import (
     ACTIVE_STATES,
@@ -21,12 +22,12 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     list_jobs,
     update_job,
 )
-from jupyterhub_gpu.service.domain.culling import bigger_profile
 from jupyterhub_gpu.service.domain.jobs import (
     RUNNER_END_STATES,
     JobError,
     parse_job_request,
 )
+from jupyterhub_gpu.service.domain.moves import Chosen, bigger_moves, purse_of, restart_options
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.tick import memory_options
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler, is_server_token
@@ -250,20 +251,25 @@ class StopWhenDoneHandler(JobBase):
 RESTART_STOP_TIMEOUT = 120
 #: The restarts under way (a reference keeps each task alive until it ends).
 _restarts: set[asyncio.Task] = set()
+#: The restarts being checked (their own awaits), so that a second request meanwhile is refused.
+_validating: set[str] = set()
 
 
 class RestartBiggerHandler(JobBase):
     """``POST restart-bigger``: a server asks to be restarted on the bigger profile its memory notice named.
 
     Only the session's own server may ask, with its own token. The service works the bigger profile out
-    again (:func:`bigger_profile`, as the notice did) and takes only that slug, so a student gets no
-    profile they may not use and restarts no one else's server. The answer (202) comes before the stop:
-    the server asking is the one stopped. Then the hub stops the server and starts it again with
-    ``{"profile": slug}`` (the spawner's budget check and queue apply; the same home directory).
+    again (:func:`.moves.next_bigger`, as the notice did: the same tier, the same group paying, a unit that
+    grows, a budget that can pay) and takes only that slug, so a student gets no profile they may not use
+    and restarts no one else's server. Everything the new spawn will be checked for is checked before the
+    stop (:meth:`validated_move`): a restart that would be refused is refused here, and the server runs on.
+    The answer (202) comes before the stop: the server asking is the one stopped. Then the hub stops the
+    server and starts it again with the new profile, the same pool and the same resume choice (the
+    spawner's budget check and queue apply again; the same home directory).
     """
 
     @web.authenticated
-    def post(self):
+    async def post(self):
         name = self.own_name("only a user's server restarts on a bigger profile")
         body = self.json_body()
         if (
@@ -284,25 +290,66 @@ class RestartBiggerHandler(JobBase):
         if session.server_name.startswith(SERVER_PREFIX):
             # its restart would start job-<id> without its job: the job would fail and nothing would run
             raise web.HTTPError(409, "A notebook job's server is not restarted on another profile.")
-        if any(r.get_name() == f"restart:{name}/{session.server_name}" for r in _restarts):
+        key = f"restart:{name}/{session.server_name}"
+        if key in _validating or any(r.get_name() == key for r in _restarts):
             raise web.HTTPError(409, "The server is already restarting.")
-        bigger = bigger_profile(
-            memory_options(self.ledger, self.ctx.advice_settings), session.profile, session.group_list
-        )
-        if bigger is None:
-            raise web.HTTPError(409, f"No profile bigger than {session.profile!r} is open to you.")
-        if body["profile"] != bigger.slug:
-            raise web.HTTPError(
-                400, f"profile must be {bigger.slug!r}, the next bigger profile open to you, got {body['profile']!r}"
-            )
-        # the same group pays (the spawner checks the pool again), and the new spawn speaks the user's language
-        options = {"profile": bigger.slug, **({"pool": session.pool} if session.pool else {})}
-        task = asyncio.ensure_future(restart(self.ctx.hub, name, session.server_name, options, session.language))
-        task.set_name(f"restart:{name}/{session.server_name}")
-        _restarts.add(task)
-        task.add_done_callback(_restarts.discard)
+        _validating.add(key)
+        try:
+            bigger = await self.validated_move(session, name, body["profile"])
+            # the same group pays and the same resume choice holds (the spawner checks both again), and the new
+            # spawn speaks the user's language
+            options = restart_options(session, bigger.slug)
+            task = asyncio.ensure_future(restart(self.ctx.hub, name, session.server_name, options, session.language))
+            task.set_name(key)
+            _restarts.add(task)
+            task.add_done_callback(_restarts.discard)
+        finally:
+            _validating.discard(key)
         log.info("restarting %s/%s on %s (was %s)", name, session.server_name, bigger.slug, session.profile)
         self.write_json({"session_id": session.id, "from_profile": session.profile, "profile": bigger.slug}, status=202)
+
+    async def validated_move(self, session: SessionRecord, name: str, slug: str):
+        """The profile to restart on, checked before anything is stopped: the next bigger one that keeps the
+        session's tier and paying group (:mod:`..domain.moves`), open to the user's groups now, and one its
+        budgets can pay for as the spawner's check will judge it. A refusal (in the session's language) leaves
+        the server running."""
+        _ = translator(session.language or "en")
+        try:
+            model = await self.ctx.hub.user(name)
+        except HubAPIError as e:
+            raise web.HTTPError(502, f"The hub could not say which groups {name} is in: {e}") from None
+        chosen = Chosen.of(session, (model or {}).get("groups") or ())
+        moves = bigger_moves(memory_options(self.ledger, self.ctx.advice_settings), chosen)
+        if not moves:
+            raise web.HTTPError(
+                409,
+                _(
+                    "No profile bigger than {profile} is open to you at the same tier, paid by the same group:"
+                    " your server keeps running.",
+                    profile=repr(session.profile),
+                ),
+            )
+        purse = await asyncio.to_thread(purse_of, self.ledger, chosen, name, self.now(), self.ctx.tz)
+        money = self.ctx.currency.format
+        refusals = {o.slug: purse.refusal(o, money, session.language or "en") for o in moves}
+        affordable = [o for o in moves if refusals[o.slug] is None]
+        if affordable and slug == affordable[0].slug:
+            return affordable[0]
+        refused = next((o for o in moves if o.slug == slug and refusals[o.slug]), None)
+        if refused is None and not affordable:
+            refused = moves[0]
+        if refused is not None:
+            raise web.HTTPError(
+                403,
+                _(
+                    "The restart on {profile} would be refused: {reason} Your server keeps running.",
+                    profile=refused.display_name,
+                    reason=refusals[refused.slug],
+                ),
+            )
+        raise web.HTTPError(
+            400, f"profile must be {affordable[0].slug!r}, the next bigger profile open to you, got {slug!r}"
+        )
 
 
 async def restart(hub, user: str, server_name: str, options: dict, language: str | None = None) -> bool:

@@ -14,6 +14,7 @@ from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service import tick
 from jupyterhub_gpu.service.domain.advice import AdviceSettings, catalogue
 from jupyterhub_gpu.service.domain.culling import bigger_profile, memory_message
+from jupyterhub_gpu.service.domain.moves import Chosen
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.session import SessionStart
 
@@ -54,15 +55,15 @@ def session(profile: str, groups=("cs231n",), user="stu1") -> SessionRecord:
     ],
 )
 def test_the_next_bigger_profile_is_the_cheapest_one_the_user_may_use(current, groups, expected):
-    found = bigger_profile(OPTIONS, current, groups)
+    found = bigger_profile(OPTIONS, Chosen(current, groups=tuple(groups)))
     assert (found.slug if found else None) == expected
 
 
 def test_an_unknown_memory_is_never_offered_even_when_cheapest():
     # "mystery" (8 GPUs at 0.01/min) would be cheapest of all if its memory were known
-    assert bigger_profile(OPTIONS, "t4", ["cs231n"]).slug == "t4x2"
+    assert bigger_profile(OPTIONS, Chosen("t4", groups=("cs231n",))).slug == "t4x2"
     known = catalogue(PRICING, AdviceSettings(profile_memory_gb={"mystery": 16}))
-    assert bigger_profile(known, "t4", ["cs231n"]).slug == "mystery"
+    assert bigger_profile(known, Chosen("t4", groups=("cs231n",))).slug == "mystery"
 
 
 def test_the_notice_names_the_profile_and_its_price_per_minute_in_both_languages():
