@@ -19,7 +19,7 @@ three policies (:data:`jupyterhub_gpu.scheduler.POLICIES`) and prints one table 
 
 then whether the targets hold, each with its figures. Nothing is tuned to meet them: a target that does not
 hold is printed as FAIL, with what bounds it (for the deadline week's waits: the same semester with no
-preemptible request at all, the best any preemption could do).
+preemptible request at all, the most the tier can give the full-price requests).
 
 Usage::
 
@@ -187,8 +187,8 @@ def targets(out: dict) -> list[tuple[str, bool | None, str]]:
         bound = out["bound"]
         alone = bound["served"]["deadline_week"]
         figures += (
-            f"; with no preemptible request at all, {p90(bound)} min{times(p90(bound))}, the best any preemption"
-            f" could do: the full-price requests alone ask for"
+            f"; with no preemptible request at all (the most the tier can give them), {p90(bound)} min"
+            f"{times(p90(bound))}: the full-price requests alone ask for"
             f" {_ratios(facts['deadline_full_price'])} of the week's GPU-hours and {alone['gave_up']} of their"
             f" {alone['requests']} gave up even then"
         )
@@ -206,7 +206,8 @@ def targets(out: dict) -> list[tuple[str, bool | None, str]]:
             f"work lost to preemption <= {LOST_SHARE:.0%} of the preemptible tier's work ({TIER})",
             loss["share"] <= LOST_SHARE,
             f"{loss['lost_gpu_minutes']:,} of {loss['preemptible_work_gpu_minutes']:,} GPU-minutes"
-            f" ({loss['share']:.2%}) in {tier['preemptions']} preemptions",
+            f" ({loss['share']:.2%}) in {tier['preemptions']} preemptions, {loss['lost_without_checkpoint']:,} of"
+            " them by sessions without CheckpointAndResume",
         )
     )
 
