@@ -1,19 +1,128 @@
-"""Bookings: whether a reservation can be made next to the others, the pool and the groups."""
+"""Bookings: whether a reservation can be made next to the others, the pool, the groups and the lab's limits.
+
+Every check runs over every window of a booking until its last, measured in real time (compared in UTC): a
+weekly window keeps its wall-clock times in the zone of its start (the lab's), so on the night the clocks change
+it is an hour longer or shorter than on the others, and it is checked as it really is then. The limits
+(:class:`BookingLimits`, docs/scheduling.md#booking-limits) bind a group over a window, not one request: the
+group's bookings of a model that overlap, touch or lie less than :data:`HOLD_GAP` apart are one hold; its
+GPU-hours add up over the lab's calendar week; its GPUs held at one moment add up over its bookings.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 
+from jupyterhub_gpu.billing import period_window
 from jupyterhub_gpu.scheduler.snapshot import Reservation
 from jupyterhub_gpu.scheduler.texts import WEEK, gpus_text
+
+UTC = timezone.utc
+#: Windows of one group and model closer than this are one hold, the gap included: in a gap that short nobody
+#: else gets the GPUs (others stop 5 minutes before a window and are not started for less than 10 minutes).
+HOLD_GAP = timedelta(minutes=15)
+_HOUR_US = 3_600_000_000
+
+#: The limits a :class:`LimitProblem` names.
+HOLD, WEEKLY, POOL_SHARE = "hold", "week", "pool"
 
 
 class ReservationError(ValueError):
     """A booking that cannot be made; the message says why, in words an instructor reads."""
 
 
-def _window_text(start: datetime, end: datetime) -> str:
+@dataclass(frozen=True)
+class BookingLimits:
+    """What one group may book (docs/scheduling.md#booking-limits); None: no such limit.
+
+    ``max_hold``: the longest time the group may hold GPUs of one model without a break (its windows of the
+    model that overlap, touch or lie less than :data:`HOLD_GAP` apart are one hold, gaps included);
+    ``max_gpu_hours_per_week``: the GPU-hours (GPUs × hours, every model) the group may have booked in one
+    calendar week of the lab's zone (Monday 00:00 to Monday 00:00, as weekly budgets count); a window across
+    Monday midnight counts in each week for its part; ``max_pool_fraction``: the part of a model's pool the
+    group may hold at one moment (at most ``floor(fraction × pool)`` GPUs).
+    """
+
+    max_hold: timedelta | None = None
+    max_gpu_hours_per_week: Fraction | None = None
+    max_pool_fraction: Fraction | None = None
+
+    @classmethod
+    def from_settings(
+        cls, max_hours: float | None, gpu_hours_per_week: float | None, pool_fraction: float | None
+    ) -> BookingLimits:
+        """From numbers as a configuration gives them (hours, GPU-hours, a fraction; None: no limit), exactly:
+        ``0.1`` is one tenth, not the float nearest to it."""
+
+        def exact(value):
+            return None if value is None else Fraction(str(value))
+
+        hold = exact(max_hours)
+        return cls(
+            max_hold=None if hold is None else timedelta(microseconds=math.floor(hold * _HOUR_US)),
+            max_gpu_hours_per_week=exact(gpu_hours_per_week),
+            max_pool_fraction=exact(pool_fraction),
+        )
+
+
+@dataclass(frozen=True)
+class LimitProblem:
+    """A booking past one of its group's limits: which, where, and the figures; the caller words it.
+
+    ``limit``: :data:`HOLD` (``start``–``end`` is the hold, ``amount`` its hours, ``wall_hours`` its hours on the
+    clock where the clocks change in it), :data:`WEEKLY` (the week; ``amount`` the GPU-hours booked in it, the
+    booking's own ``mine``) or :data:`POOL_SHARE` (the booking's window; ``amount`` the GPUs the group would
+    hold at once, of ``pool``; ``share`` the part of it allowed). ``allowed``: the limit in the same unit.
+    ``alone``: the booking breaks it on its own; else ``others`` names the group's other bookings that count
+    (their labels or ids). ``single_window``: the hold is one window of the booking. ``more``: how many later
+    holds, weeks or windows break it too.
+    """
+
+    limit: str
+    group: str
+    model: str
+    start: datetime
+    end: datetime
+    amount: Fraction
+    allowed: Fraction
+    alone: bool
+    others: tuple[str, ...] = ()
+    mine: Fraction = Fraction(0)
+    pool: int = 0
+    share: Fraction = Fraction(1)
+    wall_hours: Fraction | None = None
+    single_window: bool = False
+    more: int = 0
+
+
+def hours(delta: timedelta) -> Fraction:
+    """A length in hours, exactly."""
+    return Fraction(delta // timedelta(microseconds=1), _HOUR_US)
+
+
+def occurrences(booking: Reservation) -> list[tuple[datetime, datetime]]:
+    """Every window of ``booking`` until its last, as real instants (UTC), in order.
+
+    A weekly window starts at the first one's wall-clock time in its zone each week and ends at the first
+    one's wall-clock end, so its length follows the clocks (as :meth:`Reservation.windows` places it).
+    A window whose wall-clock times fall in the hour the clocks skip so that it ends before it starts never
+    happens, and is left out.
+    """
+    found = [(booking.start.astimezone(UTC), booking.end.astimezone(UTC))]
+    if booking.weekly_until is not None:
+        length = booking.end - booking.start  # on the clock (one zone): the windows keep their wall-clock times
+        weeks = max(0, (booking.weekly_until - booking.start.date()).days // 7)
+        for k in range(1, weeks + 1):
+            start = booking.start + k * WEEK
+            found.append((start.astimezone(UTC), (start + length).astimezone(UTC)))
+    return [(s, e) for s, e in found if e > s]
+
+
+def _window_text(start: datetime, end: datetime, zone) -> str:
+    start, end = start.astimezone(zone), end.astimezone(zone)
     return f"{start:%a} {start.day} {start:%b %H:%M}–{end:%H:%M}"
 
 
@@ -28,7 +137,8 @@ def reservation_problems(
     An empty list: it can be made. Checked: aware times, the end after the start, a whole count of at least one,
     a model the pool has and no more GPUs than it has, a known group, a weekly repetition that ends after its
     first window and windows shorter than a week, no overlap with the same group's reservation of the model, and
-    at no moment more GPUs reserved than the pool has.
+    at no moment of any window more GPUs reserved than the pool has. The group's limits are
+    :func:`limit_problems`.
     """
     problems = []
     times_ok = True
@@ -37,7 +147,7 @@ def reservation_problems(
         if not isinstance(moment, datetime) or moment.tzinfo is None or moment.utcoffset() is None:
             problems.append(f"the {name} must be a date and time with a time zone, got {moment!r}")
             times_ok = False
-    if times_ok and booking.end <= booking.start:
+    if times_ok and booking.end.astimezone(UTC) <= booking.start.astimezone(UTC):  # in real time
         problems.append(
             f"the reservation ends ({booking.end:%Y-%m-%d %H:%M}) before it starts ({booking.start:%Y-%m-%d %H:%M})"
         )
@@ -64,24 +174,23 @@ def reservation_problems(
             times_ok = False
     if problems or not times_ok:
         return problems
-    # overlaps: the same group's reservation of the model, and the pool's size at each moment
-    last = _last_end(booking)
-    mine = booking.windows(booking.start, last)
-    others = [r for r in existing if r.model == booking.model and r.id != booking.id]
-    for start, end in mine:
-        overlapping = [(s, e, r) for r in others for s, e in r.windows(start, end)]
+    # overlaps, in real time: the same group's reservation of the model, and the pool's size at each moment
+    zone = booking.start.tzinfo
+    others = [(r, occurrences(r)) for r in existing if r.model == booking.model and r.id != booking.id]
+    for start, end in occurrences(booking):
+        overlapping = [(s, e, r) for r, windows in others for s, e in windows if s < end and e > start]
         same = next(((s, e, r) for s, e, r in overlapping if r.group == booking.group), None)
         if same is not None:
             s, e, r = same
             problems.append(
-                f"it overlaps {r.name}'s reservation of {gpus_text(r.count, r.model)} on {_window_text(s, e)}"
+                f"it overlaps {r.name}'s reservation of {gpus_text(r.count, r.model)} on {_window_text(s, e, zone)}"
             )
             break
         peak, names = _peak(start, end, overlapping)
         if peak + booking.count > total:
             problems.append(
-                f"on {_window_text(start, end)}, {gpus_text(peak + booking.count, booking.model)} would be reserved"
-                f" but the pool has {total} ({peak} already reserved for {names})"
+                f"on {_window_text(start, end, zone)}, {gpus_text(peak + booking.count, booking.model)} would be"
+                f" reserved but the pool has {total} ({peak} already reserved for {names})"
             )
             break
     return problems
@@ -97,13 +206,6 @@ def check_reservation(
     return booking
 
 
-def _last_end(booking: Reservation) -> datetime:
-    if booking.weekly_until is None:
-        return booking.end
-    weeks = max(0, (booking.weekly_until - booking.start.date()).days // 7)
-    return booking.start + weeks * WEEK + (booking.end - booking.start)
-
-
 def _peak(start: datetime, end: datetime, overlapping: Sequence[tuple[datetime, datetime, Reservation]]):
     """The most GPUs the ``overlapping`` windows reserve at one moment of ``[start, end)``, and their names."""
     events = []
@@ -117,3 +219,143 @@ def _peak(start: datetime, end: datetime, overlapping: Sequence[tuple[datetime, 
         peak = max(peak, level)
     names = ", ".join(sorted({r.name for _, _, r in overlapping})) or "nobody"
     return peak, names
+
+
+# -- the group's limits ------------------------------------------------------------------------------------------
+
+
+def limit_problems(
+    booking: Reservation, existing: Sequence[Reservation], pool: Mapping[str, int], limits: BookingLimits
+) -> list[LimitProblem]:
+    """Where ``booking``, with its group's ``existing`` bookings, passes the group's ``limits``; empty: nowhere.
+
+    ``booking`` is one :func:`reservation_problems` accepts. Only what the booking changes is checked (the holds
+    it is part of, the weeks it falls in, the moments of its windows), so bookings accepted one by one keep every
+    limit at every window. A booking with the id of an existing one replaces it (an edit).
+    """
+    mine = occurrences(booking)
+    group = [r for r in existing if r.group == booking.group and r.id != booking.id]
+    found = []
+    if limits.max_hold is not None:
+        found += _hold_problems(booking, mine, group, limits.max_hold)
+    if limits.max_gpu_hours_per_week is not None:
+        found += _week_problems(booking, mine, group, limits.max_gpu_hours_per_week)
+    if limits.max_pool_fraction is not None:
+        found += _pool_problems(booking, mine, group, pool, limits.max_pool_fraction)
+    return found
+
+
+def _label(r: Reservation) -> str:
+    return r.label or r.id
+
+
+def _first(problems: list[LimitProblem]) -> list[LimitProblem]:
+    """The first problem of one limit, with how many more there are."""
+    if not problems:
+        return []
+    return [replace(problems[0], more=len(problems) - 1)]
+
+
+def _hold_problems(booking, mine, group, longest: timedelta) -> list[LimitProblem]:
+    windows = [(s, e, booking) for s, e in mine]
+    windows += [(s, e, r) for r in group if r.model == booking.model for s, e in occurrences(r)]
+    windows.sort(key=lambda w: (w[0], w[1]))
+    holds: list[list] = []  # [start, end, bookings in it, windows in it]
+    for s, e, r in windows:
+        if holds and s - holds[-1][1] < HOLD_GAP:
+            hold = holds[-1]
+            hold[1] = max(hold[1], e)
+            hold[2].append(r)
+            hold[3] += 1
+        else:
+            holds.append([s, e, [r], 1])
+    zone = booking.start.tzinfo
+    problems = []
+    for start, end, members, parts in holds:
+        if all(r is not booking for r in members) or end - start <= longest:
+            continue
+        others = tuple(dict.fromkeys(_label(r) for r in members if r is not booking))
+        on_clock = _naive(end, zone) - _naive(start, zone)  # its length as the lab's clocks show it
+        problems.append(
+            LimitProblem(
+                HOLD,
+                booking.group,
+                booking.model,
+                start,
+                end,
+                hours(end - start),
+                hours(longest),
+                alone=not others,
+                others=others,
+                wall_hours=None if on_clock == end - start else hours(on_clock),
+                single_window=parts == 1,
+            )
+        )
+    return _first(problems)
+
+
+def _naive(moment: datetime, zone) -> datetime:
+    return moment.astimezone(zone).replace(tzinfo=None)
+
+
+def _weeks(start: datetime, end: datetime, zone) -> list[tuple[datetime, datetime]]:
+    """The lab's calendar weeks (Monday 00:00 in ``zone``, in UTC) that ``[start, end)`` falls in."""
+    found = []
+    week = period_window("week", start, zone)
+    while week[0] < end:
+        found.append(week)
+        week = period_window("week", week[1], zone)
+    return found
+
+
+def _gpu_hours(r: Reservation, windows, since: datetime, until: datetime) -> Fraction:
+    """The GPU-hours of ``windows`` of ``r`` within ``[since, until)``."""
+    return sum(
+        (r.count * hours(min(e, until) - max(s, since)) for s, e in windows if s < until and e > since), Fraction(0)
+    )
+
+
+def _week_problems(booking, mine, group, most: Fraction) -> list[LimitProblem]:
+    zone = booking.start.tzinfo
+    weeks = sorted({w for s, e in mine for w in _weeks(s, e, zone)})
+    theirs = [(r, occurrences(r)) for r in group]
+    problems = []
+    for since, until in weeks:
+        own = _gpu_hours(booking, mine, since, until)
+        counted = [(r, _gpu_hours(r, windows, since, until)) for r, windows in theirs]
+        counted = [(r, h) for r, h in counted if h > 0]
+        total = own + sum((h for _, h in counted), Fraction(0))
+        if total > most:
+            others = tuple(dict.fromkeys(_label(r) for r, _ in counted))
+            problems.append(
+                LimitProblem(WEEKLY, booking.group, "", since, until, total, most, not others, others, mine=own)
+            )
+    return _first(problems)
+
+
+def _pool_problems(booking, mine, group, pool, fraction: Fraction) -> list[LimitProblem]:
+    total = pool.get(booking.model, 0)
+    allowed = math.floor(fraction * total)
+    same = [(r, occurrences(r)) for r in group if r.model == booking.model]
+    problems = []
+    for start, end in mine:
+        overlapping = [(s, e, r) for r, windows in same for s, e in windows if s < end and e > start]
+        peak, _ = _peak(start, end, overlapping)
+        if peak + booking.count > allowed:
+            others = tuple(dict.fromkeys(_label(r) for _, _, r in overlapping))
+            problems.append(
+                LimitProblem(
+                    POOL_SHARE,
+                    booking.group,
+                    booking.model,
+                    start,
+                    end,
+                    Fraction(peak + booking.count),
+                    Fraction(allowed),
+                    not others,
+                    others,
+                    pool=total,
+                    share=fraction,
+                )
+            )
+    return _first(problems)

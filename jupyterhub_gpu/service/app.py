@@ -440,11 +440,41 @@ class GPUService(Application):
     reservation_max_hours = Float(
         4,
         help="""
-        The longest window an instructor may book for their group (hours; each
-        window of a weekly booking). Admins are not limited. A longer one is
-        refused with a 400 naming this setting.
+        The longest an instructor's group may hold GPUs of one model without a
+        break (hours). The group's bookings of the model that overlap, touch or
+        lie less than 15 minutes apart count as one hold, so six adjacent 4-hour
+        bookings are a 24-hour hold; every window of a weekly booking is measured
+        as it really is in the lab's time zone (an hour longer on the night the
+        clocks go back). Admins are not limited, but their bookings count in the
+        group's holds. A booking past it is refused (400; 409 when the group's
+        other bookings make it so) naming this setting (docs/scheduling.md).
 
             c.GPUService.reservation_max_hours = 4
+        """,
+    ).tag(config=True)
+    reservation_max_gpu_hours_per_week = Float(
+        None,
+        allow_none=True,
+        help="""
+        The GPU-hours (GPUs x hours, every model together) an instructor's group
+        may have booked in one week of the lab's calendar (Monday 00:00 to Monday
+        00:00 in c.GPUService.timezone, as weekly budgets count), in every week a
+        weekly booking repeats in; a window across Monday midnight counts in each
+        week for its part. Admins are not limited, but their bookings count.
+        None (the default): no limit.
+
+            c.GPUService.reservation_max_gpu_hours_per_week = 40  # e.g. 4 GPUs for 10 hours a week
+        """,
+    ).tag(config=True)
+    reservation_max_pool_fraction = Float(
+        1.0,
+        help="""
+        The part of each model's GPUs (c.GPUService.gpu_pool) an instructor's
+        group may hold at one moment, above 0 and at most 1: with 0.5 and 4 T4s
+        a group may book at most 2 T4s at once (rounded down). Admins are not
+        limited, but their bookings count. 1 (the default): the whole pool.
+
+            c.GPUService.reservation_max_pool_fraction = 0.5
         """,
     ).tag(config=True)
     reservation_notice_hours = Float(
@@ -463,6 +493,26 @@ class GPUService(Application):
         value = proposal.value
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"GPUService.{proposal.trait.name} must be a positive number of hours, got {value!r}")
+        return value
+
+    @validate("reservation_max_gpu_hours_per_week")
+    def _valid_weekly_gpu_hours(self, proposal):
+        value = proposal.value
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            raise ValueError(
+                f"GPUService.reservation_max_gpu_hours_per_week must be a positive number of GPU-hours, or None"
+                f" for no limit, got {value!r}"
+            )
+        return value
+
+    @validate("reservation_max_pool_fraction")
+    def _valid_pool_fraction(self, proposal):
+        value = proposal.value
+        if not math.isfinite(value) or not 0 < value <= 1:
+            raise ValueError(
+                "GPUService.reservation_max_pool_fraction must be a part of the pool above 0 and at most 1"
+                f" (0.5: half of each model's GPUs), got {value!r}"
+            )
         return value
 
     @validate("gpu_pool")

@@ -44,8 +44,13 @@ class WebContext:
     tick_health: TickHealth | None = None
     #: The lab's GPUs by model (``c.GPUService.gpu_pool``): what a reservation is checked against; empty: unknown.
     gpu_pool: Mapping[str, int] = field(default_factory=dict)
-    #: The longest window an instructor may book (``c.GPUService.reservation_max_hours``); admins are not limited.
+    #: The longest an instructor's group may hold a model without a break (``c.GPUService.reservation_max_hours``);
+    #: admins are not limited.
     reservation_max_hours: float = 4.0
+    #: The GPU-hours an instructor's group may book in a week (``reservation_max_gpu_hours_per_week``); None: any.
+    reservation_max_gpu_hours_per_week: float | None = None
+    #: The part of a model's pool an instructor's group may hold at once (``reservation_max_pool_fraction``).
+    reservation_max_pool_fraction: float = 1.0
     #: How far ahead an instructor must book (``c.GPUService.reservation_notice_hours``); admins are not limited.
     reservation_notice_hours: float = 24.0
 
@@ -73,4 +78,6 @@ class WebContext:
             gpu_pool=dict(service.gpu_pool),
             reservation_max_hours=service.reservation_max_hours,
             reservation_notice_hours=service.reservation_notice_hours,
+            reservation_max_gpu_hours_per_week=service.reservation_max_gpu_hours_per_week,
+            reservation_max_pool_fraction=service.reservation_max_pool_fraction,
         )

@@ -2,9 +2,11 @@
 
 A booking keeps N GPUs of a model for a group in a window, once or weekly until a day. Admins
 (``custom:gpu-budgets:write``) book for any group, any window; an instructor, for the groups of their
-``custom:gpu-usage:read!group=NAME`` scopes, windows of at most ``c.GPUService.reservation_max_hours``
-starting at least ``c.GPUService.reservation_notice_hours`` from now (so that an instructor cannot take the
-pool for long or at short notice). A booking is checked by the pure
+``custom:gpu-usage:read!group=NAME`` scopes, starting at least ``c.GPUService.reservation_notice_hours`` from
+now and within the group's booking limits (:class:`~jupyterhub_gpu.scheduler.bookings.BookingLimits`: the
+longest hold of a model, the GPU-hours of a week, the part of a model's pool at once; docs/scheduling.md,
+"Booking limits"), which bind the group's bookings together, so that an instructor cannot take the pool for
+long or at short notice, nor split a booking to get past them. A booking is checked by the pure
 :func:`~jupyterhub_gpu.scheduler.check_reservation` against the lab's GPUs
 (``c.GPUService.gpu_pool``), the groups the hub knows and the bookings already made; a refused one changes
 nothing. Group shares (fair-share weights per GPU model) are set by admins. Nothing here moves the hub's
@@ -13,7 +15,8 @@ wait queue yet: docs/scheduling.md says what is wired.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from fractions import Fraction
 
 from tornado import web
 
@@ -29,12 +32,23 @@ from jupyterhub_gpu.ledger.queries.schedule import (
     set_share,
     shares,
 )
-from jupyterhub_gpu.scheduler import Reservation, ReservationError, check_reservation
+from jupyterhub_gpu.scheduler import Reservation
+from jupyterhub_gpu.scheduler.bookings import (
+    HOLD,
+    HOLD_GAP,
+    WEEKLY,
+    BookingLimits,
+    LimitProblem,
+    ReservationError,
+    check_reservation,
+    limit_problems,
+)
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, parse_reservation, parse_share
 
-#: The defaults of ``c.GPUService.reservation_max_hours`` and ``reservation_notice_hours`` (a context without them).
+#: The defaults of ``c.GPUService.reservation_max_hours`` and ``reservation_notice_hours`` (a context without them);
+#: the GPU-hours a week and the part of the pool are not limited unless set.
 DEFAULT_MAX_HOURS = 4.0
 DEFAULT_NOTICE_HOURS = 24.0
 
@@ -111,19 +125,10 @@ class ScheduleHandler(BaseHandler):
         user = self.current_user or {}
         return str(user.get("name", ""))
 
-    def check_instructor_limits(self, draft: Draft) -> None:
-        """400 for an instructor's window longer than ``reservation_max_hours`` or starting sooner than
-        ``reservation_notice_hours`` from now: an instructor cannot take the pool for long, nor at short notice."""
-        longest = _hours(self.ctx, "reservation_max_hours", DEFAULT_MAX_HOURS)
+    def check_notice(self, draft: Draft) -> None:
+        """400 for an instructor's booking starting sooner than ``reservation_notice_hours`` from now: students on
+        the group's GPUs are not pushed off at short notice."""
         notice = _hours(self.ctx, "reservation_notice_hours", DEFAULT_NOTICE_HOURS)
-        length = draft.end - draft.start
-        if length > timedelta(hours=longest):
-            raise web.HTTPError(
-                400,
-                f"The reservation cannot be made: its window lasts {length / timedelta(hours=1):g} hours, and an"
-                f" instructor may book at most {longest:g} hours at a time (c.GPUService.reservation_max_hours);"
-                " an administrator can book a longer one",
-            )
         earliest = self.now() + timedelta(hours=notice)
         if draft.start < earliest:
             raise web.HTTPError(
@@ -132,6 +137,85 @@ class ScheduleHandler(BaseHandler):
                 f" an instructor must book at least {notice:g} hours ahead (c.GPUService.reservation_notice_hours),"
                 f" so not before {earliest.astimezone(self.ctx.tz):%Y-%m-%d %H:%M}; an administrator can book sooner",
             )
+
+
+class BookingLimitError(ReservationError):
+    """A booking past its group's limits together with the group's other bookings (a 409)."""
+
+
+def booking_limits(ctx) -> BookingLimits:
+    """The lab's limits on an instructor's bookings (``c.GPUService.reservation_max_hours``, ...)."""
+    return BookingLimits.from_settings(
+        _hours(ctx, "reservation_max_hours", DEFAULT_MAX_HOURS),
+        getattr(ctx, "reservation_max_gpu_hours_per_week", None),
+        getattr(ctx, "reservation_max_pool_fraction", None),
+    )
+
+
+def _number(value: Fraction) -> str:
+    return f"{float(value):g}"
+
+
+def _day(moment: datetime, tz) -> str:
+    local = moment.astimezone(tz)
+    return f"{local:%a} {local.day} {local:%b %Y}"
+
+
+def _moment(moment: datetime, tz) -> str:
+    return f"{_day(moment, tz)} {moment.astimezone(tz):%H:%M}"
+
+
+def _span(start: datetime, end: datetime, tz) -> str:
+    """``Tue 8 Dec 2026 14:00–18:00``, or ``from Tue 8 Dec 2026 00:00 to Wed 9 Dec 2026 00:00``."""
+    a, b = start.astimezone(tz), end.astimezone(tz)
+    if a.date() == b.date():
+        return f"{_moment(a, tz)}–{b:%H:%M}"
+    return f"from {_moment(a, tz)} to {_moment(b, tz)}"
+
+
+def _bookings(names: tuple[str, ...]) -> str:
+    return ("its reservation " if len(names) == 1 else "its reservations ") + ", ".join(names)
+
+
+def limit_text(p: LimitProblem, tz) -> str:
+    """A limit problem in words an instructor reads: the limit (its setting), the window, hold or week, the
+    figures, and the other bookings of the group that count."""
+    more = f" (and {p.more} more like it later)" if p.more else ""
+    if p.limit == HOLD:
+        clock = f" (the clocks change in it: {_number(p.wall_hours)} hours on the clock)" if p.wall_hours else ""
+        longest = f"an instructor may book at most {_number(p.allowed)} hours at a time"
+        if p.alone and p.single_window:
+            return (
+                f"its window on {_span(p.start, p.end, tz)} lasts {_number(p.amount)} hours{clock}{more}, and"
+                f" {longest} (c.GPUService.reservation_max_hours); an administrator can book a longer one"
+            )
+        by = "its windows" if p.alone else f"with {p.group}'s other {p.model} bookings ({_bookings(p.others)}) it"
+        return (
+            f"{by} holds {p.model} GPUs without a break for {_number(p.amount)} hours{clock},"
+            f" {_span(p.start, p.end, tz)}{more}, and {longest} (c.GPUService.reservation_max_hours; a group's"
+            f" bookings less than {HOLD_GAP // timedelta(minutes=1)} minutes apart count as one hold); an"
+            " administrator can book a longer one"
+        )
+    if p.limit == WEEKLY:
+        week = f"the week of {_day(p.start, tz)} (Monday to Sunday, {getattr(tz, 'key', tz)})"
+        if p.alone:
+            what = f"in {week} it has {_number(p.amount)} GPU-hours booked{more}"
+        else:
+            what = (
+                f"in {week} {p.group} would have {_number(p.amount)} GPU-hours booked ({_number(p.mine)} by this"
+                f" booking, {_number(p.amount - p.mine)} by {_bookings(p.others)}){more}"
+            )
+        return (
+            f"{what}, and an instructor may book at most {_number(p.allowed)} GPU-hours a week for a group"
+            " (c.GPUService.reservation_max_gpu_hours_per_week); an administrator can book more"
+        )
+    by = "" if p.alone else f" (with {_bookings(p.others)})"
+    return (
+        f"on {_span(p.start, p.end, tz)}{more}, {p.group} would hold {_number(p.amount)} of the pool's {p.pool}"
+        f" {p.model} GPUs at once{by}, and an instructor may book at most {_number(p.allowed)} of them for a group"
+        f" at once ({_number(100 * p.share)}% of the pool, c.GPUService.reservation_max_pool_fraction); an"
+        " administrator can book more"
+    )
 
 
 class ReservationsHandler(ScheduleHandler):
@@ -166,15 +250,26 @@ class ReservationsHandler(ScheduleHandler):
             check_reservation(booking, [], pool, groups)  # the booking on its own: its fields, the pool, the group
         except ReservationError as e:
             raise web.HTTPError(400, f"The reservation cannot be made: {e}") from None
-        if not self.is_admin:
-            self.check_instructor_limits(draft)
+        limits = None if self.is_admin else booking_limits(self.ctx)  # admins are not limited
+        if limits is not None:
+            alone = limit_problems(booking, [], pool, limits)
+            if alone:
+                words = "; ".join(limit_text(p, tz) for p in alone)
+                raise web.HTTPError(400, "%s", f"The reservation cannot be made: {words}")  # a message with "%"
+            self.check_notice(draft)
 
         def against_existing(existing: list[StoredReservation]) -> None:
             others = [as_reservation(r, str(r.id), tz) for r in existing]
             check_reservation(booking, others, pool, groups)
+            if limits is not None:  # the group's other bookings count: splitting a booking does not beat a limit
+                together = limit_problems(booking, others, pool, limits)
+                if together:
+                    raise BookingLimitError("; ".join(limit_text(p, tz) for p in together))
 
         try:
             stored = add_reservation(self.ledger, draft, against_existing, tz, self.now(), self.by())
+        except BookingLimitError as e:
+            raise web.HTTPError(409, "%s", f"The reservation cannot be made: {e}") from None
         except ReservationError as e:
             raise web.HTTPError(409, f"The reservation conflicts with others: {e}") from None
         self.write_json({**reservation_json(stored), "timezone": tz.key}, 201)
