@@ -50,7 +50,7 @@ class StopReason(str, Enum):
     STOP_WHEN_DONE = "stop_when_done"
     #: ``PlateauStop(stop_server=True)``: training reached a plateau, a checkpoint was saved (docs/keras.md).
     PLATEAU = "plateau"
-    #: The scheduler (issue 16): its GPU went to a full-price request (the preemptible tier), or a class
+    #: The scheduler: its GPU went to a full-price request (the preemptible tier), or a class
     #: reservation took its GPUs at the window's start (docs/scheduling.md).
     PREEMPTED = "preempted"
     RESERVED = "reserved"
@@ -71,10 +71,84 @@ RUN_REASONS = (
 )
 #: The stop reasons a server may report for its own stop (``POST stop-when-done``).
 SELF_STOP_REASONS = (StopReason.STOP_WHEN_DONE, StopReason.PLATEAU)
-#: The reasons a user or their server gives (stop when done, a plateau, a job's end or cancel): one of them
-#: never replaces a reason the service set (a cull, a budget, a job's time limit) for a stop under way, and a
-#: later one of them may replace an earlier one.
+#: The reasons a user or their server gives (stop when done, a plateau, a job's end or cancel).
 USER_STOP_REASONS = (*SELF_STOP_REASONS, StopReason.JOB_FINISHED, StopReason.JOB_CANCELLED)
+
+
+class StopKind(Enum):
+    """What a stop reason says about the stop, for :func:`kept_stop_reason`; in the order of docs/admin.md's table."""
+
+    #: What the recorder of the stop saw: the server ended on its own, or was found gone.
+    OBSERVED = "observed"
+    #: Stopped by hand: the student (or an admin) with the hub's stop button.
+    BY_HAND = "by_hand"
+    #: The student's run or server said it is done, and stops (stop when done, a plateau, a job's end or cancel).
+    SAID_DONE = "said_done"
+    #: The service ended the work for good: a budget used up, a cull, a job's time limit, a reservation's start.
+    SERVICE = "service"
+    #: Preempted: the one stop that is followed by a start again (resume, a job's requeue).
+    COMES_BACK = "comes_back"
+
+
+#: The kind of every stop reason (a new reason gets its kind here, or :func:`kept_stop_reason` refuses it).
+STOP_KINDS: dict[StopReason, StopKind] = {
+    StopReason.EXITED: StopKind.OBSERVED,
+    StopReason.RECONCILED: StopKind.OBSERVED,
+    StopReason.ORPHANED: StopKind.OBSERVED,
+    StopReason.STOPPED: StopKind.BY_HAND,
+    **dict.fromkeys(USER_STOP_REASONS, StopKind.SAID_DONE),
+    **dict.fromkeys(CULL_REASONS, StopKind.SERVICE),
+    StopReason.BUDGET: StopKind.SERVICE,
+    StopReason.JOB_TIME_LIMIT: StopKind.SERVICE,
+    StopReason.RESERVED: StopKind.SERVICE,
+    StopReason.PREEMPTED: StopKind.COMES_BACK,
+}
+
+
+def _stop_kind(reason: str) -> StopKind:
+    try:
+        return STOP_KINDS[StopReason(reason)]
+    except (ValueError, KeyError):
+        raise ValueError(f"unknown stop reason {reason!r}") from None
+
+
+def kept_stop_reason(pending: str | None, new: str) -> str:
+    """Which reason a session's stop keeps when ``new`` comes while ``pending`` is set: the one precedence rule.
+
+    A pending reason is the cause of a stop already asked for; whatever is asked later finds that stop under
+    way, so the first reason stays (a budget stop is not relabelled by a cull, a student's own stop by a later
+    pass, a service's stop by the student's click on a server already stopping), except:
+
+    - a preemption gives way to any reason that ends the work for good (a budget used up, a cull, a job's
+      time limit or end, a reservation, the student's run done): only a preemption brings the server back,
+      and what follows must not start again what has to stay stopped (a job requeued for a user with no
+      budget);
+    - a student's server that said it is done may say so again (``stop_when_done``, then ``plateau``);
+    - what the recorder of the stop saw (the hub's stop, an exit, a server found gone) never replaces a
+      reason asked for: that stop caused it.
+
+    ``pending`` may be None (nothing asked for yet) or a string this version does not know (it stays). A
+    ``new`` reason that is not a :class:`StopReason` is a ValueError. docs/admin.md has the table and the why.
+    """
+    new_kind = _stop_kind(new)
+    if pending is None:
+        return StopReason(new)
+    try:
+        pending_kind = _stop_kind(pending)
+    except ValueError:
+        return pending  # written by another version: a stop under way all the same
+    if pending == new or new_kind in (StopKind.OBSERVED, StopKind.BY_HAND):
+        return StopReason(pending)
+    if pending_kind in (StopKind.OBSERVED, StopKind.COMES_BACK):
+        return StopReason(new)
+    if pending_kind is StopKind.SAID_DONE and new_kind is StopKind.SAID_DONE:
+        return StopReason(new)
+    return StopReason(pending)
+
+
+def replaced_by(new: str) -> tuple[StopReason, ...]:
+    """The pending reasons that ``new`` replaces (:func:`kept_stop_reason`): the ledger's compare-and-set."""
+    return tuple(r for r in StopReason if r != new and kept_stop_reason(r, new) == new)
 
 
 def default_pool(groups) -> str | None:

@@ -39,7 +39,7 @@ from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.ledger.models import AlertSent, Budget, LabSetting, Notice, PriceRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.filters import sessions_overlapping, sessions_started
 from jupyterhub_gpu.money import from_micros, parse_amount, to_micros
-from jupyterhub_gpu.session import USER_STOP_REASONS, SessionStart
+from jupyterhub_gpu.session import SessionStart, StopReason, replaced_by
 
 log = logging.getLogger("jupyterhub_gpu.ledger")
 
@@ -177,9 +177,10 @@ class Ledger:
     def record_stop(self, session_id: str, stopped: datetime, reason: str, start: SessionStart | None = None) -> bool:
         """Close a session at ``stopped`` and store its charge; False if it was already closed.
 
-        A reason set beforehand with :meth:`set_pending_stop_reason` (a budget or
-        idle stop by the service) wins over ``reason``. With ``start`` given, a
-        session whose start was never recorded is recorded first.
+        The reason asked for beforehand (:meth:`claim_stop_reason`: a budget or idle stop by the service, a
+        server's "stop when done") wins over ``reason``, which is what the recorder saw (the hub's stop, an
+        exit): that stop caused it. With ``start`` given, a session whose start was never recorded is recorded
+        first.
         """
         if start is not None:
             self.record_start(start)
@@ -194,7 +195,8 @@ class Ledger:
                 .where(SessionRecord.id == session_id, SessionRecord.stopped.is_(None))
                 .values(
                     stopped=stopped_naive,
-                    stop_reason=record.pending_stop_reason or reason,
+                    # in the statement: a reason asked for up to this moment is the stop's
+                    stop_reason=func.coalesce(SessionRecord.pending_stop_reason, reason),
                     minutes=result.minutes,
                     cost_micros=result.cost_micros,
                 )
@@ -202,40 +204,42 @@ class Ledger:
             db.commit()
         return bool(changed)
 
-    def set_pending_stop_reason(self, session_id: str, reason: str) -> bool:
-        """The reason of a stop the service is about to ask for (it replaces any reason set before). False when
-        the session has stopped: its server name may run another session now, which that stop must not reach."""
-        with self.Session() as db:
-            result = db.execute(
-                update(SessionRecord)
-                .where(SessionRecord.id == session_id, SessionRecord.stopped.is_(None))
-                .values(pending_stop_reason=reason)
-            )
-            db.commit()
-            return result.rowcount > 0
+    def claim_stop_reason(self, session_id: str, reason: str) -> str | None:
+        """Ask for ``reason`` as the cause of a session's stop; the reason its stop keeps, or None once it has
+        stopped (its server name may run another session now, which that stop must not reach).
 
-    def offer_stop_reason(self, session_id: str, reason: str) -> bool:
-        """A user's or their server's reason (:data:`~jupyterhub_gpu.session.USER_STOP_REASONS`) for its stop.
-
-        Set only when no reason is pending or the pending one is a user's too, in one statement: a server that
-        reports ``plateau`` in a loop must not turn the service's cull or budget stop under way into a finished
-        run. False when the session has stopped or the service's reason stays.
+        The one precedence rule (:func:`~jupyterhub_gpu.session.kept_stop_reason`) decides, in one conditional
+        UPDATE: set only where nothing is pending or the pending reason is one that ``reason`` replaces. Two
+        writers racing (the tick's passes, the hub's scheduler, a server's own report) cannot both win, and
+        each learns which reason the stop keeps, to act on it. ValueError for a reason that is not a
+        :class:`~jupyterhub_gpu.session.StopReason` (nothing changes).
         """
+        replaced = [str(r) for r in replaced_by(reason)]  # a ValueError before anything is written
+        claim = (
+            update(SessionRecord)
+            .where(
+                SessionRecord.id == session_id,
+                SessionRecord.stopped.is_(None),
+                or_(SessionRecord.pending_stop_reason.is_(None), SessionRecord.pending_stop_reason.in_(replaced)),
+            )
+            .values(pending_stop_reason=str(reason))
+        )
+        kept = select(SessionRecord.pending_stop_reason).where(
+            SessionRecord.id == session_id, SessionRecord.stopped.is_(None)
+        )
         with self.Session() as db:
-            changed = db.execute(
-                update(SessionRecord)
-                .where(
-                    SessionRecord.id == session_id,
-                    SessionRecord.stopped.is_(None),
-                    or_(
-                        SessionRecord.pending_stop_reason.is_(None),
-                        SessionRecord.pending_stop_reason.in_([str(r) for r in USER_STOP_REASONS]),
-                    ),
-                )
-                .values(pending_stop_reason=reason)
-            ).rowcount
-            db.commit()
-        return bool(changed)
+            for _ in range(3):  # a pending reason that this one replaces, written between the two: again
+                changed = db.execute(claim).rowcount
+                db.commit()
+                if changed:
+                    return StopReason(reason)
+                row = db.execute(kept).one_or_none()
+                db.commit()
+                if row is None:
+                    return None
+                if row[0] is not None and row[0] not in replaced:
+                    return row[0]
+        return None
 
     def mark_seen(self, session_ids: Iterable[str], now: datetime) -> None:
         ids = list(session_ids)

@@ -93,7 +93,7 @@ from jupyterhub_gpu.service.domain.schedule import (
 )
 from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
 from jupyterhub_gpu.service.notify import Notifier, lab_notice, passed, send_once
-from jupyterhub_gpu.session import SessionStart, StopReason
+from jupyterhub_gpu.session import SessionStart, StopReason, kept_stop_reason
 
 log = logging.getLogger("jupyterhub_gpu.service")
 job_log = logging.getLogger("jupyterhub_gpu.jobs")
@@ -378,30 +378,41 @@ async def _enforce_user(tick: _BudgetPass, user: str, sessions) -> None:
         if not told or now - min(told) < grace:
             continue
         try:
-            if not await stop_session(ledger, hub, s, StopReason.BUDGET):
-                continue
+            kept = await stop_session(ledger, hub, s, StopReason.BUDGET)
         except HubAPIError as e:
             log.error("could not stop %s/%s for its budget: %s", s.user, s.server_name, e)
             continue
-        log.info("stopped %s/%s: budget used up", s.user, s.server_name)
+        if kept is None:
+            continue
+        log.info("stopped %s/%s: budget used up (the stop's reason: %s)", s.user, s.server_name, kept)
         tick.result.stopped.append((s.user, s.server_name))
 
 
-async def stop_session(ledger: Ledger, hub: HubClient, session: SessionRecord, reason: str) -> bool:
-    """Ask the hub to stop the server of ``session``, for ``reason``; False (nothing asked) once it has closed.
+async def stop_session(ledger: Ledger, hub: HubClient, session: SessionRecord, reason: str) -> str | None:
+    """Ask the hub to stop the server of ``session``, for ``reason``: the reason its stop keeps, or None
+    (nothing asked) once it has closed.
 
-    A pass judges the sessions it read before its awaits (notices, other stops: seconds, on a slow channel
-    more). Meanwhile the user may have stopped that session and started a new one on the same server name:
-    the hub's stop names a server, not a session, so without this check the new server would be stopped
-    for the old session's idleness or order. The spawner records a stop before the server can start again.
+    The reason goes through the one precedence rule (:meth:`Ledger.claim_stop_reason`): where a stop is
+    already under way for a reason that stays (a budget stop when a preemption comes due, the student's own
+    stop), the hub is asked all the same (a stop it has under way is not started twice) and the caller gets
+    that reason, to act on what really stops the server. A pass judges the sessions it read before its awaits
+    (notices, other stops: seconds, on a slow channel more). Meanwhile the user may have stopped that session
+    and started a new one on the same server name: the hub's stop names a server, not a session, so without
+    this check the new server would be stopped for the old session's idleness or order. The spawner records a
+    stop before the server can start again.
     """
-    if not ledger.set_pending_stop_reason(session.id, reason):
+    kept = ledger.claim_stop_reason(session.id, reason)
+    if kept is None:
         log.info(
             "%s/%s: its session %s closed before the %s stop", session.user, session.server_name, session.id, reason
         )
-        return False
+        return None
+    if kept != reason:
+        log.info(
+            "%s/%s: stopping already for %s, which stays (not %s)", session.user, session.server_name, kept, reason
+        )
     await hub.stop_server(session.user, session.server_name)
-    return True
+    return kept
 
 
 @dataclass
@@ -539,12 +550,13 @@ async def enforce_culling(
                 await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
             elif decision.action == "stop":
                 try:
-                    if not await stop_session(ledger, hub, s, decision.rule.kind):
-                        continue
+                    kept = await stop_session(ledger, hub, s, decision.rule.kind)
                 except HubAPIError as e:
                     log.error("could not stop idle %s/%s: %s", s.user, s.server_name, e)
                     continue
-                log.info("stopped %s/%s: %s", s.user, s.server_name, decision.rule.kind)
+                if kept is None:
+                    continue
+                log.info("stopped %s/%s: %s (the stop's reason: %s)", s.user, s.server_name, decision.rule.kind, kept)
                 result.stopped.append((s.user, s.server_name))
                 continue
             if catalogue_options is None and s.gpu_count:
@@ -590,7 +602,7 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
     """
     summary = {"time_limit": [], "lost": [], "ended_still_running": [], "requeued": []}
     for job, session in ended_jobs_still_running(ledger, now, TIME_LIMIT_MARGIN):
-        ledger.set_pending_stop_reason(session.id, StopReason.JOB_FINISHED)
+        ledger.claim_stop_reason(session.id, StopReason.JOB_FINISHED)
         try:
             await hub.remove_server(job.user, job.server_name)
         except HubAPIError as e:
@@ -615,13 +627,19 @@ async def enforce_jobs(ledger: Ledger, hub: HubClient, now: datetime) -> dict:
             continue
         started = aware_utc(job.started) or (aware_utc(session.started) if session else None)
         if started is not None and now - started > timedelta(seconds=job.time_limit_seconds) + TIME_LIMIT_MARGIN:
+            kept = StopReason.JOB_TIME_LIMIT
             if session is not None:
-                ledger.set_pending_stop_reason(session.id, StopReason.JOB_TIME_LIMIT)
+                kept = ledger.claim_stop_reason(session.id, StopReason.JOB_TIME_LIMIT) or kept
             error = f"Stopped by the service: over the time limit of {job.time_limit_seconds // 60} minute(s)."
             try:
                 await hub.remove_server(job.user, job.server_name)
             except HubAPIError as e:
                 job_log.error("could not stop job %s over its time limit: %s", job.id, e)
+                continue
+            if kept != StopReason.JOB_TIME_LIMIT:
+                # stopping already for a reason that stays (its budget): the job ends with that reason once its
+                # server has stopped (above)
+                job_log.info("job %s over its time limit while its server stops (%s)", job.id, kept)
                 continue
             update_job(ledger, job.id, state="timed_out", finished=now, error=error)
             summary["time_limit"].append(job.id)
@@ -771,6 +789,11 @@ async def enforce_schedule(
         if order.withdrawn_at is not None:
             await _close_withdrawn(ledger, order, tz, now, notifier, result)
             continue
+        if kept_stop_reason(session.pending_stop_reason, order.kind) != order.kind:
+            # a stop is under way for a reason that stays (its budget, a cull, its user's own): it frees the GPU,
+            # so the order is done, with no notice of a stop that will not be the order's
+            await _overtaken(ledger, hub, session, order, now, result)
+            continue
         if order.noticed_at is None:
             if models is None:
                 models = {p["slug"]: p["gpu_model"] for p in ledger.pricing() if p.get("gpu_model")}
@@ -795,12 +818,19 @@ async def enforce_schedule(
             await _close_withdrawn(ledger, current, tz, now, notifier, result)
             continue
         try:
-            if not await stop_session(ledger, hub, session, current.kind):
-                continue  # closed since it was read: the next tick marks its order done
+            kept = await stop_session(ledger, hub, session, current.kind)
         except HubAPIError as e:
             log.error("could not stop %s/%s (%s): %s", session.user, session.server_name, current.kind, e)
             continue
+        if kept is None:
+            continue  # closed since it was read: the next tick marks its order done
         mark_order(ledger, order.session_id, done=now)
+        if kept != current.kind:  # another pass of this tick (the budget's) stopped it first, for a reason that stays
+            log.info(
+                "%s/%s: its %s order is done by the %s stop", session.user, session.server_name, current.kind, kept
+            )
+            result["closed"].append(order.session_id)
+            continue
         log.info("stopped %s/%s: %s", session.user, session.server_name, current.kind)
         result["stopped"].append((session.user, session.server_name))
         if current.kind == PREEMPTED:
@@ -833,6 +863,21 @@ def due_at(order: StopOrder, noticed: datetime) -> datetime:
     if order.kind != PREEMPTED:
         return order.stop_at
     return max(order.stop_at, noticed + (order.stop_at - order.decided_at))
+
+
+async def _overtaken(
+    ledger: Ledger, hub: HubClient, session: SessionRecord, order: StopOrder, now: datetime, result: dict
+) -> None:
+    """An order whose session is stopping for a reason that stays: the hub is asked to stop it (as that stop
+    has), and the order is done; a hub that fails is asked again next tick."""
+    try:
+        kept = await stop_session(ledger, hub, session, order.kind)
+    except HubAPIError as e:
+        log.error("could not stop %s/%s (%s): %s", session.user, session.server_name, session.pending_stop_reason, e)
+        return
+    mark_order(ledger, order.session_id, done=now)
+    result["closed"].append(order.session_id)
+    log.info("%s/%s: its %s order is done by the %s stop", order.user, order.server_name, order.kind, kept)
 
 
 def _preempted_for_this(order: StopOrder, session: SessionRecord | None, now: datetime) -> bool:

@@ -142,12 +142,18 @@ def test_stop_when_done_only_from_the_sessions_own_server(env):
     r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-1", "reason": "plateau"})
     assert r.status_code == 200 and r.json()["stop_reason"] == "plateau", r.text
     assert env.ledger.get_session("swd-1").pending_stop_reason == "plateau"
-    # once the service stops it for its own reason (a cull, a budget), the server's reports do not replace it
-    env.ledger.set_pending_stop_reason("swd-1", "gpu_idle")
+    # the service's pass does not relabel the server's own stop under way (docs/admin.md, stop reasons) ...
+    assert env.ledger.claim_stop_reason("swd-1", "gpu_idle") == "plateau"
+    assert env.ledger.get_session("swd-1").pending_stop_reason == "plateau"
+    # ... and once the service stops it for its own reason (a cull, a budget), the server's reports do not either
+    env.ledger.record_start(
+        SessionStart("swd-2", "alice", "lab", ("cs231n",), "cpu", (), 10_000, "CNY", datetime.now(UTC))
+    )
+    assert env.ledger.claim_stop_reason("swd-2", "gpu_idle") == "gpu_idle"
     for reason in ("plateau", "stop_when_done"):
-        r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-1", "reason": reason})
+        r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-2", "reason": reason})
         assert r.status_code == 409 and "already stopping this session (gpu_idle)" in r.json()["message"], r.text
-    assert env.ledger.get_session("swd-1").pending_stop_reason == "gpu_idle"
+    assert env.ledger.get_session("swd-2").pending_stop_reason == "gpu_idle"
 
 
 # -- without a hub: the notices and the tick ----------------------------------------------------------
@@ -160,7 +166,7 @@ def test_a_run_notice_names_a_job_only_for_its_own_user(tmp_path):
     job = create_job(ledger, "alice", JobRequest("work/secret-thesis.ipynb", "cpu", {}, 600), "cpu", now)
     update_job(ledger, job.id, state="failed", finished=now, error="KeyError: 'api_key=hunter2'")
     ledger.record_start(SessionStart("bob-1", "bob", job.server_name, (), "cpu", (), 10_000, "CNY", now))
-    ledger.set_pending_stop_reason("bob-1", "stop_when_done")
+    ledger.claim_stop_reason("bob-1", "stop_when_done")
     ledger.record_stop("bob-1", now + timedelta(minutes=2), "stopped")
     told = []
 

@@ -236,7 +236,7 @@ def test_a_finished_run_is_announced_once_per_channel_with_its_cost(tmp_path):
     job = create_job(ledger, "stu1", JobRequest("work/a.ipynb", "t4", {}, 600), "t4", now)
     start = SessionStart("s1", "stu1", job.server_name, (), "t4", ("GPU-1",), 50_000, "CNY", now)
     ledger.record_start(start)
-    ledger.set_pending_stop_reason("s1", "job_finished")
+    ledger.claim_stop_reason("s1", "job_finished")
     ledger.record_stop("s1", now + timedelta(seconds=70), "stopped")
     told = []
 

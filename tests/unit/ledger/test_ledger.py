@@ -334,30 +334,32 @@ def test_usage_rows_compute_a_running_sessions_cost_live(ledger):
 def test_pending_stop_reason_wins_over_the_recorded_reason(ledger):
     ledger.record_start(make_start("a"))
     ledger.record_start(make_start("b", user="bob"))
-    ledger.set_pending_stop_reason("a", "budget")
+    assert ledger.claim_stop_reason("a", "budget") == "budget"
     ledger.record_stop("a", T0 + timedelta(seconds=10), "stopped")
     ledger.record_stop("b", T0 + timedelta(seconds=10), "stopped")
     assert ledger.get_session("a").stop_reason == "budget"
     assert ledger.get_session("b").stop_reason == "stopped"
     # a stopped session's reason is final
-    ledger.set_pending_stop_reason("b", "idle")
+    assert ledger.claim_stop_reason("b", "gpu_idle") is None
     assert ledger.get_session("b").stop_reason == "stopped"
 
 
 @pytest.mark.parametrize("service_reason", ["budget", "gpu_idle", "busy_gpu_idle", "max_age", "job_time_limit"])
-def test_a_users_stop_reason_never_replaces_the_services(ledger, service_reason):
-    """A server that reports ``plateau`` in a loop must not turn a cull or budget stop under way into a run."""
+def test_a_users_stop_reason_and_the_services_never_replace_each_other(ledger, service_reason):
+    """A server that reports ``plateau`` in a loop must not turn a cull or budget stop under way into a run; a
+    service's pass must not turn the server's own stop under way into a cull (docs/admin.md, stop reasons)."""
     ledger.record_start(make_start("a"))
-    assert ledger.offer_stop_reason("a", "stop_when_done")
-    assert ledger.offer_stop_reason("a", "plateau")  # a user's later reason replaces a user's earlier one
-    assert ledger.get_session("a").pending_stop_reason == "plateau"
-    ledger.set_pending_stop_reason("a", service_reason)  # the service's reason replaces a user's
+    assert ledger.claim_stop_reason("a", "stop_when_done") == "stop_when_done"
+    assert ledger.claim_stop_reason("a", "plateau") == "plateau"  # a user's later reason replaces a user's earlier one
+    assert ledger.claim_stop_reason("a", service_reason) == "plateau"
+    ledger.record_start(make_start("b", user="bob"))
+    assert ledger.claim_stop_reason("b", service_reason) == service_reason
     for reason in ("plateau", "stop_when_done", "job_finished", "job_cancelled"):
-        assert not ledger.offer_stop_reason("a", reason)
-    assert ledger.get_session("a").pending_stop_reason == service_reason
-    ledger.record_stop("a", T0 + timedelta(seconds=10), "stopped")
-    assert ledger.get_session("a").stop_reason == service_reason
-    assert not ledger.offer_stop_reason("a", "plateau")  # and a stopped session's reason is final
+        assert ledger.claim_stop_reason("b", reason) == service_reason
+    assert ledger.get_session("b").pending_stop_reason == service_reason
+    ledger.record_stop("b", T0 + timedelta(seconds=10), "stopped")
+    assert ledger.get_session("b").stop_reason == service_reason
+    assert ledger.claim_stop_reason("b", "plateau") is None  # and a stopped session's reason is final
 
 
 def test_mark_seen_touches_open_sessions_only(ledger):

@@ -536,7 +536,7 @@ def test_a_resume_survives_a_service_killed_between_the_stop_and_its_record(ledg
     session = start(ledger, server="train", resume=True)
     order(ledger, session)
     tick(ledger, hub, notifier, T0)
-    ledger.set_pending_stop_reason("s1", PREEMPTED)  # what the killed tick had done, and the hub's stop
+    ledger.claim_stop_reason("s1", PREEMPTED)  # what the killed tick had done, and the hub's stop
     ledger.record_stop("s1", T0 + timedelta(minutes=2, seconds=5), "stopped")
     result = tick(ledger, hub, notifier, T0 + timedelta(minutes=3), ScheduleFollow())  # the restarted service
     assert result["closed"] == ["s1"] and result["resumed"] == ["s1"]
@@ -610,7 +610,7 @@ def test_a_job_cancelled_during_the_tick_is_not_started_again(ledger, hub):
     start(ledger, sid="s-job2", server=second.server_name)
     update_job(ledger, second.id, state="running", started=T0 - timedelta(hours=1), session_id="s-job2")
     for sid in ("s-job", "s-job2"):
-        ledger.set_pending_stop_reason(sid, PREEMPTED)
+        ledger.claim_stop_reason(sid, PREEMPTED)
         ledger.record_stop(sid, T0, "stopped")
     cancelled = []
 
@@ -632,7 +632,7 @@ def test_a_job_cancelled_during_the_tick_is_not_started_again(ledger, hub):
 def test_a_requeued_job_whose_server_never_comes_back_fails(ledger, hub, notifier):
     job, session = running_job(ledger)
     order(ledger, session)
-    ledger.set_pending_stop_reason(session.id, "preempted")
+    ledger.claim_stop_reason(session.id, "preempted")
     ledger.record_stop(session.id, T0, "stopped")
     asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(seconds=30)))
     hub.servers["alice"] = {}  # the hub lost it
@@ -643,7 +643,7 @@ def test_a_requeued_job_whose_server_never_comes_back_fails(ledger, hub, notifie
 
 def test_a_job_the_hub_will_not_start_again_fails_with_the_hubs_words(ledger, hub):
     job, session = running_job(ledger)
-    ledger.set_pending_stop_reason(session.id, "preempted")
+    ledger.claim_stop_reason(session.id, "preempted")
     ledger.record_stop(session.id, T0, "stopped")
     hub.fail["POST"] = [(400, "Unknown profile t4-pre.")]
     summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(seconds=30)))
@@ -655,7 +655,7 @@ def test_a_job_the_hub_will_not_start_again_fails_with_the_hubs_words(ledger, hu
 def test_the_runners_failure_report_of_a_preempted_server_is_not_the_jobs_end(ledger):
     """The kernel dies when the server is stopped for a preemption: the runner's "failed" does not end the job."""
     job, session = running_job(ledger)
-    ledger.set_pending_stop_reason(session.id, "preempted")
+    ledger.claim_stop_reason(session.id, "preempted")
     caller = {"kind": "user", "name": "alice", "scopes": [f"servers!server=alice/{job.server_name}"]}
     body = {"session_id": session.id, "state": "failed", "error": "DeadKernelError: Kernel died"}
     code, answer = post(ledger, caller, f"/jobs/{job.id}/finished", body)

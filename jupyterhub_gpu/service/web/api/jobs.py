@@ -155,7 +155,7 @@ class JobCancelHandler(JobBase):
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
         session = job_session(self.ledger, job)
         if session is not None:
-            self.ledger.offer_stop_reason(session.id, StopReason.JOB_CANCELLED)  # a cull or budget stop keeps its own
+            self.ledger.claim_stop_reason(session.id, StopReason.JOB_CANCELLED)  # a cull or budget stop keeps its own
         update_job(self.ledger, job.id, state="cancelled", finished=self.now(), error="Cancelled by its owner.")
         try:
             await self.ctx.hub.remove_server(job.user, job.server_name)
@@ -208,7 +208,7 @@ class JobFinishedHandler(JobBase):
             session_id=session.id,
         ):
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
-        self.ledger.offer_stop_reason(session.id, StopReason.JOB_FINISHED)  # a cull or budget stop keeps its own
+        self.ledger.claim_stop_reason(session.id, StopReason.JOB_FINISHED)  # a cull or budget stop keeps its own
         self.show(get_job(self.ledger, job.id))
 
 
@@ -237,13 +237,11 @@ class StopWhenDoneHandler(JobBase):
             raise web.HTTPError(403, "A server may only flag its own session, with its own token.")
         if session.stopped is not None:
             raise web.HTTPError(409, "The session has already stopped.")
-        if not self.ledger.offer_stop_reason(session.id, StopReason(reason)):
-            current = self.ledger.get_session(session.id)
-            if current is None or current.stopped is not None:
-                raise web.HTTPError(409, "The session has already stopped.")
-            raise web.HTTPError(
-                409, f"The service is already stopping this session ({current.pending_stop_reason}); its reason stays."
-            )
+        kept = self.ledger.claim_stop_reason(session.id, StopReason(reason))
+        if kept is None:
+            raise web.HTTPError(409, "The session has already stopped.")
+        if kept != reason:
+            raise web.HTTPError(409, f"The service is already stopping this session ({kept}); its reason stays.")
         self.write_json({"session_id": session.id, "stop_reason": StopReason(reason)})
 
 
