@@ -13,16 +13,22 @@ the callback keeps nothing: it starts again from its first minute.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from jupyterhub_gpu.sim.replay import TraceMinute
-
-if TYPE_CHECKING:
-    from jupyterhub_gpu.sim.pool import Job
 
 #: Seconds between a stopped server's interrupt and the kill of its kernels: the image's
 #: ``KernelManager.shutdown_wait_time`` (docs/images.md); a save at the stop must finish within them.
 STOP_SAVE_SECONDS = 8
+
+
+class Saving(Protocol):
+    """What of a job (:class:`.pool.Job`) says how it saves."""
+
+    minutes: tuple[TraceMinute, ...]
+    checkpoints: bool
+    epoch_minutes: int | None
+    saves_on_stop: bool
 
 
 def epoch_ends(minutes: tuple[TraceMinute, ...], epoch_minutes: int | None, stop: int) -> list[int]:
@@ -40,7 +46,7 @@ def epoch_ends(minutes: tuple[TraceMinute, ...], epoch_minutes: int | None, stop
     return ends
 
 
-def resume_point(job: Job, offset: int, stop: int) -> int:
+def resume_point(job: Saving, offset: int, stop: int) -> int:
     """The trace index a job stopped at ``stop`` resumes from, its session having started at ``offset``.
 
     ``stop`` when it saved at the stop; else its last epoch's save since ``offset`` (``offset`` itself, where
