@@ -993,6 +993,18 @@ ZH_CN.update(
         "Leave “Weekly until” empty for a single window. During a window the group's members get its GPUs"
         " first.": "“每周重复至”留空表示只预留一个时段。在预留时段内，本组成员优先使用预留的 GPU。",
         "Book for a group on its group page.": "请在组页面上为该组预留。",
+        # the booking limits under the booking form (docs/scheduling.md, "Booking limits")
+        "An instructor books at least {notice} hours ahead, and a group holds GPUs of a model for at most"
+        " {hours} hours without a break (its bookings less than {gap} minutes apart count as one).": (
+            "讲师须至少提前 {notice} 小时预订；一个组连续占用同一型号 GPU 最长 {hours} 小时"
+            "（本组相隔不足 {gap} 分钟的预订算作一次连续占用）。"
+        ),
+        "At most {gpu_hours} GPU-hours a week (Monday to Sunday) for the group, every model together.": (
+            "每组每周（周一至周日）合计最多 {gpu_hours} GPU 小时，所有型号一并计算。"
+        ),
+        "At most {percent}% of each model's GPUs at once.": "同一时刻最多占用每种型号 GPU 的 {percent}%。",
+        "These limits count every booking of the group, each week of a weekly one; administrators are not"
+        " limited.": "这些限制计入本组的全部预订（每周重复的预订按每一周计算）；管理员不受限制。",
         "Shares": "份额",
         "Share": "份额",
         "Set by": "设置人",

@@ -21,6 +21,7 @@ from fractions import Fraction
 from tornado import web
 
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.ledger.queries.schedule import (
     Draft,
     StoredReservation,
@@ -41,6 +42,7 @@ from jupyterhub_gpu.scheduler.bookings import (
     LimitProblem,
     ReservationError,
     check_reservation,
+    hours,
     limit_problems,
 )
 from jupyterhub_gpu.service.hubapi import HubAPIError
@@ -150,6 +152,36 @@ def booking_limits(ctx) -> BookingLimits:
         getattr(ctx, "reservation_max_gpu_hours_per_week", None),
         getattr(ctx, "reservation_max_pool_fraction", None),
     )
+
+
+def limits_words(ctx, lang: str) -> list[str]:
+    """What an instructor may book (docs/scheduling.md, "Booking limits"), in ``lang``: the booking form's notes."""
+    _ = translator(lang)
+    limits = booking_limits(ctx)
+    words = [
+        _(
+            "An instructor books at least {notice} hours ahead, and a group holds GPUs of a model for at most"
+            " {hours} hours without a break (its bookings less than {gap} minutes apart count as one).",
+            notice=f"{_hours(ctx, 'reservation_notice_hours', DEFAULT_NOTICE_HOURS):g}",
+            hours=_number(hours(limits.max_hold)),
+            gap=HOLD_GAP // timedelta(minutes=1),
+        )
+    ]
+    if limits.max_gpu_hours_per_week is not None:
+        words.append(
+            _(
+                "At most {gpu_hours} GPU-hours a week (Monday to Sunday) for the group, every model together.",
+                gpu_hours=_number(limits.max_gpu_hours_per_week),
+            )
+        )
+    if limits.max_pool_fraction is not None and limits.max_pool_fraction < 1:
+        words.append(
+            _("At most {percent}% of each model's GPUs at once.", percent=_number(100 * limits.max_pool_fraction))
+        )
+    words.append(
+        _("These limits count every booking of the group, each week of a weekly one; administrators are not limited.")
+    )
+    return words
 
 
 def _number(value: Fraction) -> str:
