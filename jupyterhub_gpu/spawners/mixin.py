@@ -71,6 +71,7 @@ from jupyterhub_gpu.spawners.assign.protocol import (
 )
 from jupyterhub_gpu.spawners.assign.restore import wait_restored
 from jupyterhub_gpu.spawners.budget import Reservation, check_and_reserve, drop_reservation, profile_binding_groups
+from jupyterhub_gpu.spawners.cancel import raise_if_cancelled
 from jupyterhub_gpu.spawners.form import (
     assignment_message,
     describe_profile,
@@ -862,6 +863,7 @@ class GPUSpawnerMixin(Configurable):
                 raise self.gpu_refusal(e.phrase, reason="gpu_unavailable", status_code=503) from None
         grant = getattr(self.allocator, "grants", {}).pop(key, None)  # the scheduler's word on it (a time limit)
         try:
+            raise_if_cancelled()  # the hub's stop came as the GPUs were granted
             if self._gpu_abort:
                 raise self._gpu_stopped_while_starting()
             if waited:

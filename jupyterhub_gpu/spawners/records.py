@@ -66,10 +66,33 @@ async def record_start(ledger, start_of: Callable[[], SessionStart], recorded: C
     Under that lock a concurrent budget check sees this spawn either held (reserved) or recorded,
     never both. ``start_of()`` is read under the lock too: a server stopped while this waited has
     no session any more (it raises), and no start is written for it.
+
+    A stop that cancels the spawn while the write runs (JupyterHub cancels a spawn it is asked to stop)
+    cannot stop the write, which goes on in its thread: the cancellation waits for it, so that
+    ``recorded()`` has run when the start that was written is unwound, and its stop is written at the stop
+    (docs/service.md, "Spawn races"), instead of a session left open for reconciliation to close.
     """
     async with reserve_lock():
-        await asyncio.to_thread(ledger.record_start, start_of())
+        write = asyncio.ensure_future(asyncio.to_thread(ledger.record_start, start_of()))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await _finished(write)
+            if write.exception() is None:
+                recorded()
+            raise
         recorded()
+
+
+async def _finished(task: asyncio.Future) -> None:
+    """Wait until ``task`` has ended, whatever is cancelled meanwhile (a thread's work cannot be cancelled)."""
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue
+        except Exception:
+            return
 
 
 async def record_stop(ledger, start: SessionStart, stopped: datetime, reason: str, log: logging.Logger) -> None:

@@ -9,6 +9,8 @@ spawner has one simulated T4, so that a second spawn waits in the queue.
 from __future__ import annotations
 
 import asyncio
+import types
+from datetime import timedelta
 from unittest import mock
 
 import pytest
@@ -20,6 +22,8 @@ from jupyterhub.tests import mocking
 from jupyterhub.tests.conftest import app, cleanup_after, no_patience, slow_spawn, ssl_tmpdir, tmp_cwd  # noqa: F401
 from jupyterhub.tests.utils import add_user, api_request
 from traitlets import default
+
+from jupyterhub_gpu.clock import aware_utc, utcnow
 
 
 class OneT4Spawner(mocking.MockSpawner):
@@ -172,8 +176,115 @@ async def test_start_stop_race_once_the_pre_spawn_hook_returned(app, no_patience
         r = await api_request(app, "users", user.name, "server", method="post")
     assert r.status_code == 400
     await until(lambda: not spawner.active, timeout=30)
+    # the ledger: the session stopped while it was starting is closed at its stop, not left open (billed
+    # time with no server) for the service's reconciliation
+    (first,) = spawner.ledger.sessions(user=user.name)
+    assert first.stopped is not None and first.stop_reason == "stopped"
     # start after stop is fine, and it starts
     r = await api_request(app, "users", user.name, "server", method="post")
     assert r.status_code == 202
     await until(lambda: user.running, timeout=60)
     assert spawner.allocator.held_by(spawner._gpu_key) != []
+    assert [s.id for s in spawner.ledger.open_sessions() if s.user == user.name] != [first.id]
+
+
+@types.coroutine
+def _counted(coro, on_suspend):
+    """Run ``coro``, calling ``on_suspend(coro)`` each time it suspends (at each of its awaits that waits).
+
+    When ``on_suspend`` returns a future, ``coro`` is held at that await, once what it awaited is done, until
+    the future is: what happens meanwhile (the hub cancelling the spawn) reaches ``coro`` at that await.
+    """
+    it = coro.__await__()
+    send, throw = None, None
+    while True:
+        try:
+            yielded = it.throw(throw) if throw is not None else it.send(send)
+        except StopIteration as e:
+            return e.value
+        gate = on_suspend(coro)
+        try:
+            send, throw = (yield yielded), None
+        except BaseException as e:  # a cancellation thrown into the waiting coroutine goes on into it
+            send, throw = None, e
+        if gate is not None and throw is None:
+            try:
+                yield from gate.__await__()
+            except BaseException as e:
+                throw = e
+
+
+def _where(coro) -> str:
+    """The chain of awaits a coroutine is suspended in: ``start:943 > _gpu_record_start:999 > ...``."""
+    chain = []
+    while coro is not None and getattr(coro, "cr_frame", None) is not None:
+        chain.append(f"{coro.cr_code.co_name}:{coro.cr_frame.f_lineno}")
+        coro = coro.cr_await
+    return " > ".join(chain)
+
+
+class SuspensionsSpawner(mocking.MockSpawner):
+    """MockSpawner (over GPULocalSpawner) that counts the suspensions of its pre-spawn hook and start, and at the
+    ``stop_at``-th one has the hub stop it (the REST API's DELETE, as ``test_start_stop_race``) while it waits
+    there."""
+
+    stop_at: int | None = None
+    suspensions = 0
+    stop_asked = None
+    where = ""
+    stops: set = set()
+
+    def _suspended(self, coro):
+        cls = type(self)
+        cls.suspensions += 1
+        if cls.suspensions != cls.stop_at or cls.stop_asked is not None:
+            return None
+        cls.stop_asked, cls.where = utcnow(), _where(coro)
+        gate = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(api_request(self.hub_app, "users", self.user.name, "server", method="delete"))
+        cls.stops.add(task)
+        task.add_done_callback(lambda t: (cls.stops.discard(t), gate.done() or gate.set_result(None)))
+        return gate
+
+    async def run_pre_spawn_hook(self):
+        return await _counted(super().run_pre_spawn_hook(), self._suspended)
+
+    async def start(self):
+        return await _counted(super().start(), self._suspended)
+
+
+async def test_a_stop_at_any_await_of_a_start_leaves_no_session_open(app, no_patience):
+    """The hub is asked to stop the server at the 1st, 2nd, ... suspension of its pre-spawn hook and start
+    (the ledger's reads, the budget check, the queue, the launch, the ledger's write of the start), and the
+    spawn is held there until the stop has reached it: afterwards the ledger holds no open session of it, a
+    session that was recorded is closed at the stop, and no GPU stays held."""
+    SuspensionsSpawner.hub_app = app
+    with mock.patch.dict(app.tornado_settings, {"spawner_class": SuspensionsSpawner}):
+        # a start without a stop: how many times it suspends
+        SuspensionsSpawner.stop_at, SuspensionsSpawner.suspensions = None, 0
+        user = add_user(app.db, app, name="await-count")
+        r = await api_request(app, "users", user.name, "server", method="post")
+        assert r.status_code in (201, 202)
+        await until(lambda: user.running, timeout=60)
+        total = SuspensionsSpawner.suspensions
+        assert total >= 5, total
+        await user.stop()
+        for k in range(1, total + 1):
+            SuspensionsSpawner.stop_at, SuspensionsSpawner.suspensions = k, 0
+            SuspensionsSpawner.stop_asked = None
+            user = add_user(app.db, app, name=f"await-stop-{k}")
+            spawner = user.spawner
+            r = await api_request(app, "users", user.name, "server", method="post")
+            assert r.status_code in (201, 202), r.text
+            await until(lambda u=user: SuspensionsSpawner.stop_asked is not None or u.running, timeout=60)
+            await until(lambda s=spawner: not SuspensionsSpawner.stops and not s.active, timeout=60)
+            where = SuspensionsSpawner.where
+            if SuspensionsSpawner.stop_asked is None:  # this start suspended fewer times: stopped once it runs
+                SuspensionsSpawner.stop_asked, where = utcnow(), "running"
+                await user.stop()
+            done = utcnow()
+            assert [s.id for s in spawner.ledger.open_sessions() if s.user == user.name] == [], (k, where)
+            for session in spawner.ledger.sessions(user=user.name):
+                stopped = aware_utc(session.stopped)
+                assert SuspensionsSpawner.stop_asked - timedelta(seconds=1) <= stopped <= done, (k, where, session)
+            assert spawner.allocator.held_by(spawner._gpu_key) == [], (k, where)

@@ -28,8 +28,8 @@ MODULES = ["jupyterhub.tests.test_spawner", "jupyterhub.tests.test_named_servers
 #: ``-k`` matches module names too: every test of the first two modules, and these of test_api.py
 SELECTION = "(spawn or stop or progress or server or start) and not service"
 EXPECTED_TOTAL = 110
-#: our own cases (contract_cases.py): stops while queued, start_timeout, the start/stop race
-CASES = 5
+#: our own cases (contract_cases.py): stops while queued, start_timeout, the start/stop race, a stop at each await
+CASES = 6
 #: the deliberate differences (gpu_contract_plugin.XFAIL), as JUnit names them
 EXPECTED_XFAIL = {
     "test_spawner_insert_api_token",
