@@ -70,6 +70,7 @@ from jupyterhub_gpu.scheduler.snapshot import (
     Reservation,
     Running,
     SessionLengths,
+    SharedGPU,
     Snapshot,
     decayed_usage,
 )
@@ -86,7 +87,7 @@ from jupyterhub_gpu.scheduler.texts import (
 __all__ = [
     "END", "GRANT", "KINDS", "NO_SHARE_RATIO", "POLICIES", "PREEMPT", "PREEMPTIBLE", "QUEUE", "REFUSE", "STANDARD",
     "STOP", "TEXTS", "TIERS", "WEEK", "Decision", "FairShare", "Fifo", "Policy", "Preemption", "Rank", "Request",
-    "Reservation", "ReservationError", "Reservations", "Running", "SessionLengths", "Snapshot", "check_reservation",
-    "clock_text", "decayed_usage", "duration_text", "estimate", "expected_end", "gpus_text", "period_text",
-    "policy_named", "reservation_problems", "schedule", "wait_text",
+    "Reservation", "ReservationError", "Reservations", "Running", "SessionLengths", "SharedGPU", "Snapshot",
+    "check_reservation", "clock_text", "decayed_usage", "duration_text", "estimate", "expected_end", "gpus_text",
+    "period_text", "policy_named", "reservation_problems", "schedule", "wait_text",
 ]  # fmt: skip

@@ -19,7 +19,7 @@ from jupyterhub_gpu.scheduler.snapshot import (
     Snapshot,
     aware,
 )
-from jupyterhub_gpu.scheduler.state import Cycle, Holder, Windows, holder_of, limit_values
+from jupyterhub_gpu.scheduler.state import Cycle, Holder, Split, Windows, holder_of, limit_values
 from jupyterhub_gpu.scheduler.texts import TEXTS, clock_text, gpus_text
 
 
@@ -65,13 +65,15 @@ def schedule(snapshot: Snapshot, policy: Policy) -> list[Decision]:
         decisions.extend(windows.refused)
 
     free = dict(snapshot.free)
-    running = []
+    running, stopping = [], set()
     for session in snapshot.running:
         if session.stop_at is not None and session.stop_at <= now:
             key = f"stop.{session.stop_key}" if f"stop.{session.stop_key}" in TEXTS else "stop"
             values = {"at": clock_text(session.stop_at, zone, now)}
             decisions.append(Decision(STOP, key, values, session=session.id, model=session.model, at=now))
-            free[session.model] = free.get(session.model, 0) + session.count
+            stopping.add(session.id)
+            if session.share <= 1:
+                free[session.model] = free.get(session.model, 0) + session.count
         else:
             running.append(session)
 
@@ -82,8 +84,22 @@ def schedule(snapshot: Snapshot, policy: Policy) -> list[Decision]:
         waiting, key=lambda r: (tiered and r.tier == PREEMPTIBLE, cycle.ranks[r.id].value, r.arrived, r.id)
     )
     cycle.holders = {m: [] for m in units}
+    gpus, on = snapshot.placed()
+    splits = {g.id: Split(g.id, g.model, g.split) for g in gpus}
     for i, session in enumerate(sorted(running, key=lambda s: (s.started, s.id))):
-        cycle.holders.setdefault(session.model, []).append(holder_of(session, i))
+        holder = holder_of(session, i)
+        if session.id in on:
+            splits[on[session.id]].shares.append(holder)
+        else:
+            cycle.holders.setdefault(session.model, []).append(holder)
+    for gpu in gpus:
+        split = splits[gpu.id]
+        gone = sum(1 for s in snapshot.running if s.id in stopping and on.get(s.id) == gpu.id)
+        split.unknown = max(0, gpu.taken - len(split.shares) - gone)
+        if split.shares or split.unknown:
+            cycle.holders.setdefault(gpu.model, []).append(split)
+        else:  # its last shares stop now: the GPU is whole again
+            free[gpu.model] = free.get(gpu.model, 0) + 1
     _reserve(cycle, free)
     _grant(cycle)
     _limits(cycle)
@@ -115,18 +131,50 @@ def _reserve(cycle: Cycle, free: Mapping[str, int]) -> None:
         cycle.general[model] = left
 
 
+def _joinable(cycle: Cycle, request: Request) -> Split | None:
+    """A GPU split into the request's shares with one free, the fullest first; never one of a reservation in
+    force whose shares are all its members' when the request is not a member (it is the class's GPU)."""
+    active = cycle.windows.active(request.model) if cycle.windows is not None else []
+    found = []
+    for h in cycle.holders.get(request.model, ()):
+        if not isinstance(h, Split) or h.split != request.share or h.free_slots <= 0:
+            continue
+        if any(h.member_of(r.group) and not request.member_of(r.group) for _, _, r in active):
+            continue
+        found.append(h)
+    return min(found, key=lambda h: (h.free_slots, h.id), default=None)
+
+
 def _grant(cycle: Cycle) -> None:
-    """Grant the waiting requests in order while their model has units; the queue of a model is strict."""
+    """Grant the waiting requests in order while their model has units; the queue of a model is strict.
+
+    A share request takes a free share of a GPU already split into its shares, else a whole free GPU, which it
+    splits."""
     now, zone, windows = cycle.snapshot.now, cycle.snapshot.zone, cycle.windows
     reservation_of = {r.id: r for r in cycle.snapshot.reservations}
     blocked = dict.fromkeys(cycle.units, False)
     later = len(cycle.running)
     for request in cycle.order:
         model = request.model
+        count = 1 if request.share > 1 else request.count
+        candidate = Holder(request.id, model, count, now, later, request.tier, None, request.member_of)
+        split = _joinable(cycle, request) if request.share > 1 and not blocked[model] else None
+        if split is not None:
+            split.shares.append(candidate)
+            if windows is not None:
+                moment = windows.limit(model, split, cycle.holders[model])
+                if moment is not None and windows.stop_time(moment) - now < cycle.policy.reservations.min_run:
+                    split.shares.remove(candidate)
+                    split = None
+            if split is not None:
+                later += 1
+                values = {"count": "1", "gpus": gpus_text(1, model), "model": model}
+                cycle.granted[request.id] = Decision(GRANT, "grant", values, request=request.id, model=model)
+                continue
         mine = cycle.reserved_free.get(model, {})
         homes = [rid for rid, n in mine.items() if n > 0 and request.member_of(reservation_of[rid].group)]
-        from_reserved = min(request.count, sum(mine[rid] for rid in homes))
-        from_general = request.count - from_reserved
+        from_reserved = min(count, sum(mine[rid] for rid in homes))
+        from_general = count - from_reserved
         if from_general and (blocked[model] or cycle.general[model] < from_general):
             if not blocked[model] and windows is not None:
                 # the GPUs it would take are set aside for a reservation in force: say so
@@ -138,18 +186,20 @@ def _grant(cycle: Cycle) -> None:
                     cycle.blocked_by[model] = Decision(QUEUE, "reserved", values)
             blocked[model] = True
             continue
-        candidate = Holder(request.id, model, request.count, now, later, request.tier, None, request.member_of)
+        unit: Holder | Split = candidate
+        if request.share > 1:
+            unit = Split(f"new:{request.id}", model, request.share, shares=[candidate])
         if windows is not None and from_general:
-            moment = windows.limit(model, candidate, [*cycle.holders[model], candidate])
+            moment = windows.limit(model, unit, [*cycle.holders[model], unit])
             if moment is not None and windows.stop_time(moment) - now < cycle.policy.reservations.min_run:
                 if not blocked[model]:
-                    res = windows.reservation_for(model, moment, candidate)
+                    res = windows.reservation_for(model, moment, unit)
                     values = {"model": model, "label": res.name, "start": clock_text(moment, zone, now)}
                     cycle.blocked_by[model] = Decision(QUEUE, "reserved.soon", values)
                 blocked[model] = True
                 continue
         later += 1
-        cycle.holders[model].append(candidate)
+        cycle.holders[model].append(unit)
         cycle.general[model] -= from_general
         take, label = from_reserved, None
         for rid in homes:
@@ -157,7 +207,7 @@ def _grant(cycle: Cycle) -> None:
             mine[rid] -= used
             take -= used
             label = label or (reservation_of[rid].name if used else None)
-        values = {"count": str(request.count), "gpus": gpus_text(request.count, model), "model": model}
+        values = {"count": str(count), "gpus": gpus_text(count, model), "model": model}
         if label is not None and not from_general:
             values["label"] = label
             cycle.granted[request.id] = Decision(GRANT, "grant.reserved", values, request=request.id, model=model)
@@ -166,16 +216,30 @@ def _grant(cycle: Cycle) -> None:
 
 
 def _limits(cycle: Cycle) -> None:
-    """Who must be gone before each window (running sessions and this cycle's grants); grants get their limit."""
+    """Who must be gone before each window (running sessions and this cycle's grants); grants get their limit.
+
+    Derived afresh each cycle: a session told an end before is chosen again first while an end is still needed,
+    and gets none once it is not (the caller withdraws its order)."""
     windows = cycle.windows
     if windows is None:
         return
     now, zone = cycle.snapshot.now, cycle.snapshot.zone
+    by_id = {s.id: s for s in cycle.running}
     for model in cycle.units:
         for moment in windows.moments(model):
-            present = [h for h in cycle.holders[model] if h.id not in cycle.ends]
+            present = [h for h in cycle.holders[model] if h.left(cycle.ends)]
             for h in windows.to_end(model, moment, present):
-                cycle.ends[h.id] = (windows.stop_time(moment), moment, windows.reservation_for(model, moment, h))
+                res = windows.reservation_for(model, moment, h)
+                until = windows.stop_time(moment)
+                for session_id in h.ending(res.group):
+                    session = by_id.get(session_id)
+                    told = session.stop_at if session is not None and session.stop_key == "reserved" else None
+                    # an end told before still serves when it is neither later than needed nor earlier than the
+                    # window asks (a booking made late is told "now + lead" once, not again each cycle)
+                    mine = (
+                        told if told is not None and min(moment - windows.rule.lead, until) <= told <= until else until
+                    )
+                    cycle.ends.setdefault(session_id, (mine, moment, res))
     for request_id, grant in list(cycle.granted.items()):
         if request_id in cycle.ends:
             until, moment, res = cycle.ends.pop(request_id)
@@ -186,6 +250,8 @@ def _limits(cycle: Cycle) -> None:
 
 
 def _end_warnings(cycle: Cycle, preempted: Collection[str | None]) -> list[Decision]:
+    """An ``end`` for every running session that must end before a window, told already or not: the earlier stop
+    wins (a preemption in this cycle, or an end told before that is still early enough and not too early)."""
     now, zone = cycle.snapshot.now, cycle.snapshot.zone
     by_id = {s.id: s for s in cycle.running}
     out = []
@@ -193,8 +259,6 @@ def _end_warnings(cycle: Cycle, preempted: Collection[str | None]) -> list[Decis
         session = by_id.get(session_id)
         if session is None or session_id in preempted:
             continue
-        if session.stop_at is not None and session.stop_at <= until:
-            continue  # told already, or told to stop sooner
         values = limit_values(until, moment, res, zone, now)
         out.append(Decision(END, "end", values, session=session_id, reservation=res.id, model=session.model, at=until))
     return out

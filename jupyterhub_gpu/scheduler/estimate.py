@@ -18,7 +18,7 @@ from jupyterhub_gpu.scheduler.snapshot import (
     Running,
     SessionLengths,
 )
-from jupyterhub_gpu.scheduler.state import Cycle
+from jupyterhub_gpu.scheduler.state import Cycle, Split
 
 
 def minutes_of(delta: timedelta) -> float:
@@ -64,41 +64,57 @@ def queue_decisions(cycle: Cycle, decided: Sequence[Decision]) -> list[Decision]
     """The queue decisions: position, reason and estimate of each waiting request, model by model."""
     snapshot, rule = cycle.snapshot, cycle.policy.preemption
     now, history = snapshot.now, History(snapshot.history)
-    told = {d.session: d.at for d in decided if d.kind in (PREEMPT, END) and d.session}
+    told: dict[str, datetime] = {}
+    for d in decided:
+        if d.kind in (PREEMPT, END) and d.session and d.at is not None:
+            told[d.session] = min(d.at, told.get(d.session, d.at))
     requests = {r.id: r for r in snapshot.waiting}
     by_model: dict[str, list[Request]] = {}
     for request in cycle.order:
         if request.id not in cycle.granted:
             by_model.setdefault(request.model, []).append(request)
-    out = []
-    for model, queue in by_model.items():
-        # each unit of the model: (minutes until it is free for a full-price request, ... for a preemptible one)
-        units: list[tuple[float, float]] = [(0.0, 0.0)] * max(0, cycle.general.get(model, 0))
-        for session in cycle.running:
-            if session.model != model:
-                continue
-            if session.id in told:
-                session = replace(session, stop_at=told[session.id])
-            natural = expected_end(session, now, history)
-            standard = natural
-            if rule is not None and session.tier == PREEMPTIBLE and session.stop_at is None:
-                preempted = max(now, session.started + rule.min_runtime) + rule.grace
-                standard = min(natural, minutes_of(preempted - now))
-            units.extend([(standard, natural)] * session.count)
-        for request_id, grant in cycle.granted.items():
-            request = requests[request_id]
-            if request.model != model:
-                continue
+    by_id = {s.id: s for s in cycle.running}
+
+    def times(unit_id: str) -> tuple[float, float]:
+        """(minutes until it frees for a full-price request, ... for a preemptible one) of a session or a grant."""
+        session = by_id.get(unit_id)
+        if session is None:  # granted in this cycle
+            request, grant = requests[unit_id], cycle.granted[unit_id]
             length = history.median(request.profile)
             if grant.at is not None:
                 length = min(length, minutes_of(grant.at - now))
-            units.extend([(length, length)] * request.count)
+            return length, length
+        # the stops this cycle gives, not those told before and not given again (they are withdrawn)
+        session = replace(session, stop_at=told.get(session.id))
+        natural = expected_end(session, now, history)
+        standard = natural
+        if rule is not None and session.tier == PREEMPTIBLE:
+            # a planned stop never shields it: a full-price request may take it at its minimum runtime
+            preempted = max(now, session.started + rule.min_runtime) + rule.grace
+            standard = min(natural, minutes_of(preempted - now))
+        return standard, natural
+
+    out = []
+    for model, queue in by_model.items():
+        # each GPU of the model: (minutes until it is free for a full-price request, ... for a preemptible one); a
+        # GPU split into shares frees when its last share does; its free shares serve share requests now
+        units: list[tuple[float, float]] = [(0.0, 0.0)] * max(0, cycle.general.get(model, 0))
+        slots: dict[int, list[tuple[float, float]]] = {}
+        for holder in cycle.holders.get(model, ()):
+            if isinstance(holder, Split):
+                ends = [times(h.id) for h in holder.shares]
+                if holder.unknown or not ends:
+                    ends.append((math.inf, math.inf))
+                units.append((max(e[0] for e in ends), max(e[1] for e in ends)))
+                slots.setdefault(holder.split, []).extend([(0.0, 0.0)] * holder.free_slots)
+            else:
+                units.extend([times(holder.id)] * holder.count)
         if cycle.windows is not None:
             # idle reserved units: free for everyone when their window ends
             for _, end, res in cycle.windows.active(model):
                 after = minutes_of(end - now)
                 units.extend([(after, after)] * cycle.reserved_free.get(model, {}).get(res.id, 0))
-        waits = _estimate(queue, units, rule is not None, history)
+        waits = _estimate(queue, units, rule is not None, history, slots)
         for position, request in enumerate(queue, start=1):
             rank = cycle.ranks[request.id]
             key, values = rank.key, dict(rank.values)
@@ -128,16 +144,20 @@ def _estimate(
     units: list[tuple[float, float]],
     tiered: bool,
     history: History,
+    slots: Mapping[int, list[tuple[float, float]]] | None = None,
 ) -> dict[str, float | None]:
     """Minutes each request of one model's queue is expected to wait (None: nothing is known).
 
-    Each unit frees at its expected time; each request in turn takes the ``count`` units that free first (never
+    Each GPU frees at its expected time; each request in turn takes the ``count`` GPUs that free first (never
     starting before the request ahead of it: the queue is strict) and holds them for its profile's median
-    session length. Full-price requests see a preemptible session free at its preemption; preemptible requests
-    (behind every full-price one) at its natural end.
+    session length. A share request of k takes a free share of a GPU split in k (``slots``: k -> the times its
+    free shares are free), else a GPU, which it splits (its other shares serve the share requests behind it).
+    Full-price requests see a preemptible session free at its preemption; preemptible requests (behind every
+    full-price one) at its natural end.
     """
     heap = list(units)
     heapq.heapify(heap)
+    shares = {k: sorted(v) for k, v in (slots or {}).items()}
     preemptible_phase = False
     last = 0.0
     out: dict[str, float | None] = {}
@@ -146,6 +166,24 @@ def _estimate(
             preemptible_phase = True
             heap = [(natural, natural) for _, natural in heap]
             heapq.heapify(heap)
+            shares = {k: sorted((n, n) for _, n in v) for k, v in shares.items()}
+        k = request.share
+        if k > 1:
+            free = shares.setdefault(k, [])
+            if free:
+                start = max(free.pop(0)[0], last)
+            elif heap:
+                start = max(heapq.heappop(heap)[0], last)  # the GPU it splits stays split (held)
+                free.extend([(start, start)] * (k - 1))
+            else:
+                out[request.id] = None
+                continue
+            last = start
+            out[request.id] = None if math.isinf(start) else start
+            end = start + history.median(request.profile)
+            free.append((end, end))
+            free.sort()
+            continue
         if len(heap) < request.count:
             out[request.id] = None
             continue

@@ -36,7 +36,8 @@ class Request:
     """A request waiting for GPUs.
 
     ``group`` is the group whose share it counts against (the pool that pays); ``groups`` the user's other
-    groups, which count for reservations. ``tier`` is :data:`STANDARD` or :data:`PREEMPTIBLE`.
+    groups, which count for reservations. ``tier`` is :data:`STANDARD` or :data:`PREEMPTIBLE`. ``share``: a
+    time-sliced share of one GPU of ``model`` (``share`` k: one of k shares; ``count`` is then 1), 1 for whole GPUs.
     """
 
     id: str
@@ -48,6 +49,7 @@ class Request:
     profile: str = ""
     tier: str = STANDARD
     groups: tuple[str, ...] = ()
+    share: int = 1
 
     def member_of(self, group: str) -> bool:
         return group == self.group or group in self.groups
@@ -60,7 +62,13 @@ class Running:
     ``last_gpu_use``: the last time its GPU was busy (None: never). ``ends``: its earliest known end (its
     ``max_age``, its budget running out, a job's time limit), None when unknown. ``checkpoints``: it saves its
     work when told to stop (``CheckpointAndResume``). ``stop_at``: it was already told to stop then (a
-    preemption's notice, a reservation's end), and ``stop_key`` why: ``"preempted"`` or ``"reserved"``.
+    preemption's notice, a reservation's end), and ``stop_key`` why: ``"preempted"`` or ``"reserved"``. A stop told
+    and not yet due binds nothing: each cycle derives again who must stop, prefers those already told, and gives a
+    ``preempt`` or ``end`` decision to every session that must still stop (the caller withdraws the others); a stop
+    that can no longer be withdrawn belongs in ``ends``.
+
+    ``share``: a time-sliced share (one of ``share`` shares of the GPU ``device``; ``count`` is then 1), 1 for whole
+    GPUs. Shares on one GPU free it only together: the scheduler counts GPUs, never shares as GPUs.
     """
 
     id: str
@@ -77,9 +85,25 @@ class Running:
     groups: tuple[str, ...] = ()
     stop_at: datetime | None = None
     stop_key: str | None = None
+    share: int = 1
+    device: str | None = None
 
     def member_of(self, group: str) -> bool:
         return group == self.group or group in self.groups
+
+
+@dataclass(frozen=True)
+class SharedGPU:
+    """A physical GPU of ``model`` split into ``split`` time-sliced shares, ``taken`` of them held now.
+
+    The running sessions on it name it (``Running.device``); shares held by servers the snapshot does not list (a
+    grant whose session is not recorded yet) count as taken by someone no stop can move.
+    """
+
+    id: str
+    model: str
+    split: int
+    taken: int
 
 
 @dataclass(frozen=True)
@@ -168,8 +192,12 @@ def _median(ordered: Sequence[float]) -> float | None:
 class Snapshot:
     """What one scheduling cycle knows.
 
-    ``free``: free units per GPU model now. ``pool``: the units the pool has of each model (None: the free
-    units plus those the running sessions hold). ``shares``: group -> model -> share (a weight; a group missing
+    ``free``: free GPUs per model now (a GPU split into shares is not free). ``pool``: the GPUs the pool has of
+    each model (None: the free GPUs plus those the running sessions hold). ``shared``: the GPUs split into shares
+    now (:class:`SharedGPU`; a share session whose GPU is not listed is put on a GPU of its own kind with room).
+    A whole GPU of a model is one unit; a share is a part of one unit, and shares and whole GPUs of a model are one
+    pool. A MIG slice is a model of its own (``"A100/mig-1g.10gb"``: the caller's name): it is a GPU of its own
+    that nothing else of its parent can take. ``shares``: group -> model -> share (a weight; a group missing
     from a model has the fair-share plugin's default share). ``usage``: group -> model -> decayed GPU-hours
     (:func:`decayed_usage`). ``history``: profile -> :class:`SessionLengths`, for the wait estimate. ``tz``:
     the time zone times are written in for students (None: ``now``'s).
@@ -185,15 +213,48 @@ class Snapshot:
     reservations: Sequence[Reservation] = ()
     history: Mapping[str, SessionLengths] = field(default_factory=dict)
     tz: tzinfo | None = None
+    shared: Sequence[SharedGPU] = ()
 
     def units(self) -> dict[str, int]:
-        """The units of each model the pool has."""
+        """The GPUs of each model the pool has."""
         if self.pool is not None:
             return dict(self.pool)
         total = dict(self.free)
         for session in self.running:
-            total[session.model] = total.get(session.model, 0) + session.count
+            if session.share <= 1:
+                total[session.model] = total.get(session.model, 0) + session.count
+        for gpu in self.split_gpus():
+            total[gpu.model] = total.get(gpu.model, 0) + 1
         return total
+
+    def split_gpus(self) -> list[SharedGPU]:
+        """The GPUs split into shares (see :meth:`placed`)."""
+        return self.placed()[0]
+
+    def placed(self) -> tuple[list[SharedGPU], dict[str, str]]:
+        """The GPUs split into shares, and the GPU each share session is on (session id -> GPU id).
+
+        :attr:`shared` and, for a share session on a GPU it does not list, that GPU; share sessions that name no GPU
+        fill GPUs of their own, k shares to a GPU, in the order of :attr:`running`.
+        """
+        listed = {g.id: g for g in self.shared}
+        on: dict[str, str] = {}
+        unplaced: dict[tuple[str, int], list[str]] = {}
+        for s in self.running:
+            if s.share <= 1:
+                continue
+            if s.device is None:
+                unplaced.setdefault((s.model, s.share), []).append(s.id)
+                continue
+            listed.setdefault(s.device, SharedGPU(s.device, s.model, s.share, 0))
+            on[s.id] = s.device
+        gpus = list(listed.values())
+        for (model, k), ids in unplaced.items():
+            for i in range(0, len(ids), k):
+                gpu = SharedGPU(f"{model}/share-{k}#{i // k}", model, k, 0)
+                gpus.append(gpu)
+                on.update(dict.fromkeys(ids[i : i + k], gpu.id))
+        return gpus, on
 
     @property
     def zone(self) -> tzinfo:
@@ -201,11 +262,12 @@ class Snapshot:
 
 
 def decayed_usage(
-    sessions: Iterable[tuple[str, str, int, datetime, datetime | None]], now: datetime, half_life: timedelta
+    sessions: Iterable[tuple[str, str, float, datetime, datetime | None]], now: datetime, half_life: timedelta
 ) -> dict[str, dict[str, float]]:
-    """Decayed GPU-hours per group and model of ``(group, model, count, started, stopped or None)`` sessions.
+    """Decayed GPU-hours per group and model of ``(group, model, gpus, started, stopped or None)`` sessions.
 
-    A GPU-hour used ``t`` ago counts ``2 ** (-t / half_life)``: the integral of that weight over each session's
+    ``gpus`` is in GPUs of the model: a share of one of k is ``1 / k`` (an hour of it is 1/k GPU-hour). A GPU-hour
+    used ``t`` ago counts ``2 ** (-t / half_life)``: the integral of that weight over each session's
     time up to ``now`` (a running session counts to ``now``), as Slurm's fair-share decays usage.
     """
     aware(now, "now")

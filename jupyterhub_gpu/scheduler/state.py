@@ -4,16 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import datetime, timezone, tzinfo
 
 from jupyterhub_gpu.scheduler.policies import Policy, Rank, Reservations
-from jupyterhub_gpu.scheduler.snapshot import PREEMPTIBLE, REFUSE, Decision, Request, Reservation, Running, Snapshot
+from jupyterhub_gpu.scheduler.snapshot import (
+    PREEMPTIBLE,
+    REFUSE,
+    STANDARD,
+    Decision,
+    Request,
+    Reservation,
+    Running,
+    Snapshot,
+)
 from jupyterhub_gpu.scheduler.texts import clock_text, gpus_text
 
 
 @dataclass
 class Holder:
-    """A session (running, or granted in this cycle) as the reservation check sees it."""
+    """A session (running, or granted in this cycle) holding ``count`` whole GPUs, as the reservation check sees it.
+
+    A share of a GPU is a holder too (``count`` 1), but only inside the :class:`Split` of its GPU: the GPU is the
+    unit a reservation or a whole request needs.
+    """
 
     id: str
     model: str
@@ -23,6 +36,76 @@ class Holder:
     tier: str
     gone_by: datetime | None  # when it is known to have stopped
     member_of: Callable[[str], bool]
+    told: str | None = None  # the stop it was told and that this cycle derives again ("preempted", "reserved")
+
+    @property
+    def endable(self) -> bool:
+        return True
+
+    def ending(self, group: str | None = None) -> list[str]:
+        """The sessions to end so that its GPUs are free (for a reservation of ``group``: its members stay)."""
+        return [self.id]
+
+    def left(self, ended) -> bool:
+        """Whether it still holds its GPUs once the sessions in ``ended`` are gone."""
+        return self.id not in ended
+
+
+@dataclass
+class Split:
+    """One GPU split into ``split`` shares, as one holder of one GPU: the GPU is free only when every share is.
+
+    ``shares``: the sessions on it (and this cycle's grants), each a :class:`Holder` of one share; ``unknown``:
+    shares held by servers the snapshot does not list (no stop can move them).
+    """
+
+    id: str
+    model: str
+    split: int
+    unknown: int = 0
+    shares: list[Holder] = field(default_factory=list)
+    count: int = 1
+
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.split - self.unknown - len(self.shares))
+
+    @property
+    def started(self) -> datetime:
+        return max(h.started for h in self.shares) if self.shares else datetime.max.replace(tzinfo=timezone.utc)
+
+    @property
+    def order(self) -> int:
+        return max((h.order for h in self.shares), default=0)
+
+    @property
+    def tier(self) -> str:
+        every = self.shares and not self.unknown and all(h.tier == PREEMPTIBLE for h in self.shares)
+        return PREEMPTIBLE if every else STANDARD
+
+    @property
+    def told(self) -> str | None:
+        kinds = {h.told for h in self.shares}
+        return kinds.pop() if len(kinds) == 1 and not self.unknown else None
+
+    @property
+    def gone_by(self) -> datetime | None:
+        if self.unknown or not self.shares or any(h.gone_by is None for h in self.shares):
+            return None
+        return max(h.gone_by for h in self.shares)
+
+    def member_of(self, group: str) -> bool:
+        return bool(self.shares) and not self.unknown and all(h.member_of(group) for h in self.shares)
+
+    @property
+    def endable(self) -> bool:
+        return bool(self.shares) and not self.unknown
+
+    def ending(self, group: str | None = None) -> list[str]:
+        return [h.id for h in self.shares if group is None or not h.member_of(group)]
+
+    def left(self, ended) -> bool:
+        return bool(self.unknown) or any(h.id not in ended for h in self.shares)
 
 
 class Windows:
@@ -68,11 +151,14 @@ class Windows:
     def in_force(self, model: str, moment: datetime) -> list[Reservation]:
         return [r for s, e, r in self.by_model.get(model, ()) if s <= moment < e]
 
-    def to_end(self, model: str, moment: datetime, holders: Sequence[Holder]) -> list[Holder]:
+    def to_end(self, model: str, moment: datetime, holders: Sequence[Holder | Split]) -> list[Holder | Split]:
         """The holders that must be gone by ``moment`` so that each reservation then has its GPUs, in order.
 
-        A member's session counts towards its group's reservation while the reservation has room for it; the
-        others are chosen, preemptible first, then the most recently started, until the reservations fit.
+        A member's session counts towards its group's reservation while the reservation has room for it (a GPU
+        split into shares when every share on it is a member's); the others are chosen, those told this end
+        already first (so that the ends given stay the ends needed), then preemptible ones, then the most recently
+        started, until the reservations fit. A GPU split into shares is freed only by ending every stranger's share
+        on it; one with shares of servers the snapshot does not list cannot be.
         """
         reservations = self.in_force(model, moment)
         if not reservations:
@@ -90,21 +176,23 @@ class Windows:
         excess = sum(r.count for r in reservations) + sum(h.count for h in outside) - self.units.get(model, 0)
         if excess <= 0:
             return []
-        outside.sort(key=lambda h: (h.tier != PREEMPTIBLE, -h.started.timestamp(), -h.order))
+        outside.sort(key=lambda h: (h.told != "reserved", h.tier != PREEMPTIBLE, -h.started.timestamp(), -h.order))
         chosen = []
         for h in outside:
             if excess <= 0:
                 break
+            if not h.endable:
+                continue
             chosen.append(h)
             excess -= h.count
         return chosen
 
-    def reservation_for(self, model: str, moment: datetime, holder: Holder) -> Reservation:
+    def reservation_for(self, model: str, moment: datetime, holder: Holder | Split) -> Reservation:
         """The reservation a holder gives way to at ``moment`` (one of a group it is not a member of, if any)."""
         found = self.in_force(model, moment)
         return next((r for r in found if not holder.member_of(r.group)), found[0])
 
-    def limit(self, model: str, holder: Holder, holders: Sequence[Holder]) -> datetime | None:
+    def limit(self, model: str, holder: Holder | Split, holders: Sequence[Holder | Split]) -> datetime | None:
         """The first window start before which ``holder`` would have to end; None: no limit."""
         for moment in self.moments(model):
             if any(h is holder for h in self.to_end(model, moment, holders)):
@@ -118,16 +206,17 @@ class Windows:
 
 
 def holder_of(session: Running, order: int) -> Holder:
-    known = [t for t in (session.stop_at, session.ends) if t is not None]
+    """A running session as a holder: gone by its known end (a stop told and not yet due binds nothing)."""
     return Holder(
         session.id,
         session.model,
-        session.count,
+        1 if session.share > 1 else session.count,
         session.started,
         order,
         session.tier,
-        min(known) if known else None,
+        session.ends,
         session.member_of,
+        session.stop_key if session.stop_at is not None else None,
     )
 
 
@@ -153,7 +242,7 @@ class Cycle:
     windows: Windows | None
     order: list[Request] = field(default_factory=list)
     ranks: dict[str, Rank] = field(default_factory=dict)
-    holders: dict[str, list[Holder]] = field(default_factory=dict)
+    holders: dict[str, list[Holder | Split]] = field(default_factory=dict)
     general: dict[str, int] = field(default_factory=dict)  # free units anyone may take
     reserved_free: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> reservation -> idle units
     granted: dict[str, Decision] = field(default_factory=dict)

@@ -238,8 +238,14 @@ def preemption_case(running, waiting=None, policy=TIER_ONLY):
         ([session("young", tier=PREEMPTIBLE, age=9.9)], []),
         # never a full-price session
         ([session("full", age=300), session("full-idle", age=300, idle=100)], []),
-        # one already told to stop is not taken twice: its GPU comes back within the grace
-        ([session("told", tier=PREEMPTIBLE, age=60, stop_at=later(1)), session("other", tier=PREEMPTIBLE)], []),
+        # one already told a preemption is chosen again first (its order stays the one needed), and no other
+        (
+            [
+                session("other", tier=PREEMPTIBLE, idle=30),
+                session("told", tier=PREEMPTIBLE, age=60, stop_at=later(1), stop_key="preempted"),
+            ],
+            ["told"],
+        ),
         # a session that ends by itself within the grace frees its GPU anyway
         ([session("ending", age=60, ends=later(1)), session("other", tier=PREEMPTIBLE)], []),
     ],
@@ -249,7 +255,8 @@ def test_the_victim_of_a_full_price_request(running, victims):
     preempts = of(decisions, PREEMPT)
     assert [d.session for d in preempts] == victims
     for d in preempts:
-        assert d.at == NOW + timedelta(seconds=120)
+        # a preemption told before keeps its time; a new one gives the grace
+        assert d.at == (later(1) if d.session == "told" else NOW + timedelta(seconds=120))
         assert d.for_request == "r"
 
 
@@ -402,7 +409,8 @@ def test_running_strangers_are_told_their_end_and_members_are_not():
     ]
     decisions = reserved(NOW, free=1, running=running)
     ends = of(decisions, END)
-    assert [(d.session, d.at) for d in ends] == [("stranger", later(55))]
+    # the one told before is given its end again (the end is still needed: its order stays)
+    assert sorted((d.session, d.at) for d in ends) == [("stranger", later(55)), ("told", later(55))]
     assert ends[0].reason == "may run until 13:55: CS231N has 4 T4s reserved from 14:00"
 
 

@@ -240,18 +240,23 @@ def order_stop(
     now: datetime,
     for_user: str | None = None,
     cause: str | None = None,
+    later: bool = False,
+    noticed: datetime | None = None,
 ) -> bool:
     """Tell an open session to stop at ``stop_at``. An order already there stays unless this one is earlier (or the
-    one there was withdrawn): then it moves (time, kind, reason, cause) and its notice goes out again. Whether
-    anything changed."""
+    one there was withdrawn, or ``later``: the scheduler no longer needs the stop as early): then it moves (time,
+    kind, reason, cause) and its notice goes out again. ``noticed``: its user was already told (a grant's "may run
+    until" on the spawn page), so that withdrawing it tells them the stop is off. Whether anything changed."""
     if kind not in ORDER_KINDS:
         raise ValueError(f"unknown stop order {kind!r}")
     with ledger.Session() as db:
         row = db.get(ScheduleOrder, session.id)
         if row is not None and row.done_at is not None:
             return False
-        if row is not None and row.withdrawn_at is None and aware_utc(row.stop_at) <= stop_at:
-            return False
+        if row is not None and row.withdrawn_at is None:
+            known = aware_utc(row.stop_at)
+            if known == stop_at or (known < stop_at and not later):
+                return False
         if row is None:
             row = ScheduleOrder(session_id=session.id, user=session.user, server_name=session.server_name)
             db.add(row)
@@ -263,7 +268,7 @@ def order_stop(
         row.for_user = for_user
         row.cause = cause
         row.withdrawn_at = None
-        row.noticed_at = None
+        row.noticed_at = naive_utc(noticed) if noticed is not None else None
         db.commit()
         return True
 

@@ -446,6 +446,7 @@ class ClusterAllocator(FairQueue, Allocator):
     """
 
     log = log
+    shares_pooled = False  # a share is a replica of a time-sliced node's GPU: whole GPUs are on other nodes
 
     def __init__(
         self,

@@ -156,6 +156,19 @@ class GPUAllocator(FairQueue, Allocator):
             return [self._holder[uuid]]
         return list(dict.fromkeys(self._shares.get(uuid, {}).values()))
 
+    def _split_gpus(self, model: str) -> list[tuple[str, int, int]]:
+        return [
+            (d.uuid, self._split[d.uuid], len(self._shares.get(d.uuid, {})))
+            for d in self.matching(model)
+            if d.uuid in self._split
+        ]
+
+    def _placement(self, key: str) -> tuple[str, int] | None:
+        held = self.held_by(key)
+        if len(held) == 1 and held[0].is_share:
+            return held[0].parent_uuid, held[0].share_count
+        return None
+
     def assignments(self) -> dict[str, list[str]]:
         return {k: list(v) for k, v in self._held.items()}
 

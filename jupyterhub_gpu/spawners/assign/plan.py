@@ -12,6 +12,14 @@ lengths (the ledger, read in the background at most every ``refresh`` seconds, a
   shows them, and the queue is published to the ledger for ``GET queue``;
 - ``preempt`` and ``end``: a stop order in the ledger (``gpu_schedule_orders``); the gpu service sends the notice
   (JupyterLab, mail, webhook) and stops the server at its time with the reason ``preempted`` or ``reserved``.
+  Orders are derived again every cycle: one the cycle no longer gives (nor one as early) is withdrawn while it is
+  not due, and the service tells its user the stop is off; a grant's "may run until" becomes an order when its
+  session is recorded, or, no longer needed by then, an order withdrawn at once (its user is told it is off).
+
+Units are the devices' own (docs/scheduling.md#units): on a host a share is one of k shares of a physical GPU of
+the profile's model, in one pool with the model's whole GPUs; a MIG slice is a model of its own
+(``"A100/mig-1g.10gb"``); on a cluster, whose shares are replicas of time-sliced nodes' GPUs, a share is a model of
+its own too (``"T4/share-4"``). A share's use counts 1/k GPU-hour an hour.
 
 The cycle itself is pure and runs on the hub's event loop without waiting: nothing can change between reading the
 allocator and granting. The ledger is written by one thread in order, so a later write never loses to an
@@ -24,7 +32,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
 
 from jupyterhub_gpu import scheduler
@@ -41,6 +49,7 @@ from jupyterhub_gpu.scheduler import (
     Reservation,
     Running,
     SessionLengths,
+    SharedGPU,
     Snapshot,
 )
 
@@ -95,13 +104,39 @@ class LedgerView:
     last_use: dict = field(default_factory=dict)  # session id -> datetime
 
 
-def model_key(model: str, unit: str) -> str:
-    """The model the scheduler counts in: a share or a MIG slice is a unit of its own ("T4/share-4")."""
-    return f"{model}/{unit}" if unit else model
-
-
 def unit_of(share: int | None, mig: str | None) -> str:
     return f"share-{share}" if share else f"mig-{mig}" if mig else ""
+
+
+def share_of(unit: str) -> int:
+    """k of a unit "share-k"; 1 for anything else."""
+    return int(unit.split("-", 1)[1]) if unit.startswith("share-") else 1
+
+
+def model_key(model: str, unit: str, shares_pooled: bool = True) -> tuple[str, int]:
+    """The model the scheduler counts a unit in, and the share of one of its GPUs the unit is (k; 1: whole).
+
+    A share on a host is one of k shares of a GPU of the model itself ("T4", 4): whole GPUs and shares are one
+    pool. A MIG slice is a GPU of its own ("A100/mig-1g.10gb", 1); so is a cluster's share, a replica of a
+    time-sliced node's GPU ("T4/share-4", 1), whose nodes hold no whole GPU.
+    """
+    k = share_of(unit)
+    if not unit or (k > 1 and shares_pooled):
+        return model, k
+    return f"{model}/{unit}", 1
+
+
+@dataclass
+class Granted:
+    """A request granted by this planner whose session the ledger does not have yet (its server is starting)."""
+
+    key: str
+    ask: Ask
+    model: str
+    count: int
+    share: int
+    at: datetime
+    decision: Decision
 
 
 class Planner:
@@ -128,8 +163,17 @@ class Planner:
         self._published: list | None = None
         self._pending: set = set()
         self.counts = counts
+        # set by the queue (use_planner): the GPUs split into shares, where a key's share is, how shares count
+        self.split_gpus: Callable[[str], list[tuple[str, int, int]]] = lambda model: []
+        self.placement: Callable[[str], tuple[str, int] | None] = lambda key: None
+        self.shares_pooled = True
         self._read_all = False
         self._withdrawn: set[str] = set()  # withdrawn here, perhaps not yet in the ledger
+        self._granted: dict[str, Granted] = {}  # key -> a grant whose session is not recorded yet
+
+    def key_of(self, model: str, unit: str) -> tuple[str, int]:
+        """The scheduler's model and share for a profile's model and unit (:func:`model_key`)."""
+        return model_key(model, unit, self.shares_pooled)
 
     # -- what the spawners tell it ------------------------------------------------------------------------------
     def note_profiles(self, profiles: Mapping[str, ProfileFacts]) -> None:
@@ -186,7 +230,10 @@ class Planner:
         for pool, profile, count, started, stopped in past:
             facts = self.profiles.get(profile)
             if facts is not None and pool:
-                usage_rows.append((pool, model_key(facts.model, facts.unit), count, started, stopped))
+                model, _ = self.key_of(facts.model, facts.unit)
+                # a share of one of k is 1/k of a GPU, whatever pool it is counted in
+                gpus = count / share_of(facts.unit) if share_of(facts.unit) > 1 else count
+                usage_rows.append((pool, model, gpus, started, stopped))
             if stopped is not None and stopped >= now - HISTORY:
                 lengths.setdefault(profile, []).append((stopped - started) / timedelta(minutes=1))
         view.usage = scheduler.decayed_usage(usage_rows, now, half_life)
@@ -238,22 +285,51 @@ class Planner:
                 log.exception("scheduling cycle failed")
 
     # -- one cycle ---------------------------------------------------------------------------------------------
+    def granted(self, waiter, decision: Decision) -> None:
+        """The queue granted ``waiter`` on ``decision``: it counts as running until its session is recorded."""
+        ask: Ask | None = waiter.ask
+        if ask is None:
+            return
+        model, share = self.key_of(waiter.model, ask.unit)
+        count = 1 if share > 1 else waiter.count
+        self._granted[waiter.key] = Granted(waiter.key, ask, model, count, share, utcnow(), decision)
+
+    def _running(self, s, facts: ProfileFacts, key: str, now: datetime) -> Running:
+        model, share = self.key_of(facts.model, facts.unit)
+        where = self.placement(key) if share > 1 else None
+        order = self.view.orders.get(s.id)
+        ends = None
+        if order is not None and order.stop_at <= now + WITHDRAW_MARGIN:
+            ends = order.stop_at  # due, or so nearly that the service may be stopping it: it binds
+        groups = tuple(s.group_list)
+        return Running(
+            id=s.id,
+            user=s.user,
+            group=s.pool or (groups[0] if groups else ""),
+            model=model,
+            started=aware_utc(s.started),
+            count=1 if share > 1 else s.gpu_count,
+            profile=s.profile,
+            tier=PREEMPTIBLE if s.tier == PREEMPTIBLE else STANDARD,
+            last_gpu_use=self.view.last_use.get(s.id),
+            ends=ends,
+            checkpoints=s.tier == PREEMPTIBLE,
+            groups=groups,
+            stop_at=order.stop_at if order else None,
+            stop_key=order.kind if order else None,
+            share=share,
+            device=where[0] if where else None,
+        )
+
     def snapshot(self, waiters, held: Callable[[str], bool], now: datetime) -> Snapshot:
         view = self.view
         waiting = []
         models: set[str] = set()
-        # a share or a MIG slice of a model some class has reserved counts as a whole GPU of it: it holds (part of)
-        # a physical GPU the class may need, so it must neither take a reserved one nor run into a window
-        reserved = {r.model for r in view.reservations}
-
-        def key_of(model: str, unit: str) -> str:
-            return model if model in reserved else model_key(model, unit)
-
         for w in waiters:
             ask: Ask | None = w.ask
             if ask is None:
                 continue
-            model = key_of(w.model, ask.unit)
+            model, share = self.key_of(w.model, ask.unit)
             models.add(model)
             waiting.append(
                 Request(
@@ -262,10 +338,11 @@ class Planner:
                     group=ask.group,
                     model=model,
                     arrived=ask.arrived,
-                    count=w.count,
+                    count=1 if share > 1 else w.count,
                     profile=ask.profile,
                     tier=ask.tier,
                     groups=ask.groups,
+                    share=share,
                 )
             )
         running = []
@@ -273,32 +350,29 @@ class Planner:
             facts = self.profiles.get(s.profile)
             if facts is None or not s.gpu_count or not held(key):
                 continue
-            model = key_of(facts.model, facts.unit)
-            models.add(model)
-            stop = view.orders.get(s.id)
-            groups = tuple(s.group_list)
-            running.append(
-                Running(
-                    id=s.id,
-                    user=s.user,
-                    group=s.pool or (groups[0] if groups else ""),
-                    model=model,
-                    started=aware_utc(s.started),
-                    count=s.gpu_count if not facts.unit else 1,
-                    profile=s.profile,
-                    tier=PREEMPTIBLE if s.tier == PREEMPTIBLE else STANDARD,
-                    last_gpu_use=view.last_use.get(s.id),
-                    checkpoints=s.tier == PREEMPTIBLE,
-                    groups=groups,
-                    stop_at=stop.stop_at if stop else None,
-                    stop_key=stop.kind if stop else None,
-                )
-            )
+            session = self._running(s, facts, key, now)
+            models.add(session.model)
+            running.append(session)
+        for key, g in list(self._granted.items()):
+            if not held(key):
+                del self._granted[key]  # its start failed, or it stopped: nothing was promised to a session
+            elif key not in view.open:  # starting: it holds its GPUs, and may be told to end like any session
+                where = self.placement(key) if g.share > 1 else None
+                models.add(g.model)
+                running.append(
+                    Running(
+                        id=f"grant:{key}", user=g.ask.user, group=g.ask.group, model=g.model, started=g.at,
+                        count=g.count, profile=g.ask.profile, tier=g.ask.tier, groups=g.ask.groups, share=g.share,
+                        device=where[0] if where else None,
+                    )
+                )  # fmt: skip
         models |= {r.model for r in view.reservations}
-        free, pool = {}, {}
+        free, pool, shared = {}, {}, []
         for model in models:
             base, _, unit = model.partition("/")
             free[model], pool[model] = self.counts(base, unit) if self.counts else (0, 0)
+            if not unit:
+                shared += [SharedGPU(uuid, model, k, taken) for uuid, k, taken in self.split_gpus(base)]
         return Snapshot(
             now=now,
             free=free,
@@ -310,10 +384,15 @@ class Planner:
             reservations=view.reservations,
             history=view.history,
             tz=self.tz,
+            shared=shared,
         )
 
     def cycle(self, waiters, held: Callable[[str], bool]) -> list[Decision]:
-        """The decisions for the queue as it is; stop orders and the published queue are written behind."""
+        """The decisions for the queue as it is; stop orders and the published queue are written behind.
+
+        The stop orders are derived again: each session the cycle gives a stop gets it (an earlier one moves the
+        order earlier, a later end moves it later); an order not due whose session the cycle gives none is
+        withdrawn."""
         now = utcnow()
         waiters = list(waiters)
         snapshot = self.snapshot(waiters, held, now)
@@ -322,20 +401,27 @@ class Planner:
         except Exception:
             log.exception("the scheduler failed: the queue keeps its order this cycle")
             return []
-        by_key = {w.key: w for w in waiters}
+        given: dict[str, Decision] = {}
         for d in decisions:
             if d.kind in (PREEMPT, END) and d.session and d.at is not None:
-                self._order(d, now, snapshot)
-        self._withdraw(by_key, now)
+                if d.session not in given or d.at < given[d.session].at:
+                    given[d.session] = d
+        for d in given.values():
+            self._order(d, now, snapshot)
+        self._promises(given, now, snapshot)
+        self._withdraw(given, {s.id for s in snapshot.running}, now)
         return decisions
 
-    def _order(self, decision: Decision, now: datetime, snapshot: Snapshot) -> None:
+    def _order(self, decision: Decision, now: datetime, snapshot: Snapshot, told: datetime | None = None) -> None:
         session = next((s for s in self.view.open.values() if s.id == decision.session), None)
         if session is None:
             return
         kind = rows.PREEMPTED if decision.kind == PREEMPT else rows.RESERVED
         known = self.view.orders.get(session.id)
-        if known is not None and known.stop_at <= decision.at:
+        later = known is not None and known.stop_at < decision.at
+        if later and (decision.kind == PREEMPT or known.stop_at <= now + WITHDRAW_MARGIN):
+            return  # the earlier stop wins; one that is due stays
+        if known is not None and known.stop_at == decision.at and known.kind == kind:
             return
         for_user = None
         if decision.for_request:
@@ -346,30 +432,48 @@ class Planner:
         values = dict(decision.values)
         self.view.orders[session.id] = rows.StopOrder(
             session.id, session.user, session.server_name, kind, decision.at, now, decision.key, values, for_user,
-            None, None, cause,
+            told, None, cause,
         )  # fmt: skip
         self._withdrawn.discard(session.id)
-        log.info("%s/%s: %s at %s (%s)", session.user, session.server_name, kind, decision.at, decision.reason)
+        verb = "moved later to" if later else "at"
+        log.info("%s/%s: %s %s %s (%s)", session.user, session.server_name, kind, verb, decision.at, decision.reason)
         self._write(
-            rows.order_stop, self.ledger, session, kind, decision.at, decision.key, values, now, for_user, cause
-        )
+            rows.order_stop, self.ledger, session, kind, decision.at, decision.key, values, now, for_user, cause,
+            later, told,
+        )  # fmt: skip
 
-    def _withdraw(self, waiting: Mapping[str, object], now: datetime) -> None:
-        """Withdraw the orders whose cause is gone before their time: the request they served left the queue
-        (cancelled, timed out, or granted another GPU), or the reservation was cancelled. A stop that is due (or
-        nearly: it may be under way in the service) stays."""
-        reservations = {r.id for r in self.view.reservations}
-        for session_id, order in list(self.view.orders.items()):
-            cause = order.cause or ""
-            kind, _, name = cause.partition(":")
-            gone = (kind == "request" and name not in waiting) or (kind == "reservation" and name not in reservations)
-            if not gone or order.stop_at <= now + WITHDRAW_MARGIN:
+    def _promises(self, given: Mapping[str, Decision], now: datetime, snapshot: Snapshot) -> None:
+        """A grant's "may run until", once its session is recorded: an order if the cycle still gives one (done by
+        :meth:`_order`); else the promise no longer holds, and its user, who read it, is told the stop is off (an
+        order told at the grant and withdrawn at once)."""
+        for key, g in list(self._granted.items()):
+            session = self.view.open.get(key)
+            if session is None:
                 continue
-            del self.view.orders[session_id]
-            self._withdrawn.add(session_id)
-            log.info("%s/%s: the %s stop at %s is withdrawn (%s is gone)", order.user, order.server_name, order.kind,
-                     order.stop_at, cause)  # fmt: skip
-            self._write(rows.withdraw_order, self.ledger, session_id, now, now + WITHDRAW_MARGIN)
+            del self._granted[key]
+            if g.decision.at is None or session.id in given or g.decision.at <= now + WITHDRAW_MARGIN:
+                continue
+            promise = replace(g.decision, kind=END, key="end", session=session.id)
+            self._order(promise, now, snapshot, told=g.at)
+            self._withdraw_one(session.id, now, "no longer needed")
+
+    def _withdraw(self, given: Mapping[str, Decision], seen: set[str], now: datetime) -> None:
+        """Withdraw the orders the cycle no longer gives, before their time: the request they served was served
+        otherwise or left, the reservation has its GPUs without them or was cancelled. Only sessions the cycle
+        saw; a stop that is due (or nearly: it may be under way in the service) stays."""
+        for session_id, order in list(self.view.orders.items()):
+            if session_id in given or session_id not in seen or order.stop_at <= now + WITHDRAW_MARGIN:
+                continue
+            self._withdraw_one(session_id, now, "no longer needed")
+
+    def _withdraw_one(self, session_id: str, now: datetime, why: str) -> None:
+        order = self.view.orders.pop(session_id, None)
+        if order is None:
+            return
+        self._withdrawn.add(session_id)
+        log.info("%s/%s: the %s stop at %s is withdrawn (%s)", order.user, order.server_name, order.kind,
+                 order.stop_at, why)  # fmt: skip
+        self._write(rows.withdraw_order, self.ledger, session_id, now, now + WITHDRAW_MARGIN)
 
     def publish(self, queued: list[Decision], waiters) -> None:
         """Publish the queue as the spawn pages see it (``GET queue`` reads it), when it changed."""

@@ -72,6 +72,9 @@ class FairQueue:
 
     #: the lab's scheduler (:class:`.plan.Planner`), when one is attached
     planner = None
+    #: whether a model's time-sliced shares split its GPUs (a host), or are units of GPUs of their own (a cluster's
+    #: time-sliced nodes)
+    shares_pooled = True
 
     def __init__(self):
         self._queues: dict[Hashable, list[Waiter]] = {}
@@ -85,6 +88,9 @@ class FairQueue:
         """Let ``planner`` decide this queue from now on (docs/scheduling.md)."""
         self.planner = planner
         planner.counts = self._unit_counts
+        planner.split_gpus = self._split_gpus
+        planner.placement = self._placement
+        planner.shares_pooled = self.shares_pooled
         planner.start(self)
 
     def expect(self, key: str, ask, on_decision: Callable[[object], None] | None = None) -> None:
@@ -97,6 +103,15 @@ class FairQueue:
         mig = unit.split("-", 1)[1] if unit.startswith("mig-") else None
         counts = self.counts(model, share=share, mig=mig)
         return counts["free"], counts["total"]
+
+    def _split_gpus(self, model: str) -> list[tuple[str, int, int]]:
+        """``(GPU, k, shares held)`` of each GPU of ``model`` split into k shares now (none where the hub names no
+        GPU)."""
+        return []
+
+    def _placement(self, key: str) -> tuple[str, int] | None:
+        """``(GPU, k)`` when ``key`` holds one of k shares of that GPU, else None."""
+        return None
 
     def _holds(self, key: str) -> bool:
         return bool(self.held_by(key))
@@ -259,6 +274,7 @@ class FairQueue:
             self._queues[w.queue].remove(w)
             devices = self._grant(w)
             self.grants[w.key] = d
+            self.planner.granted(w, d)
             w.future.set_result(devices)
             self.log.info("%s leaves the queue with %s", w.key, ", ".join(d.uuid for d in devices))
         for i, (w, d) in enumerate(held_back):
