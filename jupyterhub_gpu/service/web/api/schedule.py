@@ -1,4 +1,4 @@
-"""``reservations`` and ``shares``: the schedule's state (issue 16), to read and to book.
+"""``reservations`` and ``shares``: the schedule's state (docs/scheduling.md), to read and to book.
 
 A booking keeps N GPUs of a model for a group in a window, once or weekly until a day. Admins
 (``custom:gpu-budgets:write``) book for any group, any window; an instructor, for the groups of their
@@ -9,8 +9,8 @@ longest hold of a model, the GPU-hours of a week, the part of a model's pool at 
 long or at short notice, nor split a booking to get past them. A booking is checked by the pure
 :func:`~jupyterhub_gpu.scheduler.check_reservation` against the lab's GPUs
 (``c.GPUService.gpu_pool``), the groups the hub knows and the bookings already made; a refused one changes
-nothing. Group shares (fair-share weights per GPU model) are set by admins. Nothing here moves the hub's
-wait queue yet: docs/scheduling.md says what is wired.
+nothing. Group shares (fair-share weights per GPU model) are set by admins. The hub's scheduler reads both
+from the ledger.
 """
 
 from __future__ import annotations
