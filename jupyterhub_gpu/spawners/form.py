@@ -339,9 +339,36 @@ def queue_status(decision, model: str, count: int, simulated: bool, lang: str = 
     return " — ".join(parts)
 
 
-def reserved_note(reservations, model: str, now, tz, lang: str = "en", within=timedelta(hours=12)) -> str | None:
+#: The form's note of a booking, by the line's unit (a share profile's line counts shares: a booking holds whole GPUs)
+#: and by whether the window is in force.
+RESERVED_NOTES = {
+    "gpus.until": "{count} reserved for {label} until {time}",
+    "gpus.from": "{count} reserved for {label} from {time}",
+    "whole1.until": "1 whole GPU reserved for {label} until {time}",
+    "whole1.from": "1 whole GPU reserved for {label} from {time}",
+    "whole.until": "{count} whole GPUs reserved for {label} until {time}",
+    "whole.from": "{count} whole GPUs reserved for {label} from {time}",
+}
+
+
+def reserved_note(
+    reservations,
+    model: str,
+    now,
+    tz,
+    lang: str = "en",
+    within=timedelta(hours=12),
+    *,
+    share: int | None = None,
+    mig: str | None = None,
+) -> str | None:
     """``2 reserved for CS231N from 14:00`` (or ``until 16:00`` during the window): the reservations of ``model``
-    in force now or starting within ``within``, for the form's line; None when there are none."""
+    in force now or starting within ``within``, for the form's line; None when there are none.
+
+    A booking holds whole GPUs: a share profile's line, which counts shares, says so (``1 whole GPU reserved for
+    CS231N from 14:00``); a MIG slice is a GPU of its own that no booking of its model holds (None)."""
+    if mig:
+        return None
     _ = translator(lang)
     notes = []
     for r in reservations:
@@ -351,22 +378,10 @@ def reserved_note(reservations, model: str, now, tz, lang: str = "en", within=ti
         if window is None:
             continue
         start, end = window
-        if start <= now:
-            notes.append(
-                _(
-                    "{count} reserved for {label} until {time}",
-                    count=r.count,
-                    label=r.name,
-                    time=clock_words(end, tz, now, lang),
-                )
-            )
-        else:
-            notes.append(
-                _(
-                    "{count} reserved for {label} from {time}",
-                    count=r.count,
-                    label=r.name,
-                    time=clock_words(start, tz, now, lang),
-                )
-            )
+        during = start <= now
+        time = clock_words(end if during else start, tz, now, lang)
+        kind = ("whole1" if r.count == 1 else "whole") if share and share > 1 else "gpus"
+        notes.append(
+            _(RESERVED_NOTES[f"{kind}.{'until' if during else 'from'}"], count=r.count, label=r.name, time=time)
+        )
     return " · ".join(notes) or None
