@@ -253,6 +253,11 @@ ZH_CN.update(
         "may be interrupted, your work is checkpointed": "可能被中断，您的工作会保存检查点",
         "{count} reserved for {label} until {time}": "{count} 块为 {label} 预留至 {time}",
         "{count} reserved for {label} from {time}": "{count} 块自 {time} 起为 {label} 预留",
+        # a share profile's line counts shares: a booking holds whole GPUs (docs/scheduling.md#units)
+        "1 whole GPU reserved for {label} until {time}": "1 块整卡为 {label} 预留至 {time}",
+        "1 whole GPU reserved for {label} from {time}": "1 块整卡自 {time} 起为 {label} 预留",
+        "{count} whole GPUs reserved for {label} until {time}": "{count} 块整卡为 {label} 预留至 {time}",
+        "{count} whole GPUs reserved for {label} from {time}": "{count} 块整卡自 {time} 起为 {label} 预留",
         "If a preemptible server is interrupted, put it back in the queue and start it again when a GPU is free": (
             "可抢占的服务器被中断后，将其重新排入队列，在有空闲 GPU 时再次启动"
         ),

@@ -178,7 +178,7 @@ def test_a_shares_use_counts_a_quarter_gpu_hour_an_hour_under_its_model(ledger):
         ledger.record_stop(start.id, now - timedelta(hours=1), "stopped", start)
 
     async def main():
-        allocator, planner = make(ledger)
+        _, planner = make(ledger)
         await planner.fresh(0)
         usage = planner.view.usage
         assert set(usage["q"]) == {"T4"}  # one pool with the whole T4s, not a "T4/share-4" of its own
