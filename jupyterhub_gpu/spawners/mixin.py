@@ -96,7 +96,14 @@ from jupyterhub_gpu.spawners.profiles import (
     pool_choices,
     resume_choice,
 )
-from jupyterhub_gpu.spawners.records import evidence_of_life, new_session_state, note_alive, record_start, record_stop
+from jupyterhub_gpu.spawners.records import (
+    evidence_of_life,
+    new_session_state,
+    note_alive,
+    record_start,
+    record_stop,
+    server_token_id,
+)
 from jupyterhub_gpu.spawners.singleuser import kernel_cull_args, server_token_scopes
 
 #: The language of the form that starts a server, and of the form shown again after a refusal, by server
@@ -920,6 +927,7 @@ class GPUSpawnerMixin(Configurable):
                 pool=self._gpu_pool,
                 language=self._gpu_lang,
                 resume=self._gpu_resume,
+                server_token=server_token_id(self),
             )
             self._gpu_env = make_gpu_env(
                 profile_slug=profile.slug,

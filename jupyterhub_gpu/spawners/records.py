@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from jupyterhub import orm
+
 from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.ledger.queries.sessions import last_signs_of_life
@@ -33,6 +35,7 @@ def new_session_state(
     pool: str | None,
     language: str = "en",
     resume: bool = False,
+    server_token: str | None = None,
 ) -> dict:
     """The ``gpu`` part of a starting server's state: a new session id, its GPUs, rate and start.
 
@@ -55,9 +58,25 @@ def new_session_state(
         "groups": sorted(groups),
         "pool": pool,
         "language": language,
-        # the preemptible tier (issue 16), and whether to requeue the server when it is preempted
+        # the preemptible tier, and whether to requeue the server when it is preempted
         **({"tier": "preemptible", "resume": resume} if profile.preemptible else {}),
+        # the id of the server's own API token: only it reports for the session to the gpu service
+        **({"server_token": server_token} if server_token else {}),
     }
+
+
+def server_token_id(spawner) -> str | None:
+    """The id JupyterHub gives the server's own API token (``a17``: what its ``/api/user`` answers as
+    ``token_id``), from the hub's database; None where the spawner has none."""
+    # the user's session of the hub's database (Spawner.db is deprecated)
+    db, token = getattr(getattr(spawner, "user", None), "db", None), getattr(spawner, "api_token", "")
+    if db is None or not token:
+        return None
+    try:
+        found = orm.APIToken.find(db, token)
+    except Exception:
+        return None
+    return found.api_id if found is not None else None
 
 
 async def record_start(ledger, start_of: Callable[[], SessionStart], recorded: Callable[[], None]) -> None:

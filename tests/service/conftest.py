@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qsl
 
 import pytest
@@ -35,8 +36,26 @@ class ServiceUsers:
         return r.json()["token"]
 
     def server_token(self, user: str, server: str = "") -> str:
-        """What JupyterHub gives the server ``user/server`` (the spawner's server_token_scopes)."""
+        """The API token JupyterHub gave the server ``user/server``, read from its process's environment where it
+        runs; else (a session the test wrote to the ledger itself) a token with the server's scopes."""
+        return self.running_server_token(user, server) or self.minted_server_token(user, server)
+
+    def minted_server_token(self, user: str, server: str = "") -> str:
+        """A token the user makes with the scopes of the server's own (the spawner's server_token_scopes)."""
         return self.token(user, f"servers!server={user}/{server}", f"access:servers!server={user}/{server}")
+
+    def running_server_token(self, user: str, server: str = "") -> str | None:
+        """``JUPYTERHUB_API_TOKEN`` of the running local server ``user/server`` (gpu-local), or None."""
+        state = (self.hub.user(user).get("servers") or {}).get(server, {}).get("state") or {}
+        pid = state.get("pid")
+        if not pid:
+            return None
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        found = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"JUPYTERHUB_API_TOKEN=")]
+        return found[0] if found else None
 
 
 class Mailbox:

@@ -116,7 +116,8 @@ def test_a_session_restarts_on_the_bigger_profile_with_its_storage_and_no_one_el
     # the A100 session asks again: no profile is bigger than the A100 here
     (now,) = [s for s in ledger.sessions(user="stu1") if s.stopped is None]
     r = post(users.server_token("stu1"), {"session_id": now.id, "profile": "a100"})
-    assert r.status_code == 409 and "No profile bigger than 'a100'" in r.json()["message"], r.text
+    # in the session's language (this one was started in Chinese): the Lab shows it to its student
+    assert r.status_code == 409 and "没有比 'a100' 更大" in r.json()["message"], r.text
     for name in ("stu1", "stu2"):
         hub.stop_server(name)
         hub.wait_stopped(name)

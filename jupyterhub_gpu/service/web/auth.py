@@ -58,17 +58,22 @@ def instructor_groups(scopes) -> tuple[str, ...]:
     return tuple(sorted({s[len(prefix) :] for s in scopes if s.startswith(prefix) and len(s) > len(prefix)}))
 
 
-def is_server_token(caller: dict | None, user: str, server_name: str) -> bool:
-    """Whether the caller's token is the one JupyterHub gave the server ``user/server_name``.
+def is_server_token(caller: dict | None, session) -> bool:
+    """Whether the caller's token is the one JupyterHub gave the server of ``session`` (a ledger record).
 
-    A server's token holds ``servers!server=USER/NAME`` (the spawner's
-    ``server_token_scopes``); another server of the same user, or the user's own
-    token, holds another filter or none, so it cannot report for this server.
+    The spawner records the id of its server's API token with the session (``server_token``), and the hub
+    says which token a request came with (``token_id`` of its ``/api/user`` answer): only that token passes.
+    A token the user made with the same scopes (``servers!server=USER/NAME`` is a filter anyone may ask for
+    their own servers) is another token, as is the token of another server of the same user. For a session
+    recorded without it (before the ledger kept it) the token must at least hold that server's filter.
     """
     caller = caller or {}
-    if caller.get("kind", "user") != "user" or caller.get("name") != user:
+    if caller.get("kind", "user") != "user" or caller.get("name") != session.user:
         return False
-    return f"servers!server={user}/{server_name}" in set(caller.get("scopes") or ())
+    own = getattr(session, "server_token", None)
+    if own:
+        return caller.get("token_id") == own
+    return f"servers!server={session.user}/{session.server_name}" in set(caller.get("scopes") or ())
 
 
 class BaseHandler(HubOAuthenticated, web.RequestHandler):

@@ -23,8 +23,12 @@ class SamplesHandler(BaseHandler):
         record = self.ledger.get_session(sample.session_id)
         if record is None or record.user != user or not self.is_user:
             raise web.HTTPError(403, "A server may only report the usage of its own session.")
-        if not is_server_token(self.current_user, record.user, record.server_name):
-            raise web.HTTPError(403, "Only the session's own server may report its usage (its token).")
+        if not is_server_token(self.current_user, record):
+            raise web.HTTPError(
+                403,
+                "Only the session's own server may report its usage, with the token JupyterHub gave it"
+                " (a token made with the same scopes is not that token).",
+            )
         now = self.now()
         moments = [m for m in (sample.last_activity, sample.last_kernel_activity) if m is not None]
         # within the skew a server's clock may run ahead: its activity is never later than now
