@@ -496,8 +496,11 @@ class PoolSim:
         for _ in range(3):  # again only when a decision stopped a session at once (a grace of 0)
             self.result.cycles += 1
             stopped_now = False
+            given = set()  # the runs this cycle gives a stop, or starts with a limit
             for decision in schedule(self.snapshot(minute), self.policy):
                 kind = decision.kind
+                if kind in (GRANT, PREEMPT, END):
+                    given.add(decision.request if kind == GRANT else decision.session)
                 if kind == GRANT:
                     self._start(self.waiting.pop(decision.request), minute, decision.at)
                 elif kind == QUEUE:
@@ -519,6 +522,10 @@ class PoolSim:
                         stopped_now = True
                 elif kind == REFUSE and decision.request is not None:
                     self._record(self.waiting.pop(decision.request), minute, "refused")
+            for run in self.running.values():
+                # a stop told before that this cycle no longer gives is withdrawn, as the hub withdraws it
+                if run.stop_at is not None and run.stop_at > minute and run.id not in given:
+                    run.stop_at, run.stop_key = None, None
             if not stopped_now:
                 return
 
