@@ -13,7 +13,7 @@ import requests
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import wait_for
-from tests.service.conftest import gpu_hub_config
+from tests.service.conftest import ServiceUsers, gpu_hub_config
 from tests.service.test_culling_hub import EXTRA, busy_cell, service_port
 
 pytestmark = pytest.mark.hub
@@ -30,8 +30,7 @@ def hung_samples(hub, user: str, session_id: str, stop: threading.Event) -> None
     with the server's own token (what JupyterHub gives the server), merged with what the server itself
     pushes (no kernel: 0% and no memory), so the memory stays the server's own 0 as a hung one's stays put.
     """
-    scopes = [f"servers!server={user}/", f"access:servers!server={user}/", "access:services!service=gpu"]
-    token = hub.api("POST", f"/users/{user}/tokens", json={"note": "hung", "scopes": scopes}).json()["token"]
+    token = ServiceUsers(hub, None).running_server_token(user)  # only the server's own token reports for it
     while not stop.is_set():
         body = {
             "session_id": session_id,
