@@ -1,4 +1,4 @@
-"""The scheduler's words in the reader's language (issue 16): shared by the hub's spawn page and the gpu service.
+"""The scheduler's words in the reader's language: shared by the hub's spawn page and the gpu service.
 
 The scheduler (:mod:`jupyterhub_gpu.scheduler`) keeps each text as a key of its English templates
 (:data:`~jupyterhub_gpu.scheduler.TEXTS`) and the values to fill in, some of them already worded in English

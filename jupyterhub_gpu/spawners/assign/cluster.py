@@ -18,7 +18,7 @@ allocatable GPUs (``status.allocatable``) and GPU product (the
   the mixin uses; the "devices" it hands out are placeholders that only count
   GPUs (``nvidia.com/gpu:0``), never device UUIDs.
 
-Shared GPUs (issue 17): a unit is a whole GPU (``nvidia.com/gpu`` on nodes that
+Shared GPUs (docs/kubernetes.md#shared-gpus-on-kubernetes): a unit is a whole GPU (``nvidia.com/gpu`` on nodes that
 are not time-sliced), a MIG slice (``nvidia.com/mig-1g.10gb``, the device
 plugin's mixed strategy) or one time-sliced replica (the GPU Operator's
 ``nvidia.com/gpu.shared`` with ``renameByDefault: true``; with ``false`` the

@@ -2,7 +2,7 @@
 
 One :class:`GPUAllocator` per hub process and inventory (:func:`shared_allocator`).
 Every server (a key such as ``"alice/"`` or ``"alice/big"``) holds zero or more
-units: whole devices, MIG instances, or time-sliced shares of a GPU (issue 17);
+units: whole devices, MIG instances, or time-sliced shares of a GPU;
 no unit is ever held by two keys, and a GPU with a share held is never held whole. A request that cannot be met
 waits in the :class:`.queue.FairQueue` of its GPU model.
 

@@ -1,4 +1,4 @@
-"""The hub's wait queue run by the lab's scheduler (issue 16, docs/scheduling.md).
+"""The hub's wait queue run by the lab's scheduler (docs/scheduling.md).
 
 A :class:`Planner` sits beside a :class:`.queue.FairQueue`. Each cycle it describes the pool in a
 :class:`jupyterhub_gpu.scheduler.Snapshot`: the waiting requests (from the queue), the free and total units of
@@ -106,6 +106,12 @@ class LedgerView:
 
 def unit_of(share: int | None, mig: str | None) -> str:
     return f"share-{share}" if share else f"mig-{mig}" if mig else ""
+
+
+def waiter_unit(waiter, ask: Ask) -> str:
+    """The unit a waiting request asks for: its Ask's, else the host allocator's claim (share or MIG slice)."""
+    claim = waiter.claim
+    return ask.unit or unit_of(getattr(claim, "share", None), getattr(claim, "mig", None))
 
 
 def share_of(unit: str) -> int:
@@ -290,7 +296,7 @@ class Planner:
         ask: Ask | None = waiter.ask
         if ask is None:
             return
-        model, share = self.key_of(waiter.model, ask.unit)
+        model, share = self.key_of(waiter.model, waiter_unit(waiter, ask))
         count = 1 if share > 1 else waiter.count
         self._granted[waiter.key] = Granted(waiter.key, ask, model, count, share, utcnow(), decision)
 
@@ -329,7 +335,7 @@ class Planner:
             ask: Ask | None = w.ask
             if ask is None:
                 continue
-            model, share = self.key_of(w.model, ask.unit)
+            model, share = self.key_of(w.model, waiter_unit(w, ask))
             models.add(model)
             waiting.append(
                 Request(
