@@ -67,6 +67,12 @@ JOB_ID = "JUPYTERHUB_GPU_JOB_ID"
 #: The language the user chose when the server was spawned ("en", "zh-CN": :mod:`jupyterhub_gpu.i18n`),
 #: for the Lab's own language and the server's texts.
 LANGUAGE = "JUPYTERHUB_GPU_LANGUAGE"
+#: What else the student chose with the session: the group that pays, the tier ("preemptible"; absent: full price)
+#: and whether to be put back in the queue when preempted ("1"), so that a hub that restarts without the
+#: spawner's state (an orphan: spawners/startup.py) records the session as it was started.
+POOL = "JUPYTERHUB_GPU_POOL"
+TIER = "JUPYTERHUB_GPU_TIER"
+RESUME = "JUPYTERHUB_GPU_RESUME"
 
 # -- what an admin or a user may set in the server's environment ------------------------------
 #: Path of TensorBoard for the Lab's button, and the directory TensorBoard reads.
@@ -145,6 +151,9 @@ def make_gpu_env(
     memory_limit_mib: int | None = None,
     share: str = "",
     reader: str = "nvml",
+    pool: str | None = None,
+    tier: str | None = None,
+    resume: bool = False,
 ) -> dict[str, str]:
     """Environment variables that tell a server its GPUs, profile, rate and session.
 
@@ -154,6 +163,7 @@ def make_gpu_env(
     units' :attr:`~GPUDevice.visible_uuid` (a share's physical GPU); for a
     share or MIG slice ``memory_limit_mib`` is its cap and ``share`` its
     :func:`share_label` ("1/4", "mig:1g.10gb"). ``reader``: :data:`READER` ("nvml" or "simulated").
+    ``pool``, ``tier`` and ``resume``: the group that pays, the tier and the resume choice (:data:`POOL`).
     """
     if reader not in READERS:
         raise ValueError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
@@ -183,6 +193,12 @@ def make_gpu_env(
         env[MEMORY_LIMIT_MIB] = str(int(memory_limit_mib))
     if share:
         env[SHARE] = share
+    if pool:
+        env[POOL] = pool
+    if tier:
+        env[TIER] = tier
+    if resume:
+        env[RESUME] = "1"
     return env
 
 
@@ -252,6 +268,10 @@ def session_from_env(env: Mapping[str, str] = os.environ) -> dict | None:
         "currency": currency.code,
         "currency_symbol": currency.symbol or "",  # the admin's; "": each reader's locale writes its own
         "simulated": env.get(SIMULATED) == "1",
+        "language": env.get(LANGUAGE),
+        "pool": env.get(POOL) or None,
+        "tier": env.get(TIER) or None,
+        "resume": env.get(RESUME) == "1",
     }
 
 

@@ -103,6 +103,7 @@ from jupyterhub_gpu.spawners.records import (
     record_start,
     record_stop,
     server_token_id,
+    session_choices,
 )
 from jupyterhub_gpu.spawners.singleuser import kernel_cull_args, server_token_scopes
 
@@ -946,6 +947,7 @@ class GPUSpawnerMixin(Configurable):
                 currency_symbol=self.gpu_currency.symbol or "",  # "": the Lab writes its language's symbol
                 service_url=self.gpu_service_url,
                 language=self._gpu_lang,
+                **session_choices(self._gpu_session),
             )
             self._gpu_say(60, partial(assignment_message, profile, devices, self.gpu_currency))
             await self.gpu_prepare(profile, devices)

@@ -65,6 +65,12 @@ def new_session_state(
     }
 
 
+def session_choices(gpu: dict) -> dict:
+    """What the student chose with a session besides its profile (the group that pays, the tier, the resume
+    choice), as :func:`.env.make_gpu_env` takes them: the server's environment keeps them for an orphan."""
+    return {"pool": gpu.get("pool"), "tier": gpu.get("tier"), "resume": gpu.get("resume") is True}
+
+
 def server_token_id(spawner) -> str | None:
     """The id JupyterHub gives the server's own API token (``a17``: what its ``/api/user`` answers as
     ``token_id``), from the hub's database; None where the spawner has none."""

@@ -310,9 +310,17 @@ def orphan_start(env: dict[str, str], groups) -> SessionStart | None:
         "currency": facts["currency"],
         "started": facts["started"],
         "simulated": facts["simulated"],
+        # what the student chose with it, as the spawner wrote it to the environment: the group that pays, the
+        # tier, the resume choice, the language
+        "pool": facts["pool"],
+        "tier": facts["tier"],
+        "resume": facts["resume"],
+        "language": facts["language"],
     }
+    # the group that paid was one of the user's groups at the start, whether or not it still is
+    groups = sorted(set(groups) | ({facts["pool"]} if facts["pool"] else set()))
     try:  # the same reading as a session kept in a spawner's state
-        return SessionStart.from_spawner_state(user, env.get("JUPYTERHUB_SERVER_NAME", ""), sorted(groups), gpu)
+        return SessionStart.from_spawner_state(user, env.get("JUPYTERHUB_SERVER_NAME", ""), groups, gpu)
     except (ValueError, ArithmeticError):
         return None
 

@@ -301,6 +301,8 @@ def expected_gpu_env(spawner, *, profile, name, model, rate, count, resource, cp
         "JUPYTERHUB_GPU_READER": "nvml",
         "JUPYTERHUB_GPU_DEVICES": "",
         "JUPYTERHUB_GPU_COUNT": str(count),
+        # the group that pays, kept for a hub that restarts without the spawner's state
+        **({"JUPYTERHUB_GPU_POOL": session["pool"]} if session.get("pool") else {}),
         "CPU_LIMIT": cpu,
         "MEM_LIMIT": mem,
     }
