@@ -244,15 +244,16 @@ def order_stop(
     noticed: datetime | None = None,
 ) -> bool:
     """Tell an open session to stop at ``stop_at``. An order already there stays unless this one is earlier (or the
-    one there was withdrawn, or ``later``: the scheduler no longer needs the stop as early): then it moves (time,
-    kind, reason, cause) and its notice goes out again. ``noticed``: its user was already told (a grant's "may run
-    until" on the spawn page), so that withdrawing it tells them the stop is off. Whether anything changed."""
+    one there was withdrawn, even if the service has closed it since, or ``later``: the scheduler no longer needs the
+    stop as early): then it moves (time, kind, reason, cause) and its notice goes out again. ``noticed``: its user
+    was already told (a grant's "may run until" on the spawn page), so that withdrawing it tells them the stop is
+    off. Whether anything changed."""
     if kind not in ORDER_KINDS:
         raise ValueError(f"unknown stop order {kind!r}")
     with ledger.Session() as db:
         row = db.get(ScheduleOrder, session.id)
-        if row is not None and row.done_at is not None:
-            return False
+        if row is not None and row.done_at is not None and row.withdrawn_at is None:
+            return False  # carried out: the session is stopping or stopped
         if row is not None and row.withdrawn_at is None:
             known = aware_utc(row.stop_at)
             if known == stop_at or (known < stop_at and not later):
@@ -268,6 +269,7 @@ def order_stop(
         row.for_user = for_user
         row.cause = cause
         row.withdrawn_at = None
+        row.done_at = None  # a withdrawn order, closed by the service, is given again
         row.noticed_at = naive_utc(noticed) if noticed is not None else None
         db.commit()
         return True

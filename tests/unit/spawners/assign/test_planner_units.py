@@ -234,6 +234,30 @@ def test_a_class_end_given_while_every_t4_was_busy_is_withdrawn_once_another_stu
     asyncio.run(main())
 
 
+def test_an_end_withdrawn_and_closed_by_the_service_is_given_again_when_it_is_needed_again(ledger):
+    """Derived again means given again too: a booking cancelled and made again (the service closed the withdrawn
+    order meanwhile) ends the stranger's session again."""
+
+    async def main():
+        allocator, planner = make(ledger, t4=1)
+        running(ledger, allocator, "sam")
+        first = book(ledger)
+        await cycle(planner, allocator)
+        (order,) = rows.stop_orders(ledger)
+        rows.delete_reservation(ledger, first.id)
+        await cycle(planner, allocator)
+        (order,) = rows.stop_orders(ledger)
+        assert order.withdrawn_at is not None
+        rows.mark_order(ledger, order.session_id, done=utcnow(), as_read=order)  # the service closes it
+        again = book(ledger)
+        await cycle(planner, allocator)
+        (order,) = rows.stop_orders(ledger)
+        assert (order.user, order.withdrawn_at, order.noticed_at) == ("sam", None, None)
+        assert order.stop_at == again.start - timedelta(minutes=5)
+
+    asyncio.run(main())
+
+
 def test_a_preemption_no_longer_needed_is_withdrawn_though_its_request_still_waits(ledger):
     """A two-T4 request took two preemptible sessions; a full-price student stops: one preemption is enough."""
 
