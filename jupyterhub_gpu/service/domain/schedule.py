@@ -41,6 +41,7 @@ from jupyterhub_gpu.schedule_words import (  # noqa: F401 (the words, shared wit
     values_in,
     wait_words,
 )
+from jupyterhub_gpu.service.domain.moves import restart_options
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
 
 #: The stop orders' kinds (the sessions' stop reasons), as :mod:`jupyterhub_gpu.ledger.queries.schedule` names them.
@@ -252,10 +253,5 @@ def resume_once(session) -> Once:
 
 def resume_options(session) -> dict:
     """The spawn options that put a preempted server back in the queue: its profile, its pool, and the choice to
-    be put back again should it be preempted again."""
-    options: dict = {"profile": session.profile}
-    if session.pool:
-        options["pool"] = session.pool
-    if session.tier == "preemptible" and session.resume:
-        options["resume"] = True
-    return options
+    be put back again should it be preempted again (the one rule of a move: :func:`.moves.restart_options`)."""
+    return restart_options(session, session.profile)
