@@ -149,3 +149,18 @@ def test_a_restart_keeps_the_paying_group_and_the_resume_choice():
         "resume": True,
     }
     assert restart_options(record("t4", groups=()), "a100") == {"profile": "a100"}
+
+
+def test_the_hub_publishes_each_profiles_tier_for_the_service(ledger):
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    # the spawner publishes its Profile's fields (preemptible: True), the service reads the tier back
+    ledger.set_pricing(
+        [
+            {"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.05"},
+            {"slug": "t4-spot", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.02", "preemptible": True},
+        ],
+        "CNY",
+        now,
+    )
+    published = catalogue(ledger.pricing(), AdviceSettings())
+    assert [(o.slug, o.preemptible) for o in published] == [("t4", False), ("t4-spot", True)]
