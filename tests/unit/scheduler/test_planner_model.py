@@ -30,6 +30,7 @@ A check in :data:`OPEN` is computed but not enforced: the scheduler fails it tod
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import logging
 import os
@@ -120,6 +121,7 @@ def template_ledger() -> Path:
     if not _TEMPLATE:
         where = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None, prefix="planner-model-"))
         Ledger(f"sqlite:///{where / 'template.sqlite'}").close()
+        atexit.register(shutil.rmtree, where, ignore_errors=True)
         _TEMPLATE.append(where / "template.sqlite")
     return _TEMPLATE[0]
 
