@@ -790,7 +790,9 @@ ZH_CN.update(
             "为此会话付费的组 {group} 无法为 {profile} 付费。"
         ),
         "No profile bigger than {profile} is open to you at the same tier, paid by the same group:"
-        " your server keeps running.": "没有比 {profile} 更大、同一价格档且由同一组付费的配置可供您使用：您的服务器继续运行。",
+        " your server keeps running.": (
+            "没有比 {profile} 更大、同一价格档且由同一组付费的配置可供您使用：您的服务器继续运行。"
+        ),
         "The restart on {profile} would be refused: {reason} Your server keeps running.": (
             "在 {profile} 上重启会被拒绝：{reason}您的服务器继续运行。"
         ),
