@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
-from tornado import web
+from tornado import httputil, web
 
 from jupyterhub_gpu.billing import BudgetRule, BudgetStatus
 from jupyterhub_gpu.clock import utcnow
@@ -224,7 +224,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         message = self._reason
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
+            message = http_error_text(exc)
         elif status_code == 403 and self.current_user is None:
             # tornado's @authenticated refuses unauthenticated POST/PUT/DELETE without a message
             message = self._unauthenticated_message()
@@ -236,6 +236,17 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def statuses(self, rules: list[BudgetRule], now: datetime) -> list[BudgetStatus]:
         return current_statuses(self.ledger, rules, now, self.ctx.tz)
+
+
+def http_error_text(e: web.HTTPError) -> str:
+    """The message an ``HTTPError`` carries (the API's words), as ``write_error`` shows it.
+
+    Tornado doubles each ``%`` of a message given without arguments (so that ``log_message % args`` is always
+    safe): formatting with the arguments, none included, gives the message back as it was written.
+    """
+    if e.log_message:
+        return e.log_message % tuple(e.args)
+    return e.reason or httputil.responses.get(e.status_code, "")
 
 
 class OAuthCallbackHandler(HubOAuthCallbackHandler):

@@ -77,7 +77,7 @@ from jupyterhub_gpu.service.web.api.schedule import (
     reservation_json,
     share_json,
 )
-from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
+from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler, http_error_text
 from jupyterhub_gpu.service.web.params import BadRequest, parse_budget, query_values, query_window, validate_subject
 from jupyterhub_gpu.service.web.views import money_str, sessions_json, status_json, table_csv, usage_csv, usage_totals
 from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT
@@ -524,13 +524,6 @@ def share_body(form: dict[str, str], clear: bool) -> dict:
     elif form.get("share", "") != "":
         body["share"] = whole_or_text(form["share"])
     return body
-
-
-def http_error_text(e: web.HTTPError) -> str:
-    """The message an ``HTTPError`` carries (the API's words), as ``write_error`` shows it."""
-    if e.log_message:
-        return e.log_message % e.args if e.args else e.log_message
-    return e.reason or ""
 
 
 class ScheduleView(PageHandler, ScheduleHandler):
