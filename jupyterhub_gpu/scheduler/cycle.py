@@ -19,7 +19,7 @@ from jupyterhub_gpu.scheduler.snapshot import (
     Snapshot,
     aware,
 )
-from jupyterhub_gpu.scheduler.state import Cycle, Holder, Split, Windows, holder_of, limit_values
+from jupyterhub_gpu.scheduler.state import Cycle, Holder, Split, Windows, holder_of, limit_values, serve
 from jupyterhub_gpu.scheduler.texts import TEXTS, clock_text, gpus_text
 
 
@@ -120,9 +120,7 @@ def _reserve(cycle: Cycle, free: Mapping[str, int]) -> None:
         if active:
             room = {r.id: r.count for _, _, r in active}
             for h in sorted(cycle.holders[model], key=lambda h: (h.started, h.order)):
-                home = next((r for _, _, r in active if h.member_of(r.group) and room[r.id] >= h.count), None)
-                if home is not None:
-                    room[home.id] -= h.count
+                serve(room, [r for _, _, r in active], h)
             mine = {}
             for _, _, r in active:
                 mine[r.id] = min(room[r.id], left)

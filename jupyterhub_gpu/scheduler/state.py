@@ -154,26 +154,27 @@ class Windows:
     def to_end(self, model: str, moment: datetime, holders: Sequence[Holder | Split]) -> list[Holder | Split]:
         """The holders that must be gone by ``moment`` so that each reservation then has its GPUs, in order.
 
-        A member's session counts towards its group's reservation while the reservation has room for it (a GPU
-        split into shares when every share on it is a member's); the others are chosen, those told this end
-        already first (so that the ends given stay the ends needed), then preemptible ones, then the most recently
-        started, until the reservations fit. A GPU split into shares is freed only by ending every stranger's share
-        on it; one with shares of servers the snapshot does not list cannot be.
+        A member's session counts towards its group's reservation while the reservation has room (a GPU split into
+        shares when every share on it is a member's); one that holds more GPUs than the room left serves the
+        reservation with some of them and holds the rest, and is not ended for it. The others are chosen, those
+        told this end already first (so that the ends given stay the ends needed), then preemptible ones, then the
+        most recently started, until the reservations fit. A GPU split into shares is freed only by ending every
+        stranger's share on it; one with shares of servers the snapshot does not list cannot be.
         """
         reservations = self.in_force(model, moment)
         if not reservations:
             return []
         room = {r.id: r.count for r in reservations}
-        outside = []
+        outside, beyond = [], 0
         for h in sorted(holders, key=lambda h: (h.started, h.order)):
             if h.gone_by is not None and h.gone_by <= moment:
                 continue
-            home = next((r for r in reservations if h.member_of(r.group) and room[r.id] >= h.count), None)
-            if home is not None:
-                room[home.id] -= h.count
-            else:
+            left = serve(room, reservations, h)
+            if left == h.count:
                 outside.append(h)
-        excess = sum(r.count for r in reservations) + sum(h.count for h in outside) - self.units.get(model, 0)
+            else:  # it serves a reservation of its group: never ended for it, its other GPUs count as taken
+                beyond += left
+        excess = sum(r.count for r in reservations) + beyond + sum(h.count for h in outside) - self.units.get(model, 0)
         if excess <= 0:
             return []
         outside.sort(key=lambda h: (h.told != "reserved", h.tier != PREEMPTIBLE, -h.started.timestamp(), -h.order))
@@ -203,6 +204,17 @@ class Windows:
         """When a session stops for a window that starts at ``moment``: ``lead`` before it, and never sooner than
         ``lead`` from now (a late booking, or a window already in force)."""
         return max(moment - self.rule.lead, self.now + self.rule.lead)
+
+
+def serve(room: dict[str, int], reservations: Sequence[Reservation], holder: Holder | Split) -> int:
+    """Count ``holder``'s GPUs towards the room left in the reservations of its groups; the GPUs left over."""
+    left = holder.count
+    for r in reservations:
+        if left and room[r.id] > 0 and holder.member_of(r.group):
+            used = min(room[r.id], left)
+            room[r.id] -= used
+            left -= used
+    return left
 
 
 def holder_of(session: Running, order: int) -> Holder:

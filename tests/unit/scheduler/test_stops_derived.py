@@ -151,3 +151,16 @@ def test_preemptions_no_longer_needed_are_not_given_again():
     # the request was served by a freed GPU: neither is given again
     served = Snapshot(now=NOW, free={"T4": 2}, pool={"T4": 4}, waiting=[request("r", count=2)], running=[a, b])
     assert of(schedule(served, TIER_ONLY), PREEMPT) == []
+
+
+# -- a member's session that covers its group's booking serves it --------------------------------------------------
+
+
+def test_a_members_two_gpu_session_serves_its_groups_one_gpu_booking_and_is_not_ended():
+    """Three T4s: a cs231n member holds two, a stranger one; cs231n books one T4 from in an hour. The member's
+    session already holds the booked T4: no one is told to end (the member was, when only a session that fits the
+    booking's room whole counted towards it)."""
+    booking = Reservation("cs", "cs231n", "T4", 1, later(60), later(120), label="CS231N")
+    running = [session("cat", group="thesis", age=30), session("ann", group="cs231n", age=1, count=2)]
+    decisions = schedule(Snapshot(NOW, {"T4": 0}, running=running, pool={"T4": 3}, reservations=[booking]), TIER)
+    assert of(decisions, END) == []
