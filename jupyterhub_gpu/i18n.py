@@ -962,8 +962,11 @@ ZH_CN.update(
         "The stop of this server at {stop_time} is off: the GPU is no longer needed.": (
             "此服务器原定于 {stop_time} 的停止已取消：不再需要其 GPU。"
         ),
-        "The stop of this server at {stop_time} is off: the reservation was cancelled.": (
-            "此服务器原定于 {stop_time} 的停止已取消：预留已被取消。"
+        "The stop of this server at {stop_time} is off: the class reservation no longer needs its GPU.": (
+            "此服务器原定于 {stop_time} 的停止已取消：课程预留不再需要其 GPU。"
+        ),
+        "The stop of this server at {stop_time} is off: the class booking was cancelled.": (
+            "此服务器原定于 {stop_time} 的停止已取消：该课程预留已被取消。"
         ),
         "[GPU] The stop of your server {server} at {stop_time} is off": (
             "[GPU] 您的服务器 {server} 原定于 {stop_time} 的停止已取消"

@@ -40,7 +40,7 @@ from jupyterhub_gpu.ledger.queries.jobs import (
 )
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import memory_unknown, session_minutes, sessions_minutes
-from jupyterhub_gpu.ledger.queries.schedule import StopOrder, mark_order, preemptions, stop_orders
+from jupyterhub_gpu.ledger.queries.schedule import StopOrder, get_reservation, mark_order, preemptions, stop_orders
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.advice import (
@@ -83,6 +83,7 @@ from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
 from jupyterhub_gpu.service.domain.schedule import (
     PREEMPTED,
     RESUME_CLAIM,
+    booking_cancelled,
     order_message,
     order_once,
     resume_once,
@@ -750,12 +751,13 @@ async def enforce_schedule(
 
     - whose session has closed (stopped by its user, culled...): done, nothing else (but a session the hub
       stopped for this very preemption, the service gone before it marked the order done, is still resumed);
-    - withdrawn by the hub (its cause is gone: the waiting request left the queue, the booking was cancelled):
-      it never stops the server; if its notice went out, its user is told the stop is off, through the same
-      gateway and events (:func:`.domain.schedule.withdrawn_message`); then it is done;
+    - withdrawn by the hub (its cause is gone: the GPU is not needed after all, the booking was cancelled):
+      it never stops the server; if its notice went out, its user is told the stop is off, and why where the
+      order's row tells it (a reservation's end whose booking is gone), through the same gateway and events
+      (:func:`.domain.schedule.withdrawn_message`), once per withdrawal; then it is done;
     - not noticed yet (new, or moved earlier by the hub): its notice goes out at once through the gateway
       (JupyterLab, and mail and webhooks where configured; event ``preemption`` or ``cull``:
-      :func:`.domain.schedule.order_message`), once per channel for its time, and it is noticed;
+      :func:`.domain.schedule.order_message`), once per channel for the order as given, and it is noticed;
     - whose time has come (:func:`due_at`: a preemption gives its whole grace from its notice, even a late one),
       noticed in an earlier tick (the notice comes before the stop, as an idle warning does: invariant 6): read
       again (the hub may have withdrawn it during this tick's awaits), the session's pending stop reason becomes
@@ -896,7 +898,8 @@ async def _close_withdrawn(
     """A withdrawn order never stops its server: its user, if told of the stop, is told it is off; then it is done."""
     if order.noticed_at is not None:
         told = replace(order, stop_at=due_at(order, order.noticed_at))  # the time its notice named
-        message = withdrawn_message(told, tz, now, notifier.settings)
+        cancelled = booking_cancelled(order, lambda booking: get_reservation(ledger, booking, tz) is not None)
+        message = withdrawn_message(told, tz, now, notifier.settings, cancelled=cancelled)
         await notifier.send(message, CHANNELS, once=withdrawn_once(order), now=now)
     if not mark_order(ledger, order.session_id, done=now, as_read=order):
         # ordered again while the "stop is off" went out: the new order is told, and carried out, as any other

@@ -12,8 +12,8 @@ the tick carries the orders out (:func:`..tick.enforce_schedule`) and the REST A
 - :func:`status_words` and :func:`reason_words`: a waiting request's headline ("Waiting for a free A100 —
   position 2 of 5 — about 12 min") and why it stands there, from the scheduler's templates
   (:data:`~jupyterhub_gpu.scheduler.TEXTS`) and the values the hub stored with them;
-- :func:`withdrawn_message`: a stop order the hub withdrew after its notice went out (the waiting request left
-  the queue, the booking was cancelled): "The stop of this server at 14:02 is off: the GPU is no longer needed.";
+- :func:`withdrawn_message`: a stop order the hub withdrew after its notice went out (the GPU is not needed after
+  all, the booking was cancelled): "The stop of this server at 14:02 is off: the GPU is no longer needed.";
 - :func:`resume_refused_message`: a preempted server that the hub would not put back in the queue.
 
 The scheduler words some values in English before they are stored (``this week``, ``1 h 5 min``, ``4 T4s``,
@@ -74,10 +74,15 @@ AFTER_TEXTS = {
     "job.gpu": "The job will be put back in the queue and run again when a GPU is free; with"
     " CheckpointAndResume it goes on from its last checkpoint.",
 }
-#: The follow-up of a withdrawn order whose notice went out, by the order's kind.
+#: The follow-up of a withdrawn order whose notice went out, by the order's kind; ``cancelled``: a reservation's
+#: end whose booking is gone. The hub withdraws an order the current need no longer gives (docs/scheduling.md,
+#: "Orders: derived again every cycle"): mostly because the GPU is not needed after all (another student stopped,
+#: a GPU freed, the request was served elsewhere or left), sometimes because the booking was cancelled; the words
+#: of a kind are true in every one of its cases.
 WITHDRAWN_TEXTS = {
     PREEMPTED: "The stop of this server at {stop_time} is off: the GPU is no longer needed.",
-    RESERVED: "The stop of this server at {stop_time} is off: the reservation was cancelled.",
+    RESERVED: "The stop of this server at {stop_time} is off: the class reservation no longer needs its GPU.",
+    "cancelled": "The stop of this server at {stop_time} is off: the class booking was cancelled.",
 }
 SUBJECTS = {
     PREEMPTED: "[GPU] Your server {server} will be stopped at {stop_time} to free its GPU",
@@ -118,9 +123,17 @@ def order_text(order, tz: tzinfo, now: datetime, model: str | None, resume: bool
     return _(NOTICE_TEXTS["reserved"], stop_time=stop_time)
 
 
+def _given(order) -> str:
+    """The order as the hub gave it: the microsecond it decided it (a move, or an order given again after a
+    withdrawal, is decided anew, even for the same stop time)."""
+    return str(round(order.decided_at.timestamp() * 1_000_000))
+
+
 def order_once(order) -> Once:
-    """A stop order's notice goes out once per channel for its time: an order moved earlier is told again."""
-    return Once(order.user, f"order:{order.session_id}", order.stop_at, 0, order.kind)
+    """A stop order's notice goes out once per channel for the order as given (its time, kind and decision): an
+    order moved, or withdrawn and given again for the same time, is told again; a restarted service that reads an
+    order it told but did not mark does not tell it twice."""
+    return Once(order.user, f"order:{order.session_id}", order.stop_at, 0, f"{order.kind}@{_given(order)}")
 
 
 def order_message(
@@ -174,18 +187,35 @@ def order_message(
 
 
 def withdrawn_once(order) -> Once:
-    """A withdrawn order's follow-up goes out once per channel (whatever the restarts before the order is done)."""
-    return Once(order.user, f"order-off:{order.session_id}", order.stop_at, 0, order.kind)
+    """A withdrawn order's follow-up goes out once per channel for each withdrawal: that of the order as given
+    (its decision) at its withdrawal's time, whatever the restarts before the order is done; an order withdrawn,
+    given again for the same time and withdrawn again is told it is off again."""
+    withdrawn = "" if order.withdrawn_at is None else str(round(order.withdrawn_at.timestamp() * 1_000_000))
+    return Once(order.user, f"order-off:{order.session_id}", order.stop_at, 0, f"{_given(order)}-{withdrawn}")
 
 
-def withdrawn_message(order, tz: tzinfo, now: datetime, settings: AlertSettings, lang: str = "en") -> Message:
-    """The follow-up of a stop order (a ``StopOrder``) withdrawn after its notice went out: the stop is off. The
-    same event as the notice (``preemption`` or ``cull``), so the channels that carried the one carry the other."""
+def booking_cancelled(order, booking_exists) -> bool:
+    """Whether a reservation's end was given for a booking (its ``cause``, ``reservation:<id>``, as the hub's
+    planner writes it) that ``booking_exists(id)`` no longer finds: its withdrawal then says so."""
+    cause = getattr(order, "cause", None) or ""
+    if order.kind != RESERVED or not cause.startswith("reservation:"):
+        return False
+    booking = cause.removeprefix("reservation:")
+    return booking.isdigit() and not booking_exists(int(booking))
+
+
+def withdrawn_message(
+    order, tz: tzinfo, now: datetime, settings: AlertSettings, lang: str = "en", cancelled: bool = False
+) -> Message:
+    """The follow-up of a stop order (a ``StopOrder``) withdrawn after its notice went out: the stop is off, and
+    why (``cancelled``: a reservation's end whose booking was cancelled, :func:`booking_cancelled`). The same
+    event as the notice (``preemption`` or ``cull``), so the channels that carried the one carry the other."""
     _ = translator(lang)
     preempted = order.kind == PREEMPTED
     stop_time = clock_words(order.stop_at, tz, now, lang)
     server = order.server_name or _("(default)")
-    text = _(WITHDRAWN_TEXTS[PREEMPTED if preempted else RESERVED], stop_time=stop_time)
+    key = PREEMPTED if preempted else ("cancelled" if cancelled else RESERVED)
+    text = _(WITHDRAWN_TEXTS[key], stop_time=stop_time)
     subject = _(SUBJECTS["withdrawn"], server=server, stop_time=stop_time)
     address = user_address(settings, order.user)
     return Message(
@@ -209,7 +239,7 @@ def withdrawn_message(order, tz: tzinfo, now: datetime, settings: AlertSettings,
         source="jupyterhub_gpu.service",
         event="preemption" if preempted else "cull",
         lang=lang,
-        words=lambda other: withdrawn_message(order, tz, now, settings, other),
+        words=lambda other: withdrawn_message(order, tz, now, settings, other, cancelled),
     )
 
 

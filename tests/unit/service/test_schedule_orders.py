@@ -329,13 +329,13 @@ def test_a_withdrawn_preemption_that_was_told_is_called_off_and_never_stops(ledg
     assert len(notices(ledger)) == 2 and len(webhook.bodies) == 2 and hub.requests == []
 
 
-def test_a_cancelled_reservations_end_is_called_off_in_the_users_language(ledger, hub, notifier):
+def test_a_withdrawn_reservations_end_is_called_off_in_the_users_language(ledger, hub, notifier):
     session = start(ledger, sid="s-li", user="li", server="exp")
     order(ledger, session, RESERVED, stop_at=T0 + timedelta(minutes=55), key="end")
     tick(ledger, hub, notifier, T0)
     assert withdraw_order(ledger, "s-li", T0 + timedelta(minutes=1), not_before=T0 + timedelta(minutes=1))
     assert tick(ledger, hub, notifier, T0 + timedelta(minutes=2))["withdrawn"] == ["s-li"]
-    assert notices(ledger, "li")[-1] == "此服务器原定于 13:55 的停止已取消：预留已被取消。"
+    assert notices(ledger, "li")[-1] == "此服务器原定于 13:55 的停止已取消：课程预留不再需要其 GPU。"
     assert tick(ledger, hub, notifier, T0 + timedelta(hours=1))["stopped"] == [] and hub.requests == []
 
 
@@ -454,7 +454,7 @@ def test_marking_an_order_compares_and_sets_in_one_statement(ledger):
 def test_each_withdrawal_exists_in_english_and_chinese():
     for kind, english, chinese in (
         (PREEMPTED, "is off: the GPU is no longer needed.", "不再需要其 GPU"),
-        (RESERVED, "is off: the reservation was cancelled.", "预留已被取消"),
+        (RESERVED, "is off: the class reservation no longer needs its GPU.", "课程预留不再需要其 GPU"),
     ):
         stop = SimpleNamespace(session_id="s1", user="alice", server_name="", kind=kind, stop_at=T0 + timedelta(days=1))
         en = withdrawn_message(stop, SHANGHAI, T0, AlertSettings())
