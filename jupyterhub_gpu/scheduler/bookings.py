@@ -104,21 +104,10 @@ def hours(delta: timedelta) -> Fraction:
 
 
 def occurrences(booking: Reservation) -> list[tuple[datetime, datetime]]:
-    """Every window of ``booking`` until its last, as real instants (UTC), in order.
-
-    A weekly window starts at the first one's wall-clock time in its zone each week and ends at the first
-    one's wall-clock end, so its length follows the clocks (as :meth:`Reservation.windows` places it).
-    A window whose wall-clock times fall in the hour the clocks skip so that it ends before it starts never
-    happens, and is left out.
-    """
-    found = [(booking.start.astimezone(UTC), booking.end.astimezone(UTC))]
-    if booking.weekly_until is not None:
-        length = booking.end - booking.start  # on the clock (one zone): the windows keep their wall-clock times
-        weeks = max(0, (booking.weekly_until - booking.start.date()).days // 7)
-        for k in range(1, weeks + 1):
-            start = booking.start + k * WEEK
-            found.append((start.astimezone(UTC), (start + length).astimezone(UTC)))
-    return [(s, e) for s, e in found if e > s]
+    """Every window of ``booking`` until its last, as real instants (UTC), in order (:meth:`Reservation.occurrence`:
+    a window in the hour the clocks skip that would end before it starts never happens, and is left out)."""
+    weeks = 0 if booking.weekly_until is None else max(0, (booking.weekly_until - booking.start.date()).days // 7)
+    return [w for k in range(weeks + 1) if (w := booking.occurrence(k)) is not None]
 
 
 def _window_text(start: datetime, end: datetime, zone) -> str:

@@ -6,7 +6,7 @@ import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, timezone, tzinfo
 
 from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, wait_text
 
@@ -23,6 +23,7 @@ STOP = "stop"
 REFUSE = "refuse"
 QUEUE = "queue"
 KINDS = (GRANT, PREEMPT, END, STOP, REFUSE, QUEUE)
+UTC = timezone.utc
 
 
 def aware(moment: datetime, what: str) -> datetime:
@@ -112,7 +113,7 @@ class Reservation:
 
     ``weekly_until`` is the last day (in the start's time zone) a weekly window may start on; None: once.
     ``label`` is the name students read ("CS231N"); the group's name when empty. Windows repeat at the same
-    wall-clock time (the start's time zone), across a change of summer time too.
+    wall-clock time (the start's time zone), across a change of summer time too (:meth:`occurrence`).
     """
 
     id: str
@@ -128,21 +129,39 @@ class Reservation:
     def name(self) -> str:
         return self.label or self.group
 
+    def occurrence(self, k: int) -> tuple[datetime, datetime] | None:
+        """Its ``k``-th window (from 0) as real instants (UTC); None when it never happens (past ``weekly_until``,
+        or its wall-clock times fall in the hour the clocks skip so that it ends before it starts).
+
+        A weekly window starts at the first one's wall-clock time in its zone each week and ends at the first one's
+        wall-clock end, so its length follows the clocks."""
+        start, end = self.start, self.end  # as booked (adding a timedelta would drop a fold)
+        if k:  # wall-clock arithmetic in the start's time zone
+            start, end = start + k * WEEK, end + k * WEEK
+        if k and (self.weekly_until is None or start.date() > self.weekly_until):
+            return None
+        begins, ends = start.astimezone(UTC), end.astimezone(UTC)
+        return (begins, ends) if ends > begins else None
+
     def windows(self, since: datetime, until: datetime) -> list[tuple[datetime, datetime]]:
-        """The windows ``(start, end)`` that overlap ``[since, until)``, in order."""
-        length = self.end - self.start
-        if self.weekly_until is None:
-            return [(self.start, self.end)] if self.start < until and self.end > since else []
-        first = max(0, math.floor((since - self.end) / WEEK))
+        """The windows ``(start, end)`` that overlap ``[since, until)``, in order, as real instants (UTC).
+
+        Compared as instants: two times of one zone compare by their wall clocks in Python, which in the hour the
+        clocks repeat puts a window where real time does not."""
+        since, until = since.astimezone(UTC), until.astimezone(UTC)
+        weeks = 0 if self.weekly_until is None else (self.weekly_until - self.start.date()).days // 7
+        # a week earlier than the arithmetic says: a change of the clocks moves a window by an hour
+        first = min(weeks, max(0, math.floor((since - self.end.astimezone(UTC)) / WEEK) - 1))
         found = []
-        k = first
-        while True:
-            start = self.start + k * WEEK  # wall-clock arithmetic in the start's time zone
-            if start.date() > self.weekly_until or start >= until:
-                return found
-            if start + length > since:
-                found.append((start, start + length))
-            k += 1
+        for k in range(first, weeks + 1):
+            window = self.occurrence(k)
+            if window is None:
+                continue
+            if window[0] >= until:
+                break
+            if window[1] > since:
+                found.append(window)
+        return found
 
     def window_at(self, moment: datetime) -> tuple[datetime, datetime] | None:
         """The window in force at ``moment``, or None."""

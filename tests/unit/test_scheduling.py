@@ -558,13 +558,37 @@ def test_bookings_are_checked(new, existing, problem):
             check_reservation(new, existing, POOL, GROUPS)
 
 
+def test_windows_are_placed_in_real_time_in_the_hour_the_clocks_repeat():
+    """On 25 Oct in Berlin 02:30 comes twice. A booking from 01:30 to the second 02:30 lasts two real hours (until
+    01:30 UTC): at 00:45 UTC (the first 02:45) and at 01:00 UTC (the second 02:00) it is in force, and a stranger
+    waits. Compared on the wall clock (one zone) the window ended at the first 02:30."""
+    berlin = ZoneInfo("Europe/Berlin")
+    night = Reservation(
+        "n", "cs231n", "T4", 1, datetime(2026, 10, 25, 1, 30, tzinfo=berlin),
+        datetime(2026, 10, 25, 2, 30, tzinfo=berlin, fold=1), label="CS231N",
+    )  # fmt: skip
+    first_245 = datetime(2026, 10, 25, 2, 45, tzinfo=berlin)  # 00:45 UTC
+    assert night.window_at(first_245) == (
+        datetime(2026, 10, 24, 23, 30, tzinfo=UTC),
+        datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+    )
+    assert night.windows(first_245, first_245 + timedelta(hours=1)) == [night.window_at(first_245)]
+    for now in (datetime(2026, 10, 25, 0, 45, tzinfo=UTC), datetime(2026, 10, 25, 1, 0, tzinfo=UTC)):
+        decisions = reserved(now, free=1, units=1, waiting=[request("r", "other")], reservations=(night,))
+        assert of(decisions, GRANT) == [], now
+    after = reserved(datetime(2026, 10, 25, 1, 30, tzinfo=UTC), free=1, units=1, waiting=[request("r", "other")],
+                     reservations=(night,))  # fmt: skip
+    assert [d.request for d in of(after, GRANT)] == ["r"]
+
+
 def test_weekly_windows_keep_their_wall_clock_time_across_summer_time():
     berlin = ZoneInfo("Europe/Berlin")
     start = datetime(2026, 10, 20, 14, 0, tzinfo=berlin)  # summer time; winter time from 25 October
     res = Reservation("r", "g", "T4", 1, start, start + timedelta(hours=2), weekly_until=date(2026, 11, 10))
     windows = res.windows(start - timedelta(days=1), start + timedelta(days=60))
-    assert [(s.day, s.hour, e.hour) for s, e in windows] == [(20, 14, 16), (27, 14, 16), (3, 14, 16), (10, 14, 16)]
-    assert windows[0][0].utcoffset() != windows[1][0].utcoffset()
+    on_the_clock = [(s.astimezone(berlin), e.astimezone(berlin)) for s, e in windows]  # windows are instants (UTC)
+    assert [(s.day, s.hour, e.hour) for s, e in on_the_clock] == [(20, 14, 16), (27, 14, 16), (3, 14, 16), (10, 14, 16)]
+    assert on_the_clock[0][0].utcoffset() != on_the_clock[1][0].utcoffset()
     assert res.window_at(datetime(2026, 10, 27, 15, 0, tzinfo=berlin)) == windows[1]
     assert res.window_at(datetime(2026, 10, 27, 16, 0, tzinfo=berlin)) is None
 
