@@ -186,6 +186,12 @@ class Windows:
                 continue
             chosen.append(h)
             excess -= h.count
+        # one chosen later may free enough alone (a session of two GPUs after one of one): the others chosen before
+        # it are not needed, the least preferred let off first
+        for h in reversed(chosen[:-1]):
+            if h.count <= -excess:
+                chosen.remove(h)
+                excess += h.count
         return chosen
 
     def reservation_for(self, model: str, moment: datetime, holder: Holder | Split) -> Reservation:

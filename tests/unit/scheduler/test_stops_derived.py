@@ -164,3 +164,13 @@ def test_a_members_two_gpu_session_serves_its_groups_one_gpu_booking_and_is_not_
     running = [session("cat", group="thesis", age=30), session("ann", group="cs231n", age=1, count=2)]
     decisions = schedule(Snapshot(NOW, {"T4": 0}, running=running, pool={"T4": 3}, reservations=[booking]), TIER)
     assert of(decisions, END) == []
+
+
+def test_only_the_ends_a_booking_needs_are_given_when_a_two_gpu_session_frees_enough_alone():
+    """A thesis student holds all three T4s, two in one session and one in a later one; cs231n's booking of two
+    starts in an hour. Ending the two-GPU session serves it: the later one-GPU session keeps running (it was told
+    to end too, being the most recent)."""
+    booking = Reservation("cs", "cs231n", "T4", 2, later(60), later(120), label="CS231N")
+    running = [session("pair", group="thesis", age=30, count=2), session("one", group="thesis", age=20)]
+    decisions = schedule(Snapshot(NOW, {"T4": 0}, running=running, pool={"T4": 3}, reservations=[booking]), TIER)
+    assert [d.session for d in of(decisions, END)] == ["pair"]
