@@ -204,6 +204,11 @@ c.GPUService.webhook_url = %(webhook_url)r
 """
 
 
+def service_port(config: str) -> int:
+    """The gpu service's port in a hub config of :func:`gpu_hub_config`."""
+    return int(config.split('"url": "http://127.0.0.1:')[1].split('"')[0])
+
+
 def gpu_hub_config(
     tmp_path,
     db_url: str | None = None,

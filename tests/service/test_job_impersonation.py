@@ -26,7 +26,7 @@ from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.tick import announce_finished_runs, enforce_jobs
 from jupyterhub_gpu.session import SessionStart
 from tests.conftest import Hub, wait_for
-from tests.service.conftest import ServiceUsers, gpu_hub_config
+from tests.service.conftest import ServiceUsers, gpu_hub_config, service_port
 
 UTC = timezone.utc
 CNY = Currency.from_config("CNY")
@@ -55,7 +55,10 @@ class Env(ServiceUsers):
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("jobs-forged")
-    hub = Hub(root / "hub", gpu_hub_config(root) + EXTRA)
+    config = gpu_hub_config(root) + EXTRA
+    # the servers reach the service: their own token gets its access scope
+    config += f'\nc.GPULocalSpawner.gpu_service_url = "http://127.0.0.1:{service_port(config)}/services/gpu/"\n'
+    hub = Hub(root / "hub", config)
     hub.start()
     try:
         hub.create_users("alice", "bob")
@@ -154,6 +157,23 @@ def test_stop_when_done_only_from_the_sessions_own_server(env):
         r = env.post(env.server_token("alice", "lab"), "stop-when-done", {"session_id": "swd-2", "reason": reason})
         assert r.status_code == 409 and "already stopping this session (gpu_idle)" in r.json()["message"], r.text
     assert env.ledger.get_session("swd-2").pending_stop_reason == "gpu_idle"
+
+
+@pytest.mark.hub
+def test_a_server_that_says_it_is_done_is_stopped_so_its_reason_cannot_be_pinned(env):
+    """A kernel holds the server's own token: a "done" posted while the server goes on working would label its
+    later budget stop or cull. The service takes the reason only with the stop, which it asks the hub for."""
+    r = env.hub.start_server("alice", {"profile": "cpu"}, server_name="flagged")
+    assert r.status_code in (201, 202), r.text
+    wait_for(lambda: (env.hub.server("alice", "flagged") or {}).get("ready"), 90, what="alice/flagged ready")
+    (session,) = [s for s in env.ledger.open_sessions() if s.user == "alice" and s.server_name == "flagged"]
+    token = env.running_server_token("alice", "flagged")
+    assert token
+    r = env.post(token, "stop-when-done", {"session_id": session.id})
+    assert r.status_code == 200, r.text
+    wait_for(lambda: env.ledger.get_session(session.id).stopped is not None, 60, what="the flagged server's stop")
+    assert env.ledger.get_session(session.id).stop_reason == "stop_when_done"
+    wait_for(lambda: not (env.hub.server("alice", "flagged") or {}).get("ready"), 30, what="alice/flagged gone")
 
 
 # -- without a hub: the notices and the tick ----------------------------------------------------------

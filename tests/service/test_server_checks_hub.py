@@ -23,7 +23,7 @@ from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import Hub, wait_for
-from tests.service.conftest import ServiceUsers, gpu_hub_config
+from tests.service.conftest import ServiceUsers, gpu_hub_config, service_port
 
 pytestmark = pytest.mark.hub
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.hub
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("server-checks")
     config = gpu_hub_config(root, tick=600, min_minutes=10)
-    port = int(config.split('"url": "http://127.0.0.1:')[1].split('"')[0])
+    port = service_port(config)
     # the servers reach the service: their token gets its access scope
     config += f'\nc.GPULocalSpawner.gpu_service_url = "http://127.0.0.1:{port}/services/gpu/"\n'
     hub = Hub(root / "hub", config)

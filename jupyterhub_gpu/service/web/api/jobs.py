@@ -242,7 +242,25 @@ class StopWhenDoneHandler(JobBase):
             raise web.HTTPError(409, "The session has already stopped.")
         if kept != reason:
             raise web.HTTPError(409, f"The service is already stopping this session ({kept}); its reason stays.")
+        # the reason stands for a stop under way: the service asks the hub for it too, so that a reason claimed
+        # by a server that then keeps running (a kernel holds the server's token) cannot label a later budget
+        # stop or cull, nor overtake a stop order (docs/admin.md, "Why a server stopped")
+        task = asyncio.ensure_future(_stop_flagged(self.ctx.hub, name, session.server_name))
+        _self_stops.add(task)
+        task.add_done_callback(_self_stops.discard)
         self.write_json({"session_id": session.id, "stop_reason": StopReason(reason)})
+
+
+#: The hub stops asked for servers that said they are done (a reference keeps each task alive until it ends).
+_self_stops: set[asyncio.Task] = set()
+
+
+async def _stop_flagged(hub, user: str, server_name: str) -> None:
+    """Ask the hub to stop a server that said it is done (it asks too: a stop under way is not started twice)."""
+    try:
+        await hub.stop_server(user, server_name)
+    except Exception as e:  # the server's own request, or the next tick's, stops it all the same
+        log.warning("%s/%s said it is done, but the hub did not take its stop: %s", user, server_name, e)
 
 
 #: How long a restart on a bigger profile waits for the hub to stop the server before it gives up.
