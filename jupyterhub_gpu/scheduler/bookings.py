@@ -21,9 +21,11 @@ from jupyterhub_gpu.scheduler.snapshot import Reservation
 from jupyterhub_gpu.scheduler.texts import WEEK, gpus_text
 
 UTC = timezone.utc
-#: Windows of one group and model closer than this are one hold, the gap included: in a gap that short nobody
-#: else gets the GPUs (others stop 5 minutes before a window and are not started for less than 10 minutes).
-HOLD_GAP = timedelta(minutes=15)
+#: Windows of one group and model closer than this are one hold, the gap included. Others are stopped the hub's
+#: ``reservation_lead`` (5 minutes) before a window and not started for less than ``reservation_min_run`` (10
+#: minutes), and a student needs more than a few minutes of a GPU: a shorter break serves nobody else, so
+#: splitting a long hold by such breaks must not beat ``reservation_max_hours``.
+HOLD_GAP = timedelta(hours=1)
 _HOUR_US = 3_600_000_000
 
 #: The limits a :class:`LimitProblem` names.

@@ -442,7 +442,7 @@ class GPUService(Application):
         help="""
         The longest an instructor's group may hold GPUs of one model without a
         break (hours). The group's bookings of the model that overlap, touch or
-        lie less than 15 minutes apart count as one hold, so six adjacent 4-hour
+        lie less than an hour apart count as one hold, so six adjacent 4-hour
         bookings are a 24-hour hold; every window of a weekly booking is measured
         as it really is in the lab's time zone (an hour longer on the night the
         clocks go back). Admins are not limited, but their bookings count in the

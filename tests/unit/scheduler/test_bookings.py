@@ -1,7 +1,7 @@
 """A group's booking limits over its bookings together, at every window of a weekly booking, as the clocks run.
 
 The limits (docs/scheduling.md, "Booking limits") bind a group over a window: its bookings of a model that
-overlap, touch or lie less than 15 minutes apart are one hold (``max_hold``); its GPU-hours add up over the
+overlap, touch or lie less than an hour apart are one hold (``max_hold``); its GPU-hours add up over the
 lab's calendar week (``max_gpu_hours_per_week``); its GPUs held at once add up (``max_pool_fraction``). Each
 is checked at every window of a weekly booking, measured in real time in the lab's zone: in Europe/Berlin and
 America/New_York the night the clocks go back is an hour longer. The property test at the end checks the pure
@@ -83,13 +83,13 @@ def test_six_adjacent_four_hour_weekly_bookings_are_one_24_hour_hold():
     assert problem.amount == 25 and len(problem.others) == 6
 
 
-def test_bookings_less_than_15_minutes_apart_are_one_hold_and_a_longer_gap_frees_the_gpus():
+def test_bookings_less_than_an_hour_apart_are_one_hold_and_a_longer_gap_frees_the_gpus():
     day = date(2026, 12, 8)
     first = booking("a", at(day, 10), at(day, 12))
-    close = booking("b", at(day, 12, minute=14), at(day, 14, minute=14))
-    apart = booking("c", at(day, 12, minute=15), at(day, 14, minute=15))
+    close = booking("b", at(day, 12, minute=59), at(day, 14, minute=59))
+    apart = booking("c", at(day, 13), at(day, 15))
     (problem,) = limit_problems(close, [first], POOL, FOUR_HOURS)
-    assert problem.amount == Fraction(4 * 60 + 14, 60)  # the gap counts: nobody else can use it
+    assert problem.amount == Fraction(4 * 60 + 59, 60)  # the gap counts: nobody else can use it
     assert limit_problems(apart, [first], POOL, FOUR_HOURS) == []
     # another group's booking, or another model, is not this group's hold
     assert limit_problems(close, [booking("a", at(day, 10), at(day, 12), group="ml101")], POOL, FOUR_HOURS) == []
@@ -242,7 +242,7 @@ def test_limits_from_settings_are_exact():
 
 # -- the property: whatever is accepted keeps every limit at every window --------------------------------------
 
-GAP = timedelta(minutes=15)
+GAP = timedelta(hours=1)
 DST_NIGHTS = [date(2026, 3, 8), date(2026, 3, 29), date(2026, 10, 25), date(2026, 11, 1)]
 
 

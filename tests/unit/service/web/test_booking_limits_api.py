@@ -71,12 +71,14 @@ def test_an_instructor_cannot_split_a_24_hour_hold_into_six_4_hour_bookings(ctx,
         f"The reservation cannot be made: with cs231n's other T4 bookings (its reservations {first['id']},"
         f" {made[1]['id']}) it holds T4 GPUs without a break for 12 hours, Tue 8 Dec 2026 00:00–12:00 (and 5 more"
         " like it later), and an instructor may book at most 4 hours at a time (c.GPUService.reservation_max_hours;"
-        " a group's bookings less than 15 minutes apart count as one hold); an administrator can book a longer one"
+        " a group's bookings less than 60 minutes apart count as one hold); an administrator can book a longer one"
     )
     assert refused == [start for start, _ in six_windows[1::2]]
-    # 10 minutes after it is still the same hold; 15 minutes after, others may use the T4s in between
-    assert book(ctx, PROF, "2026-12-08T04:10", "2026-12-08T04:50")[0] == 409
-    assert book(ctx, PROF, "2026-12-08T04:15", "2026-12-08T04:45")[0] == 201
+    # 15 or 59 minutes after it is still the same hold (a break that short serves nobody); an hour after, others
+    # may use the T4s in between
+    assert book(ctx, PROF, "2026-12-08T04:15", "2026-12-08T04:45")[0] == 409
+    assert book(ctx, PROF, "2026-12-08T04:59", "2026-12-08T05:29")[0] == 409
+    assert book(ctx, PROF, "2026-12-08T05:00", "2026-12-08T05:30")[0] == 201
 
 
 def test_an_admin_s_bookings_are_not_limited_but_count_in_the_group_s_hold(ctx, ledger, six_windows):

@@ -64,20 +64,20 @@ def test_the_booking_form_says_the_group_s_limits_in_english_and_chinese(ctx: We
     )
     assert limits_note(call(lab, PROF, "GET", PREFIX + "groups/cs231n").text) == (
         "An instructor books at least 24 hours ahead, and a group holds GPUs of a model for at most 6 hours without"
-        " a break (its bookings less than 15 minutes apart count as one). At most 40 GPU-hours a week (Monday to"
+        " a break (its bookings less than 60 minutes apart count as one). At most 40 GPU-hours a week (Monday to"
         " Sunday) for the group, every model together. At most 50% of each model's GPUs at once. These limits count"
         " every booking of the group, each week of a weekly one; administrators are not limited."
     )
     assert limits_note(call(lab, PROF, "GET", PREFIX + "groups/cs231n?lang=zh-CN").text) == (
         "讲师须至少提前 24 小时预订；一个组连续占用同一型号 GPU 最长 6 小时"
-        "（本组相隔不足 15 分钟的预订算作一次连续占用）。"
+        "（本组相隔不足 60 分钟的预订算作一次连续占用）。"
         "每组每周（周一至周日）合计最多 40 GPU 小时，所有型号一并计算。同一时刻最多占用每种型号 GPU 的 50%。"
         "这些限制计入本组的全部预订（每周重复的预订按每一周计算）；管理员不受限制。"
     )  # fmt: skip
     # a lab that sets none: today's limits, and nothing about weeks or shares of the pool
     assert limits_note(call(ctx, PROF, "GET", PREFIX + "groups/cs231n").text) == (
         "An instructor books at least 24 hours ahead, and a group holds GPUs of a model for at most 4 hours without"
-        " a break (its bookings less than 15 minutes apart count as one). These limits count every booking of the"
+        " a break (its bookings less than 60 minutes apart count as one). These limits count every booking of the"
         " group, each week of a weekly one; administrators are not limited."
     )
 
