@@ -317,10 +317,13 @@ def orphan_start(env: dict[str, str], groups) -> SessionStart | None:
         "resume": facts["resume"],
         "language": facts["language"],
     }
-    # the group that paid was one of the user's groups at the start, whether or not it still is
-    groups = sorted(set(groups) | ({facts["pool"]} if facts["pool"] else set()))
+    # the group that pays only if it is one of the user's groups as the hub knows them now: gpu-local reads the
+    # environment of any process the user started (a student can write it), and no group may be charged on an
+    # environment's word; a user since removed from the group pays from the default pool
+    if gpu["pool"] not in set(groups):
+        gpu["pool"] = None
     try:  # the same reading as a session kept in a spawner's state
-        return SessionStart.from_spawner_state(user, env.get("JUPYTERHUB_SERVER_NAME", ""), groups, gpu)
+        return SessionStart.from_spawner_state(user, env.get("JUPYTERHUB_SERVER_NAME", ""), sorted(groups), gpu)
     except (ValueError, ArithmeticError):
         return None
 
