@@ -9,6 +9,7 @@ from jupyterhub_gpu.scheduler.policies import Policy
 from jupyterhub_gpu.scheduler.preempt import preempt
 from jupyterhub_gpu.scheduler.snapshot import (
     END,
+    FREE_GPU,
     GRANT,
     PREEMPTIBLE,
     QUEUE,
@@ -167,7 +168,9 @@ def _grant(cycle: Cycle) -> None:
             if split is not None:
                 later += 1
                 values = {"count": "1", "gpus": gpus_text(1, model), "model": model}
-                cycle.granted[request.id] = Decision(GRANT, "grant", values, request=request.id, model=model)
+                cycle.granted[request.id] = Decision(
+                    GRANT, "grant", values, request=request.id, model=model, device=split.id
+                )
                 continue
         mine = cycle.reserved_free.get(model, {})
         homes = [rid for rid, n in mine.items() if n > 0 and request.member_of(reservation_of[rid].group)]
@@ -206,11 +209,14 @@ def _grant(cycle: Cycle) -> None:
             take -= used
             label = label or (reservation_of[rid].name if used else None)
         values = {"count": str(count), "gpus": gpus_text(count, model), "model": model}
+        device = FREE_GPU if request.share > 1 else None
         if label is not None and not from_general:
             values["label"] = label
-            cycle.granted[request.id] = Decision(GRANT, "grant.reserved", values, request=request.id, model=model)
+            cycle.granted[request.id] = Decision(
+                GRANT, "grant.reserved", values, request=request.id, model=model, device=device
+            )
         else:
-            cycle.granted[request.id] = Decision(GRANT, "grant", values, request=request.id, model=model)
+            cycle.granted[request.id] = Decision(GRANT, "grant", values, request=request.id, model=model, device=device)
 
 
 def _limits(cycle: Cycle) -> None:

@@ -23,6 +23,8 @@ STOP = "stop"
 REFUSE = "refuse"
 QUEUE = "queue"
 KINDS = (GRANT, PREEMPT, END, STOP, REFUSE, QUEUE)
+#: A share's grant on a whole free GPU it splits (``Decision.device``).
+FREE_GPU = "free"
 UTC = timezone.utc
 
 
@@ -313,7 +315,9 @@ class Decision:
 
     ``at``: for ``grant``, the time the session may run until (None: no limit); for ``preempt``, ``end`` and
     ``stop``, when the session stops. ``queue`` decisions carry ``position`` of ``length`` (the requests
-    waiting for the model), ``wait`` (the estimate, None when there is none) and :attr:`status`.
+    waiting for the model), ``wait`` (the estimate, None when there is none) and :attr:`status`. ``device``: for
+    a ``grant`` of a share, the GPU split into shares it joins (a :class:`SharedGPU` id), or :data:`FREE_GPU` for
+    a whole free GPU it splits: the allocator places the share there.
     """
 
     kind: str
@@ -328,6 +332,7 @@ class Decision:
     length: int | None = None
     wait: timedelta | None = None
     for_request: str | None = None
+    device: str | None = None
 
     @property
     def reason(self) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from jupyterhub_gpu.gpus.device import GPUDevice, parse_share_uuid, share_uuid
 from jupyterhub_gpu.gpus.inventory import make_inventory
 from jupyterhub_gpu.gpus.names import model_matches
+from jupyterhub_gpu.scheduler.snapshot import FREE_GPU
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator, AssignmentConflict
 from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
 from jupyterhub_gpu.spawners.messages import Phrase
@@ -81,10 +82,20 @@ class GPUAllocator(FairQueue, Allocator):
     def _whole_free(self, d: GPUDevice) -> bool:
         return d.uuid not in self._holder and d.uuid not in self._split
 
-    def free(self, model: str, *, share: int | None = None, mig: str | None = None) -> list[GPUDevice]:
-        """Free units: whole GPUs (or MIG instances) no one holds; for ``share``, the shares that could be taken."""
+    def free(
+        self, model: str, *, share: int | None = None, mig: str | None = None, where: str | None = None
+    ) -> list[GPUDevice]:
+        """Free units: whole GPUs (or MIG instances) no one holds; for ``share``, the shares that could be taken
+        (those of ``where`` first: the GPU the planner placed the share on, or :data:`FREE_GPU`)."""
         if share:
-            return self._free_shares(model, share)
+            units = self._free_shares(model, share)
+            if where is not None:  # stable: the planner's GPU first, the usual order after it
+                units.sort(
+                    key=lambda d: (
+                        not (d.parent_uuid not in self._split if where == FREE_GPU else d.parent_uuid == where)
+                    )
+                )
+            return units
         return [d for d in self.matching(model, mig=mig) if self._whole_free(d)]
 
     def _free_shares(self, model: str, k: int) -> list[GPUDevice]:
@@ -382,8 +393,9 @@ class GPUAllocator(FairQueue, Allocator):
         return len(self.free(waiter.model, share=request.share, mig=request.mig)) >= waiter.count
 
     def _grant(self, waiter: Waiter) -> list[GPUDevice]:
+        """Its units; a share where the planner placed it (a class's GPU it kept a stranger off stays the class's)."""
         request = self._request(waiter)
-        devices = self.free(waiter.model, share=request.share, mig=request.mig)[: waiter.count]
+        devices = self.free(waiter.model, share=request.share, mig=request.mig, where=waiter.where)[: waiter.count]
         self._assign(waiter.key, devices)
         return devices
 

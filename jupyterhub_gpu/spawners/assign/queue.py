@@ -57,6 +57,7 @@ class Waiter:
     ask: object = None  # what the planner knows of it (plan.Ask)
     on_decision: Callable[[object], None] | None = None  # the planner's queue decision, whenever it changes
     last_decision: tuple | None = None
+    where: str | None = None  # the planner's grant: the GPU its share goes on (Decision.device)
 
 
 class FairQueue:
@@ -266,6 +267,7 @@ class FairQueue:
             w = by_key[d.request]
             if w.future.done():
                 continue
+            w.where = d.device
             if not self._fits(w):
                 # the scheduler counts the units of sessions whose stop is due; the allocator frees them when the
                 # servers have ended: it waits for that, first of its model, and is told so

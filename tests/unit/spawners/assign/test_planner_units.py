@@ -366,3 +366,23 @@ def test_the_demos_shares_and_booking_show_correct_counts_and_orders(ledger, tmp
 def ledger_start(ledger, session_id) -> SessionStart:
     s = ledger.get_session(session_id)
     return SessionStart(s.id, s.user, s.server_name, tuple(s.group_list), s.profile, (), 0, "CNY", s.started)
+
+
+def test_a_strangers_share_goes_where_the_scheduler_placed_it_not_on_the_class_gpu(ledger):
+    """Two T4s, cs231n's booking of one in force. A member's quarter splits a T4: that GPU is the class's (every share
+    on it a member's), and the scheduler grants a stranger's quarter on the free T4, not beside her. The allocator
+    put it on the fuller GPU, the class's (shares go to the fullest split GPU first when nothing says otherwise)."""
+
+    async def main():
+        allocator, planner = make(ledger, t4=2)
+        book(ledger, count=1, hours_from_now=-0.5)
+        running(ledger, allocator, "ann", group="cs231n", profile="t4s")
+        (classes,) = {d.parent_uuid for d in allocator.held_by("ann/")}
+        await cycle(planner, allocator)
+        allocator.expect("dan/", ask("dan", profile="t4s"))
+        task = asyncio.ensure_future(allocator.acquire("dan/", "T4", 1, share=4))
+        await cycle(planner, allocator)
+        (unit,) = await asyncio.wait_for(task, 5)
+        assert unit.is_share and unit.parent_uuid != classes
+
+    asyncio.run(main())
