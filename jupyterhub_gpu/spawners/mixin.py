@@ -1193,6 +1193,14 @@ class GPUSpawnerMixin(Configurable):
                     await self._gpu_note_alive(session, self._gpu_last_alive or utcnow())
             except Exception:
                 self.log.debug("poll before stop failed", exc_info=True)
+        if reason == StopReason.STOPPED and session.get("session_id") and self.ledger_db_url:
+            # a running server: its stop is the cause from now on, so that a service pass during the seconds the
+            # stop takes does not relabel it; a reason claimed before stays (the one precedence rule, in the
+            # ledger's claim; docs/admin.md, "Why a server stopped"). A failure never holds up the stop.
+            try:
+                await asyncio.to_thread(self.ledger.claim_stop_reason, session["session_id"], StopReason.STOPPED)
+            except Exception as e:
+                self.log.warning("jupyterhub-gpu: cannot note the stop of %s in the ledger: %s", self._log_name, e)
         self._gpu_stopping = True  # the spawner's own polls while stopping are not an exit
         ended = True
         try:
