@@ -156,7 +156,8 @@ class Windows:
 
         A member's session counts towards its group's reservation while the reservation has room (a GPU split into
         shares when every share on it is a member's); one that holds more GPUs than the room left serves the
-        reservation with some of them and holds the rest, and is not ended for it. The others are chosen, those
+        reservation with some of them and holds the rest, and is ended only for another group's reservation that the
+        strangers' ends cannot serve. The others are chosen, those
         told this end already first (so that the ends given stay the ends needed), then preemptible ones, then the
         most recently started, until the reservations fit. A GPU split into shares is freed only by ending every
         stranger's share on it; one with shares of servers the snapshot does not list cannot be.
@@ -165,33 +166,40 @@ class Windows:
         if not reservations:
             return []
         room = {r.id: r.count for r in reservations}
-        outside, beyond = [], 0
+        outside, serving = [], []  # serving: (a member's session that serves a reservation, the GPUs it holds beyond)
         for h in sorted(holders, key=lambda h: (h.started, h.order)):
             if h.gone_by is not None and h.gone_by <= moment:
                 continue
             left = serve(room, reservations, h)
             if left == h.count:
                 outside.append(h)
-            else:  # it serves a reservation of its group: never ended for it, its other GPUs count as taken
-                beyond += left
-        excess = sum(r.count for r in reservations) + beyond + sum(h.count for h in outside) - self.units.get(model, 0)
+            elif left:
+                serving.append((h, left))
+        frees = {id(h): h.count for h in outside} | {id(h): left for h, left in serving}
+        excess = sum(r.count for r in reservations) + sum(frees.values()) - self.units.get(model, 0)
         if excess <= 0:
             return []
-        outside.sort(key=lambda h: (h.told != "reserved", h.tier != PREEMPTIBLE, -h.started.timestamp(), -h.order))
+
+        def preference(h: Holder | Split):
+            return h.told != "reserved", h.tier != PREEMPTIBLE, -h.started.timestamp(), -h.order
+
+        # a member's session that serves its group's reservation is ended only when the strangers' ends are not
+        # enough (for another group's reservation); ending it frees only the GPUs it holds beyond its group's room
+        candidates = sorted(outside, key=preference) + sorted((h for h, _ in serving), key=preference)
         chosen = []
-        for h in outside:
+        for h in candidates:
             if excess <= 0:
                 break
             if not h.endable:
                 continue
             chosen.append(h)
-            excess -= h.count
+            excess -= frees[id(h)]
         # one chosen later may free enough alone (a session of two GPUs after one of one): the others chosen before
         # it are not needed, the least preferred let off first
         for h in reversed(chosen[:-1]):
-            if h.count <= -excess:
+            if frees[id(h)] <= -excess:
                 chosen.remove(h)
-                excess += h.count
+                excess += frees[id(h)]
         return chosen
 
     def reservation_for(self, model: str, moment: datetime, holder: Holder | Split) -> Reservation:

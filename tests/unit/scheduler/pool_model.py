@@ -123,6 +123,16 @@ class Pool:
                     return True  # a share of a GPU split as it wants frees
         return False
 
+    def frees_for(self, key: str, group: str, gone: set[str]) -> bool:
+        """Whether stopping ``key`` (with ``gone``) gives ``group``'s booking a T4: one then free, or held only by its
+        members' shares (a GPU whose shares are all the class's serves the class, as :meth:`served` counts it)."""
+        for unit in self.held.get(key, []):
+            if unit.mig:
+                continue
+            if all(h in gone or h == key or is_member(self.users[h], group) for h, _ in self.on(unit.device)):
+                return True
+        return False
+
     def in_force(self, moment: datetime) -> list[Booking]:
         return [b for b in self.bookings if b.windows(moment, moment + timedelta(seconds=1))]
 

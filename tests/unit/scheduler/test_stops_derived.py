@@ -174,3 +174,14 @@ def test_only_the_ends_a_booking_needs_are_given_when_a_two_gpu_session_frees_en
     running = [session("pair", group="thesis", age=30, count=2), session("one", group="thesis", age=20)]
     decisions = schedule(Snapshot(NOW, {"T4": 0}, running=running, pool={"T4": 3}, reservations=[booking]), TIER)
     assert [d.session for d in of(decisions, END)] == ["pair"]
+
+
+def test_a_members_session_serving_its_booking_is_ended_when_another_groups_booking_needs_its_other_gpu():
+    """Three T4s, cs231n books one and thesis two for the same hour; a cs231n member holds two T4s. Her session
+    serves cs231n's booking with one, but thesis needs the other: only ending her session serves both bookings."""
+    cs = Reservation("cs", "cs231n", "T4", 1, later(60), later(120), label="CS231N")
+    thesis = Reservation("th", "thesis", "T4", 2, later(60), later(120), label="THESIS")
+    running = [session("ann", group="cs231n", age=1, count=2)]
+    snap = Snapshot(NOW, {"T4": 1}, running=running, pool={"T4": 3}, reservations=[cs, thesis])
+    ends = of(schedule(snap, TIER), END)
+    assert [(d.session, d.reservation) for d in ends] == [("ann", "th")]
