@@ -487,9 +487,10 @@ class SummerMachine(PlannerMachine):
     starts = SUMMER
 
 
-#: 1,200 examples in three searches of 400, one per season, which pytest-xdist runs side by side: about 95 ms of
-#: CPU an example (a real ledger read and write each cycle), 112 s of CPU in all; on a 2-core machine under other
-#: tests' load that was 150 s each, side by side. PLANNER_MODEL_EXAMPLES sets another number.
+#: 1,200 examples in three searches of 400, one per season, which pytest-xdist runs side by side: about 80 ms of
+#: CPU an example (a real ledger read and write each cycle, the ledger file in /dev/shm). Measured on a 2-core
+#: machine with every check enforced: 1,200 examples in 64 s (92 s of CPU) with -n 2; 600 in 32 s.
+#: PLANNER_MODEL_EXAMPLES sets another number.
 MODEL = settings(
     max_examples=int(os.environ.get("PLANNER_MODEL_EXAMPLES", "400")),
     stateful_step_count=8,
