@@ -24,14 +24,18 @@ from tests.service.conftest import gpu_hub_config
 from tests.service.test_service_process import run_service
 
 UTC = timezone.utc
-PUBLISHED = lab.published_rows(
-    {"currency": "CNY", "currency_symbol": None, "timezone": "Asia/Shanghai"},
-    {
-        "currency": "c.GPULocalSpawner.currency",
-        "currency_symbol": "the default of c.GPULocalSpawner.currency_symbol",
-        "timezone": "c.GPULocalSpawner.budget_timezone",
-    },
-)
+PUBLISHED = {
+    **lab.published_rows(
+        {"currency": "CNY", "currency_symbol": None, "timezone": "Asia/Shanghai"},
+        {
+            "currency": "c.GPULocalSpawner.currency",
+            "currency_symbol": "the default of c.GPULocalSpawner.currency_symbol",
+            "timezone": "c.GPULocalSpawner.budget_timezone",
+        },
+    ),
+    # the spawn's minimum charge (the hub config's budget_min_minutes), which a restart's budget check reads
+    lab.MIN_MINUTES: "10",
+}
 
 
 def seed(ledger: Ledger, sid: str, user: str, currency: str, started: str, minutes: int, rate: int = 50_000):
