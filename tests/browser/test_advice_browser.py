@@ -12,7 +12,7 @@ from jupyterhub_gpu.ledger.store import Ledger
 from tests.browser.conftest import shot
 from tests.browser.test_lab_browser import close_toasts
 from tests.conftest import wait_for
-from tests.service.conftest import gpu_hub_config
+from tests.service.conftest import gpu_hub_config, service_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
 
@@ -26,10 +26,6 @@ ADVICE = """
 c.GPUService.advice_min_minutes = 1
 c.GPUService.advice_live_after_minutes = 0
 """
-
-
-def service_port(config: str) -> int:
-    return int(config.split('"url": "http://127.0.0.1:')[1].split('"')[0])
 
 
 def test_the_lab_panel_shows_live_advice_for_a_light_a100_session(make_hub, tmp_path, page):

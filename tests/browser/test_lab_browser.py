@@ -16,7 +16,7 @@ from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.browser.conftest import shot
 from tests.conftest import wait_for
-from tests.service.conftest import gpu_hub_config
+from tests.service.conftest import gpu_hub_config, service_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
 
@@ -27,10 +27,6 @@ c.GPULocalSpawner.gpu_service_url = "http://127.0.0.1:%(port)d/services/gpu/"
 c.Spawner.args = c.Spawner.args + ["--GPUStats.push_interval=2", "--GPUStats.interval=1"]
 c.Spawner.default_url = "/lab"
 """
-
-
-def service_port(config: str) -> int:
-    return int(config.split('"url": "http://127.0.0.1:')[1].split('"')[0])
 
 
 def cost_of(text: str) -> Decimal:
