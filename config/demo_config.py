@@ -78,7 +78,7 @@ c.GPULocalSpawner.profiles = [
         "allowed_groups": ["thesis"],
     },
     {
-        # issue 17: a time-sliced share; four servers share one T4, each capped at a quarter of its memory
+        # a time-sliced share (docs/scheduling.md): four servers share one T4, each capped at a quarter of its memory
         "slug": "t4-quarter",
         "display_name": {"en": "¼ T4 (simulated)", "zh-CN": "¼ 块 T4（模拟）"},
         "description": "A quarter of a T4, shared with up to three other servers: 4 GB of GPU memory, a quarter"
@@ -89,7 +89,7 @@ c.GPULocalSpawner.profiles = [
         "price_per_gpu_hour": "0.75",
     },
     {
-        # issue 16: the cheaper tier; a full-price request that finds no T4 free takes one back after 2 minutes
+        # the cheaper tier: a full-price request that finds no T4 free takes one back after 2 minutes
         "slug": "t4-preemptible",
         "display_name": {"en": "1× T4 preemptible (simulated)", "zh-CN": "1 块 T4 可抢占（模拟）"},
         "description": "40% of the price. May be stopped (after a 2-minute notice) when a full-price request"
@@ -109,7 +109,7 @@ c.GPULocalSpawner.profiles = [
     },
 ]
 c.GPULocalSpawner.queue_timeout = 1800
-# issue 16 (docs/scheduling.md): the queue serves groups by fair share (jupyterhub-gpu shares); `make demo` books a
+# docs/scheduling.md: the queue serves groups by fair share (jupyterhub-gpu shares); `make demo` books a
 # sample class reservation first (config/demo_reservation.py)
 c.GPULocalSpawner.fair_share = True
 c.GPULocalSpawner.home_dir_template = os.path.join(state, "home", "{username}")

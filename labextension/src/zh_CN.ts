@@ -152,7 +152,7 @@ export const ZH_CN: Readonly<Record<string, string>> = Object.freeze({
     '保存打开的笔记本，在更大的配置上重启此服务器并重新打开它们',
   'Could not restart on the bigger profile: %1': '无法在更大的配置上重启：%1',
 
-  // shared GPUs: a share or a MIG slice (figures.ts, statusbar.ts, panel.ts; issue 17)
+  // shared GPUs: a share or a MIG slice (figures.ts, statusbar.ts, panel.ts)
   'your share: %1 of %2 GB': '你的份额：%1 / %2 GB',
   'your MIG slice: %1 of %2 GB': '你的 MIG 分区：%1 / %2 GB',
   'GPU busy %1 (shared by %2)': 'GPU 忙碌 %1（%2 人共用）',

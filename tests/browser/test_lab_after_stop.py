@@ -1,6 +1,6 @@
 """Through a real hub, in a real browser: once a server stops, its open JupyterLab stops asking jupyterhub-gpu's API.
 
-Issue 30: after a stop the Lab kept polling ``gpu/api/v1/stop-when-done`` every 2 s, and the hub logged a
+Before: after a stop the Lab kept polling ``gpu/api/v1/stop-when-done`` every 2 s, and the hub logged a
 ``424 GET /hub/user/NAME/gpu/api/v1/stop-when-done`` warning each time, for as long as the tab stayed open.
 The hub's 424 says the server is not running: the session is over, and the Lab's polls end at the first one.
 """

@@ -1,4 +1,4 @@
-"""The preemptible tier as a student sees it (issue 16): a real hub, real servers, the real gpu service, Chromium.
+"""The preemptible tier as a student sees it: a real hub, real servers, the real gpu service, Chromium.
 
 A student logs in through the form, reads the preemptible profile's line and the resume choice in the spawn form,
 and starts the preemptible A100 with "put it back in the queue" ticked. In JupyterLab, when another user asks for

@@ -1,4 +1,4 @@
-"""Ways around the Docker network isolation, tried on real containers (issue 14 section 8, adversary review).
+"""Ways around the Docker network isolation, tried on real containers.
 
 Runs on the network isolation test's own dockerd (iptables on, no default bridge), on networks
 this module creates with explicit subnets; traffic goes only to its own containers.

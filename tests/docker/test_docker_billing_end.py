@@ -1,4 +1,4 @@
-"""A Docker server that ended while the hub was down is billed to its container's real end (issue 14 s9).
+"""A Docker server that ended while the hub was down is billed to its container's real end.
 
 A real hub with GPUDockerSpawner and the managed gpu service over one sqlite ledger; real containers of
 the test image (``make test-image``). The hub is killed with SIGKILL while a server runs, the server's

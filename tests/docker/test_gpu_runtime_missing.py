@@ -1,4 +1,4 @@
-"""A GPU profile's spawn on an engine without the NVIDIA runtime (issue 30): the student reads that the lab's GPU
+"""A GPU profile's spawn on an engine without the NVIDIA runtime: the student reads that the lab's GPU
 runtime is not set up (not "HTTP 500: Unhandled error starting server"), the admin's log has the fix, once at
 the hub's start too.
 

@@ -1,4 +1,4 @@
-"""Servers on one Docker host cannot reach each other (issue 14, section 8), on real containers.
+"""Servers on one Docker host cannot reach each other, on real containers.
 
 Docker enforces the isolated network (``com.docker.network.bridge.enable_icc=false``)
 with iptables rules, and the shared test dockerd runs with ``--iptables=false``

@@ -1,4 +1,4 @@
-"""The doctor tries the properties a lab needs on the engine itself (issue 30): the servers isolated from each other
+"""The doctor tries the properties a lab needs on the engine itself: the servers isolated from each other
 (two probe containers), a GPU device request served, a static inventory against the host's NVML, the shared
 datasets' host path, and the image reading a GPU.
 

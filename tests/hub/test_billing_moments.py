@@ -1,4 +1,4 @@
-"""Billing starts when the GPU is really held and ends when it is really let go (issue 14 s9).
+"""Billing starts when the GPU is really held and ends when it is really let go.
 
 Through the spawners' own code and a real sqlite ledger:
 

@@ -1,4 +1,4 @@
-"""The lab's scheduler in a real hub (issue 16): fair share between groups, the published queue, reservations.
+"""The lab's scheduler in a real hub: fair share between groups, the published queue, reservations.
 
 Real JupyterHub, real single-user servers through ``gpu-local`` over simulated GPUs, the ledger in sqlite. The
 past use that fair share weighs is written to the ledger as closed sessions, as the spawner itself writes them.

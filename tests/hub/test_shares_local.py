@@ -1,6 +1,6 @@
 """Time-sliced shares through a real JupyterHub and real single-user servers (``gpu-local``, simulated GPUs).
 
-Issue 17: four servers of a ``gpu_share: 4`` profile run on one physical GPU, each sees that GPU with a
+Four servers of a ``gpu_share: 4`` profile run on one physical GPU, each sees that GPU with a
 cap of a quarter of its memory; a fifth waits; the shares survive a hub restart.
 """
 

@@ -1,4 +1,4 @@
-"""Spawn races and limits through a real hub (issue 14 s6): concurrent spawns cannot overrun a budget.
+"""Spawn races and limits through a real hub: concurrent spawns cannot overrun a budget.
 
 A real JupyterHub with ``gpu-local`` servers over simulated GPUs and a real sqlite ledger: eight named
 servers of one user are requested at once on a budget with room for two minimum charges. Every spawn

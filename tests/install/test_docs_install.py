@@ -1,6 +1,6 @@
 """The install commands of README.md and docs/admin.md work, run exactly as written.
 
-jupyterhub-gpu has no PyPI release: ``pip install jupyterhub-gpu`` finds nothing (issue 30). The docs install
+jupyterhub-gpu has no PyPI release: ``pip install jupyterhub-gpu`` finds nothing. The docs install
 from a clone: the block after the line ``<!-- install-from-source: ... -->`` clones the repository, builds the
 wheel (with the Lab extension: Node.js, jlpm from the build's own jupyter-builder, Yarn's global cache) and
 installs it. This test takes that block from both documents (they must say the same), and runs it with bash in

@@ -1,5 +1,5 @@
 # ruff: noqa: F811
-"""Our own cases of JupyterHub's Spawner contract, run with JupyterHub's fixtures (issue 14 s10).
+"""Our own cases of JupyterHub's Spawner contract, run with JupyterHub's fixtures.
 
 Run by ``test_jupyterhub_contract.py`` in the same pytest as JupyterHub's own tests (``MockHub``, its
 proxy and database; ``gpu_contract_plugin`` puts GPULocalSpawner under ``MockSpawner``). Here the

@@ -1,4 +1,4 @@
-"""JupyterHub's own Spawner contract (issue 14 s10): its spawner tests, with GPULocalSpawner under MockSpawner.
+"""JupyterHub's own Spawner contract: its spawner tests, with GPULocalSpawner under MockSpawner.
 
 The tests come from the installed ``jupyterhub`` package: all of ``test_spawner.py`` and
 ``test_named_servers.py``, and the server, spawn, stop and progress tests of ``test_api.py`` (111 tests

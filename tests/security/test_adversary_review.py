@@ -1,4 +1,4 @@
-"""An adversary's review of issue 14 (sections 3-5, 7, 8): each hole a student could use, reproduced.
+"""An adversary's review of billing, budgets, jobs and isolation: each hole a student could use, reproduced.
 
 Each test here failed on the code before its fix (the commit that added it says how it was
 found); the pure parts are tested without Docker, the real-container side of each network

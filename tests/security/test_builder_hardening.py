@@ -25,7 +25,7 @@ DANGEROUS = {
     "binds": {"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
     "device_requests": [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}],
     "cap_drop": [],
-    # issue 14 section 7: Docker applies the last of conflicting options, so each of these must be gone
+    # Docker applies the last of conflicting options, so each of these must be gone
     "security_opt": [
         "no-new-privileges=false",
         "no-new-privileges:false",

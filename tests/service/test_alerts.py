@@ -682,7 +682,7 @@ def test_the_deprecated_settings_map_onto_apprise_urls_or_stop_the_service_with_
         Notifier(ledger, AlertSettings(webhook_url="https://chat.example.edu/hooks/gpu", webhook_format="slack"))
 
 
-# -- what a user's own channel may do (review of issue 22) ---------------------------------------------
+# -- what a user's own channel may do ---------------------------------------------
 
 
 def test_the_default_user_schemes_name_no_host_the_service_connects_to():

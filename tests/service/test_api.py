@@ -347,7 +347,7 @@ def test_usage_filters_by_user_group_and_local_dates(env):
     assert ids(env.call("admin", "GET", "api/v1/usage?user=thea&until=2025-03-05")) == []
     assert ids(env.call("admin", "GET", "api/v1/usage?user=thea&until=2025-03-06")) == ["seed-c"]
     assert ids(env.call("admin", "GET", "api/v1/usage?user=thea&since=2025-03-06")) == ["seed-c"]
-    # a session with minutes on both sides of ``since`` is in the report with the minutes after it (issue 14)
+    # a session with minutes on both sides of ``since`` is in the report with the minutes after it
     assert ids(env.call("admin", "GET", "api/v1/usage?user=thea&since=2025-03-05T23:40:00Z")) == []
     late = env.call("admin", "GET", "api/v1/usage?user=thea&since=2025-03-05T23:31:00Z").json()
     assert [(s["id"], s["minutes_in_window"]) for s in late["sessions"]] == [("seed-c", 9)]

@@ -4,7 +4,7 @@ The ledger holds a session that ran across the start of the current month (in
 the service's time zone, Asia/Shanghai) and one still running since before it.
 ``GET me``, ``GET budgets``, ``GET budgets/user/NAME``, the admin page's CSV,
 the CLI and ``/metrics`` must show the same use of each budget, the spawn
-check must refuse by it, and the service's own tick must warn by it (issue 14).
+check must refuse by it, and the service's own tick must warn by it.
 """
 
 from __future__ import annotations

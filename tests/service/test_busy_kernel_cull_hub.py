@@ -1,5 +1,5 @@
 """``busy_gpu_idle`` with a real hub, real servers and the real service: a kernel busy on an idle GPU is
-warned, then stopped with its own reason; a server whose GPU works under a busy kernel is not (issue 19)."""
+warned, then stopped with its own reason; a server whose GPU works under a busy kernel is not."""
 
 from __future__ import annotations
 

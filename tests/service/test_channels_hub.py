@@ -336,7 +336,7 @@ def test_the_admin_page_shows_the_configured_channel_and_adds_a_groups(env):
     assert channels_of(env.ledger, "group", "thesis") == []
 
 
-# -- the review of issue 22: what a student's URL may not do ------------------------------------------
+# -- what a student's URL may not do ------------------------------------------
 
 
 def test_a_students_url_cannot_reach_the_labs_own_network(env):

@@ -1,4 +1,4 @@
-"""User-controlled text is inert in every CSV export and every chat channel (issue 14 s7, last two cases).
+"""User-controlled text is inert in every CSV export and every chat channel.
 
 CSV: every text cell a spreadsheet would run as a formula (``= + - @``, tab, CR)
 is quoted away in every export: usage, culling, and the pages' tables (the

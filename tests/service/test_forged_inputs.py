@@ -1,4 +1,4 @@
-"""What a user's server reports cannot be forged, and an admin's price edit is priced as it is charged (issue 14).
+"""What a user's server reports cannot be forged, and an admin's price edit is priced as it is charged.
 
 One real hub with the gpu service serves the module. Servers' tokens are minted
 by the hub with exactly the scopes JupyterHub gives a server's own token
@@ -7,7 +7,7 @@ running server's; the sessions they report for are recorded in the real ledger.
 
 - samples: times outside [session start, now + skew], values that overflow, and
   more minute rows than the session ran are refused with a 400 and nothing
-  stored; ``last_activity`` never moves past now (invariant 7).
+  stored; ``last_activity`` never moves past now.
 - right-sizing: a forged ``memory_total_mib`` in one user's T4 session does not
   make the advice tell another user that a T4 serves a 30 GB job.
 - price edits: ``GET pricing`` shows the rate the spawner charges for an edit

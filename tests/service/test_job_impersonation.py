@@ -1,4 +1,4 @@
-"""Jobs cannot be impersonated (issue 14 s5): job- names, the runner's reports, finished-run notices.
+"""Jobs cannot be impersonated: job- names, the runner's reports, finished-run notices.
 
 With a real hub and the real gpu service: tokens are minted by the hub with the
 scopes JupyterHub gives a server's own token (``servers!server=USER/NAME``), so

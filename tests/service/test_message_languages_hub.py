@@ -3,7 +3,7 @@
 stu1 starts a server from a Chinese request and stu2 from an English one (the spawn's language, recorded with the
 session's start in the ledger); both have a small budget, so the service's tick sends each the 80% alert: the
 mail (aiosmtpd) and the Lab notice in Chinese for stu1 and in English for stu2. The usage page's advice is in
-Chinese on the Chinese page and in English on the English page (issue 19: the advice stayed English).
+Chinese on the Chinese page and in English on the English page.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The preemptible tier end to end (issue 16): a real hub, real servers and kernels, the real gpu service.
+"""The preemptible tier end to end: a real hub, real servers and kernels, the real gpu service.
 
 A student trains a small Keras model with ``CheckpointAndResume`` on the preemptible A100 profile and asks to be
 put back in the queue if preempted. A full-price request for the one A100 arrives: the hub's scheduler orders the

@@ -1,4 +1,4 @@
-"""A class reservation end to end (issue 16): a real hub, real servers, the real gpu service, no stand-ins.
+"""A class reservation end to end: a real hub, real servers, the real gpu service, no stand-ins.
 
 The pool is 2 T4s and 1 A100. An admin books both T4s for CS231N through the service's REST ``POST reservations``
 for a window that opens 80 s later and lasts 60 s; bookings that are wrong, not allowed, or that the pool

@@ -1,4 +1,4 @@
-"""Two servers on shares of one simulated T4 with a real hub, real servers and the real service (issue 17).
+"""Two servers on shares of one simulated T4 with a real hub, real servers and the real service.
 
 Both users start the demo's "¼ T4 (simulated)" profile (``t4-quarter``, ``gpu_share`` 4, as config/demo_config.py
 writes it) and land on two shares of ONE GPU (the allocator packs shares). Each server's stats show its own memory

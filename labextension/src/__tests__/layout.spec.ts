@@ -1,5 +1,5 @@
 /**
- * The layout of src/ (issue 15): views do not import each other, not even through the
+ * The layout of src/: views do not import each other, not even through the
  * shared modules; no import circle; index.ts holds plugin definitions and their wiring only,
  * with ids in the '<package>:<plugin>' style.
  */

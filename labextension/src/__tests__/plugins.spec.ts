@@ -1,7 +1,7 @@
 /**
  * The plugins of index.ts in a Lumino application with fake JupyterLab services: they
  * resolve each other through their tokens and add the same commands, items and panel as
- * the single plugin did before issue 15.
+ * the single plugin did before the plugins were split.
  */
 /** A module of JupyterLab tokens (a function declaration: hoisted above the mocks). */
 function mockTokens(...names: string[]): Record<string, unknown> {
