@@ -1,5 +1,8 @@
 """The ledger: sessions, budgets, alerts sent and in-Lab notices, in one SQL database.
 
+The :class:`Ledger` opens the database (migrating it) and keeps the sessions; its other parts are mixins
+named for their concerns: budgets and their use (:mod:`.budgets`), alerts and notices (:mod:`.notices`),
+published prices and the lab's settings (:mod:`.pricing`).
 SQLAlchemy 2 models (every table in :mod:`.models`) with Alembic migrations;
 sqlite by default, PostgreSQL in production; the SQL of other concerns is in
 :mod:`.queries`. The spawners (in the hub process) and the service (its own process)
@@ -10,46 +13,31 @@ money as integer micro-units.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import threading
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, delete, event, func, or_, select, update
+from sqlalchemy import create_engine, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
-from jupyterhub_gpu.billing import (
-    BudgetRule,
-    BudgetStatus,
-    UsageRow,
-    charge,
-    rule_window,
-    session_row,
-    status_from_totals,
-    window_totals,
-)
-from jupyterhub_gpu.clock import aware_utc, naive_utc
-from jupyterhub_gpu.ledger.models import AlertSent, Budget, LabSetting, Notice, PriceRecord, SessionRecord
+from jupyterhub_gpu.billing import UsageRow, charge
+from jupyterhub_gpu.clock import naive_utc
+from jupyterhub_gpu.ledger.budgets import BudgetBook, stored_usage_row
+from jupyterhub_gpu.ledger.models import SessionRecord
+from jupyterhub_gpu.ledger.notices import NoticeBook
+from jupyterhub_gpu.ledger.pricing import PricingBook
 from jupyterhub_gpu.ledger.queries.filters import sessions_overlapping, sessions_started
-from jupyterhub_gpu.money import from_micros, parse_amount, to_micros
 from jupyterhub_gpu.session import SessionStart, StopReason, replaced_by
 
 log = logging.getLogger("jupyterhub_gpu.ledger")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-
-
-def _usage_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_count, naive_now) -> UsageRow:
-    """A :class:`UsageRow` from a session's stored columns (naive UTC times)."""
-    row = session_row(sid, user, groups, pool, started, stopped, minutes, rate, gpu_count, naive_now)
-    return dataclasses.replace(row, started=aware_utc(started))
 
 
 def activity_forward(session_id: str, moment: datetime):
@@ -122,8 +110,9 @@ def upgrade(engine: Engine) -> None:
                 connection.exec_driver_sql("PRAGMA busy_timeout = 30000")  # this pooled connection's usual wait
 
 
-class Ledger:
-    """Reads and idempotent writes on the ledger database."""
+class Ledger(BudgetBook, NoticeBook, PricingBook):
+    """Reads and idempotent writes on the ledger database: sessions here; budgets, alerts and notices, prices and
+    the lab's settings in the parts it is made of (:mod:`.budgets`, :mod:`.notices`, :mod:`.pricing`)."""
 
     def __init__(self, db_url: str, migrate: bool = True):
         self.db_url = db_url
@@ -147,26 +136,7 @@ class Ledger:
         with self.Session() as db:
             if db.get(SessionRecord, start.id) is not None:
                 return False
-            db.add(
-                SessionRecord(
-                    id=start.id,
-                    user=start.user,
-                    server_name=start.server_name,
-                    groups=json.dumps(sorted(start.groups)),
-                    pool=start.pool_name(),
-                    profile=start.profile,
-                    gpus=json.dumps(list(start.gpus)),
-                    gpu_count=len(start.gpus),
-                    simulated=start.simulated,
-                    rate_micros=start.rate_micros,
-                    currency=start.currency,
-                    started=naive_utc(start.started),
-                    language=start.language,
-                    tier=start.tier,
-                    resume=start.resume,
-                    server_token=start.server_token,
-                )
-            )
+            db.add(SessionRecord.of(start))
             try:
                 db.commit()
             except IntegrityError:  # recorded by another process in the meantime
@@ -322,7 +292,7 @@ class Ledger:
         """
         naive_now = naive_utc(now)
         return [
-            _usage_row(
+            stored_usage_row(
                 r.id,
                 r.user,
                 tuple(r.group_list),
@@ -343,344 +313,6 @@ class Ledger:
         for group in groups:
             records.update((r.id, r) for r in self.sessions(pool=group, since=since, overlapping=True))
         return self.usage_rows(records.values(), now)
-
-    # -- budgets -------------------------------------------------------------------
-    def budgets(self) -> list[Budget]:
-        with self.Session() as db:
-            return list(db.scalars(select(Budget).order_by(Budget.scope, Budget.subject)))
-
-    def budget_rules(self) -> list[BudgetRule]:
-        """Every budget as a rule; a damaged row (a limit that is no number) is logged and left out."""
-        rules = []
-        for b in self.budgets():
-            try:
-                rules.append(b.rule())
-            except (ArithmeticError, ValueError, TypeError) as e:
-                log.error("budget %s:%s has an unusable limit %r and is ignored: %s", b.scope, b.subject, b.limit, e)
-        return rules
-
-    def get_budget(self, scope: str, subject: str) -> Budget | None:
-        with self.Session() as db:
-            return db.scalar(select(Budget).where(Budget.scope == scope, Budget.subject == subject))
-
-    def set_budget(self, rule: BudgetRule, now: datetime) -> Budget:
-        """Create or replace the budget of a user or group."""
-        with self.Session() as db:
-            budget = db.scalar(select(Budget).where(Budget.scope == rule.scope, Budget.subject == rule.subject))
-            if budget is None:
-                budget = Budget(scope=rule.scope, subject=rule.subject)
-                db.add(budget)
-            elif (budget.period, budget.unit, budget.limit, budget.term_start, budget.term_end) == (
-                rule.period,
-                rule.unit,
-                str(rule.limit),
-                rule.term_start,
-                rule.term_end,
-            ):
-                return budget  # the same budget again (an idempotent PUT): its alerts are not sent again
-            budget.period = rule.period
-            budget.unit = rule.unit
-            budget.limit = str(rule.limit)
-            budget.term_start = rule.term_start
-            budget.term_end = rule.term_end
-            # the revision of the budget's alerts: a new one with every edit, even within one clock tick
-            previous = budget.updated
-            budget.updated = (
-                naive_utc(now) if previous is None else max(naive_utc(now), previous + timedelta(microseconds=1))
-            )
-            db.commit()
-            return budget
-
-    def delete_budget(self, scope: str, subject: str) -> bool:
-        with self.Session() as db:
-            budget = db.scalar(select(Budget).where(Budget.scope == scope, Budget.subject == subject))
-            if budget is None:
-                return False
-            db.delete(budget)
-            db.commit()
-            return True
-
-    # -- alerts and notices ----------------------------------------------------------
-    def claim_alert(
-        self,
-        user: str,
-        budget_key: str,
-        period_start: datetime,
-        threshold: int,
-        channel: str,
-        now: datetime,
-        revision: str = "",
-    ) -> bool:
-        """Record an alert before sending it; False if it was already sent (once per period and budget revision)."""
-        with self.Session() as db:
-            db.add(
-                AlertSent(
-                    user=user,
-                    budget_key=budget_key,
-                    period_start=naive_utc(period_start),
-                    threshold=threshold,
-                    channel=channel,
-                    sent=naive_utc(now),
-                    revision=revision,
-                )
-            )
-            try:
-                db.commit()
-            except IntegrityError:
-                db.rollback()
-                return False
-        return True
-
-    def alerts_since(self, since: datetime) -> list[AlertSent]:
-        """Alerts of the periods that start at or after ``since`` (read once per tick)."""
-        with self.Session() as db:
-            return list(db.scalars(select(AlertSent).where(AlertSent.period_start >= naive_utc(since))))
-
-    def final_notices_before(self, period_start: datetime, sent_since: datetime) -> list[AlertSent]:
-        """100% Lab notices of periods before ``period_start`` sent at or after ``sent_since`` (stops still due)."""
-        query = select(AlertSent).where(
-            AlertSent.threshold == 100,
-            AlertSent.channel == "lab",
-            AlertSent.period_start < naive_utc(period_start),
-            AlertSent.sent >= naive_utc(sent_since),
-        )
-        with self.Session() as db:
-            return list(db.scalars(query))
-
-    def window_totals(
-        self,
-        start: datetime,
-        end: datetime,
-        now: datetime,
-        users: Iterable[str] | None = None,
-        pools: Iterable[str] | None = None,
-    ) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
-        """Money (micro-units) and GPU-minutes of the minutes in ``[start, end)``, per user and per pool.
-
-        Never loads every session: the stopped sessions wholly inside the window
-        are summed in SQL (one row per user and pool), and only the sessions that
-        run across a boundary of the window or are still running are loaded and
-        split minute by minute (:func:`jupyterhub_gpu.billing.window_totals`, the same rule as
-        everywhere). ``users`` and ``pools`` narrow the query to the subjects
-        asked about (None: everyone).
-        """
-        s = SessionRecord
-        a, b = naive_utc(start), naive_utc(end)
-        inside = (s.stopped.is_not(None), s.started >= a, s.started < b, s.stopped <= b)
-        narrow = []
-        users = None if users is None else sorted(set(users))
-        pools = None if pools is None else sorted(set(pools))
-        if users is not None or pools is not None:
-            if len(users or ()) + len(pools or ()) <= 500:  # else one unfiltered pass is cheaper than many
-                narrow = [or_(s.user.in_(users or []), s.pool.in_(pools or []))]
-        closed = (
-            select(
-                s.user,
-                s.pool,
-                func.coalesce(func.sum(s.cost_micros), 0),
-                func.coalesce(func.sum(s.minutes * s.gpu_count), 0),
-            )
-            .where(*inside, *narrow)
-            .group_by(s.user, s.pool)
-        )
-        crossing = sessions_overlapping(
-            select(s.id, s.user, s.pool, s.started, s.stopped, s.minutes, s.rate_micros, s.gpu_count), start, end
-        ).where(~(s.stopped.is_not(None) & (s.started >= a) & (s.stopped <= b)), *narrow)
-        naive_now = naive_utc(now)
-        with self.engine.connect() as db:
-            summed = list(db.execute(closed))
-            rows = [
-                _usage_row(sid, user, (), pool, started, stopped, minutes, rate, gpus, naive_now)
-                for sid, user, pool, started, stopped, minutes, rate, gpus in db.execute(crossing)
-            ]
-        per_user, per_pool = window_totals(rows, start, end)
-        for user, pool, cost, gpu_minutes in summed:
-            for total in (per_user.setdefault(user, [0, 0]), *([per_pool.setdefault(pool, [0, 0])] if pool else [])):
-                total[0] += int(cost)
-                total[1] += int(gpu_minutes)
-        return per_user, per_pool
-
-    def budget_statuses(self, rules: Iterable[BudgetRule], now: datetime, tz) -> dict[str, BudgetStatus]:
-        """:meth:`statuses_of` by ``rule.key`` (the ledger holds one budget per user or group)."""
-        return {status.rule.key: status for status in self.statuses_of(rules, now, tz)}
-
-    def statuses_of(self, rules: Iterable[BudgetRule], now: datetime, tz) -> list[BudgetStatus]:
-        """THE budget use: each rule's status, in the order of ``rules``, as every reader shows and enforces it.
-
-        The spawn check, the tick, ``GET me``, ``GET budgets``, the pages, the
-        CLI (through the API) and the metrics all read budgets here. A minute
-        counts in the period in which it starts (a session across a reset counts
-        its new minutes in the new period at once); a group budget counts the
-        sessions its group pays for. The result equals
-        :func:`jupyterhub_gpu.billing.rule_statuses` over every session. A rule whose period
-        cannot be computed (a damaged row) is logged and left out, so that one
-        bad budget does not hide the others.
-        """
-        rules = list(rules)
-        windows: dict[tuple[datetime, datetime], list[int]] = {}
-        for i, rule in enumerate(rules):
-            try:
-                window = rule_window(rule, now, tz)
-            except (ValueError, TypeError) as e:
-                log.error("budget %s cannot be computed and is ignored: %s", rule.key, e)
-                continue
-            windows.setdefault(window, []).append(i)
-        statuses: dict[int, BudgetStatus] = {}
-        for (start, end), indexes in windows.items():
-            users = [rules[i].subject for i in indexes if rules[i].scope == "user"]
-            pools = [rules[i].subject for i in indexes if rules[i].scope == "group"]
-            per_user, per_pool = self.window_totals(start, end, now, users, pools)
-            for i in indexes:
-                rule = rules[i]
-                micros, gpu_minutes = (per_user if rule.scope == "user" else per_pool).get(rule.subject, (0, 0))
-                statuses[i] = status_from_totals(rule, start, end, micros, gpu_minutes, now)
-        return [statuses[i] for i in sorted(statuses)]
-
-    def alerts(self, user: str | None = None) -> list[AlertSent]:
-        query = select(AlertSent).order_by(AlertSent.id)
-        if user is not None:
-            query = query.where(AlertSent.user == user)
-        with self.Session() as db:
-            return list(db.scalars(query))
-
-    def add_notice(
-        self, user: str, kind: str, message: str, now: datetime, level: str = "info", session_id: str | None = None
-    ) -> Notice:
-        with self.Session() as db:
-            notice = Notice(
-                user=user, kind=kind, level=level, message=message, created=naive_utc(now), session_id=session_id
-            )
-            db.add(notice)
-            db.commit()
-            return notice
-
-    def notices(self, user: str, include_dismissed: bool = False) -> list[Notice]:
-        query = select(Notice).where(Notice.user == user).order_by(Notice.id)
-        if not include_dismissed:
-            query = query.where(Notice.dismissed.is_(False))
-        with self.Session() as db:
-            return list(db.scalars(query))
-
-    def dismiss_notice(self, user: str, notice_id: int) -> bool:
-        with self.Session() as db:
-            changed = db.execute(
-                update(Notice).where(Notice.id == notice_id, Notice.user == user).values(dismissed=True)
-            ).rowcount
-            db.commit()
-            return bool(changed)
-
-    def release_alert(
-        self, user: str, budget_key: str, period_start: datetime, threshold: int, channel: str, revision: str = ""
-    ) -> bool:
-        """Undo :meth:`claim_alert` after a failed send, so that the alert is tried again."""
-        with self.Session() as db:
-            changed = db.execute(
-                delete(AlertSent).where(
-                    AlertSent.user == user,
-                    AlertSent.budget_key == budget_key,
-                    AlertSent.period_start == naive_utc(period_start),
-                    AlertSent.threshold == threshold,
-                    AlertSent.channel == channel,
-                    AlertSent.revision == revision,
-                )
-            ).rowcount
-            db.commit()
-            return bool(changed)
-
-    # -- pricing (published by the hub, read by the API and metrics) -------------------
-    def set_pricing(self, profiles: list[dict], currency: str, now: datetime) -> int:
-        """Replace the published profiles and their prices; returns how many were stored.
-
-        Each dict needs ``slug``, ``gpu_count`` and ``rate_per_minute`` (a Decimal,
-        a decimal string or an int, never a float) and may have ``display_name``,
-        ``gpu_model``, ``allowed_groups``, the rate's parts ``price_per_gpu_hour``
-        and ``price_per_hour`` (so that an admin's edit of one part is priced as
-        the spawner prices it) and ``gpu_memory_mib`` (one GPU's memory in the
-        hub's inventory); other keys are ignored, so the fields of a spawner
-        ``Profile`` can be passed as they are.
-        """
-
-        def part(profile: dict, name: str) -> str | None:
-            value = profile.get(name)
-            return None if value is None else f"{parse_amount(value, f'{name} of profile {slug!r}'):f}"
-
-        rows = []
-        for position, profile in enumerate(profiles):
-            slug = profile["slug"]
-            rate = parse_amount(profile["rate_per_minute"], f"rate_per_minute of profile {slug!r}")
-            memory = profile.get("gpu_memory_mib")
-            rows.append(
-                PriceRecord(
-                    slug=slug,
-                    position=position,
-                    display_name=profile.get("display_name") or slug,
-                    gpu_model=profile.get("gpu_model") or "",
-                    gpu_count=int(profile.get("gpu_count", 0)),
-                    rate_micros=to_micros(rate),
-                    currency=currency,
-                    allowed_groups=json.dumps(sorted(profile.get("allowed_groups") or ())),
-                    updated=naive_utc(now),
-                    price_per_gpu_hour=part(profile, "price_per_gpu_hour"),
-                    price_per_hour=part(profile, "price_per_hour"),
-                    gpu_memory_mib=int(memory) if memory else None,
-                    gpu_share=int(profile["gpu_share"]) if profile.get("gpu_share") else None,  # issue 17
-                    mig=profile.get("mig") or None,
-                    # a spawner Profile says ``preemptible``; a published row ``tier``
-                    tier="preemptible" if profile.get("preemptible") or profile.get("tier") == "preemptible" else None,
-                )
-            )
-        with self.Session() as db:
-            db.execute(delete(PriceRecord))
-            db.add_all(rows)
-            db.commit()
-        return len(rows)
-
-    # -- the lab's settings (published by the hub at start, read by the service) -------------
-    def set_lab_settings(self, settings: dict[str, str], now: datetime) -> None:
-        """Replace the published lab settings (``currency``, ``currency_symbol``, ``timezone``...) with ``settings``."""
-        for name, value in settings.items():
-            if not isinstance(name, str) or not name or len(name) > 64 or not isinstance(value, str):
-                raise ValueError(f"a lab setting needs a name of 1-64 characters and a string value, got {name!r}")
-        with self.Session() as db:
-            db.execute(delete(LabSetting))
-            db.add_all(LabSetting(name=k, value=v, updated=naive_utc(now)) for k, v in settings.items())
-            db.commit()
-
-    def lab_settings(self) -> dict[str, str]:
-        """The settings the hub published at its last start; empty if it never did."""
-        with self.Session() as db:
-            return {r.name: r.value for r in db.scalars(select(LabSetting))}
-
-    def session_currencies(self) -> dict[str, int]:
-        """How many sessions (running or stopped) were charged in each currency (one GROUP BY)."""
-        query = select(SessionRecord.currency, func.count()).group_by(SessionRecord.currency)
-        with self.Session() as db:
-            return {code: int(n) for code, n in db.execute(query)}
-
-    def pricing(self) -> list[dict]:
-        """The published profiles in their configured order, rates as decimal strings."""
-        with self.Session() as db:
-            records = list(db.scalars(select(PriceRecord).order_by(PriceRecord.position, PriceRecord.slug)))
-        return [
-            {
-                "slug": r.slug,
-                "display_name": r.display_name,
-                "gpu_model": r.gpu_model,
-                "gpu_count": r.gpu_count,
-                "rate_per_minute": f"{from_micros(r.rate_micros):f}",
-                "currency": r.currency,
-                "allowed_groups": json.loads(r.allowed_groups or "[]"),
-                "updated": aware_utc(r.updated),
-                # the rate's configured parts (None: published before they were kept) and one GPU's memory
-                "price_per_gpu_hour": r.price_per_gpu_hour,
-                "price_per_hour": r.price_per_hour,
-                "gpu_memory_mib": r.gpu_memory_mib,
-                "gpu_share": r.gpu_share,  # part of a GPU (issue 17): None for a whole GPU
-                "mig": r.mig,
-                "tier": r.tier,  # "preemptible", or None: full price
-            }
-            for r in records
-        ]
 
     def closed_session_totals(self) -> list[dict]:
         """Counts, minutes and money of stopped sessions, summed in SQL per profile, pool, currency and reason.
