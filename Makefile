@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop k8s-build-early lint format venv docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image k8s-hub-image image clean docs
+.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop k8s-build-early lint format venv catalogs docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image k8s-hub-image image clean docs
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
@@ -24,7 +24,14 @@ help:
 	@echo "make docs        the documentation site in docs/_build/html (Sphinx; a warning fails it; part of make test)"
 	@echo "make image       build the GPU single-user image jupyterhub-gpu/tensorflow:2.15 (docs/images.md)"
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed catalogs
+
+# the message catalogs' .mo files (gitignored): pip install compiles them too (hatch_build.py); this keeps a
+# checkout's in step with a .po just edited
+CATALOGS := $(patsubst %.po,%.mo,$(wildcard jupyterhub_gpu/locale/*/LC_MESSAGES/*.po))
+catalogs: $(CATALOGS)
+%.mo: %.po $(VENV)/.installed
+	$(BIN)/python hatch_build.py --stale
 
 $(VENV)/.installed: pyproject.toml constraints.txt labextension/package.json labextension/yarn.lock images/tensorflow/overrides.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

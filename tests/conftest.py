@@ -23,6 +23,19 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
+
+def _compile_catalogs() -> None:
+    """The tests read the message catalogs as a built package does: compiled, from the .po files as they are now."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hatch_build", ROOT / "hatch_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.compile_catalogs(stale_only=True)
+
+
+_compile_catalogs()
+
 # A shell's background job (`make test &`, nohup) starts with SIGINT ignored, and every process it starts would
 # inherit that: single-user servers deaf to the hub's SIGINT, kernels and Keras fits that no interrupt reaches.
 # The suite runs as from a terminal: a handler here, and the children (xdist workers, hubs, servers) start

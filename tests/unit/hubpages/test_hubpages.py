@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from babel.messages.pofile import read_po
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PrefixLoader, nodes
 from jupyterhub._data import DATA_FILES_PATH
 from tornado.testing import AsyncHTTPTestCase
@@ -19,7 +20,7 @@ from tornado.web import Application, RequestHandler
 
 from jupyterhub_gpu import hubpages
 from jupyterhub_gpu.hubpages.namespace import HUB_MESSAGES, STATUS_CODES, language_namespace, switch_links
-from jupyterhub_gpu.i18n import COOKIE, ZH_CN
+from jupyterhub_gpu.i18n import COOKIE, LOCALE_DIR
 
 # where JupyterHub's own templates are, as JupyterHub finds them (app.py: _template_paths_default)
 JUPYTERHUB_TEMPLATES = Path(DATA_FILES_PATH) / "templates"
@@ -35,6 +36,9 @@ ENV = Environment(
     autoescape=True,
 )
 PLACEHOLDER = re.compile(r"{(\w+)}")
+with (LOCALE_DIR / "zh_CN" / "LC_MESSAGES" / "jupyterhub_gpu.po").open("rb") as po:
+    #: the Chinese catalog's texts, as written in its .po
+    ZH_CN = {m.id: m.string for m in read_po(po) if isinstance(m.id, str) and m.id and not m.context}
 
 
 def parsed(name: str):
