@@ -1,0 +1,5 @@
+"""``python -m jupyterhub_gpu.cli``: the ``jupyterhub-gpu`` command."""
+
+from jupyterhub_gpu.cli import run
+
+run()
