@@ -10,6 +10,8 @@ service (REST API, pages, metrics) derives from :class:`BaseHandler`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
@@ -19,7 +21,6 @@ from jupyterhub_gpu.billing import BudgetRule, BudgetStatus
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.params import BadRequest, parse_json_body
 
@@ -56,6 +57,74 @@ def instructor_groups(scopes) -> tuple[str, ...]:
     """The groups named by ``custom:gpu-usage:read!group=NAME`` among a token's scopes (instructors' roles)."""
     prefix = SCOPE_USAGE_READ + "!group="
     return tuple(sorted({s[len(prefix) :] for s in scopes if s.startswith(prefix) and len(s) > len(prefix)}))
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: the one place for what the caller's scopes allow, shared by the REST API and the pages.
+
+    Made from JupyterHub's model of the caller (:meth:`BaseHandler.caller`); the rules of who may do what
+    (:mod:`.actions`) take it with the :class:`~.context.WebContext`, so that a page's form and the REST
+    handler ask the same question. A refusal is a ``web.HTTPError`` with its words in ``language()``.
+    """
+
+    name: str = ""
+    kind: str = "user"
+    scopes: frozenset[str] = frozenset()
+    groups: tuple[str, ...] = ()
+    #: Whether the request came with a token (not the browser's login): the fix for a missing scope names it.
+    by_token: bool = False
+    #: The language of a refusal's words, asked only when there is one (a page's choice sets its cookie).
+    language: Callable[[], str] = field(default=lambda: "en", compare=False, repr=False)
+
+    @classmethod
+    def of(cls, model: dict | None, by_token: bool = False, language: Callable[[], str] | None = None) -> Caller:
+        model = model or {}
+        return cls(
+            name=str(model.get("name", "")),
+            kind=model.get("kind", "user"),
+            scopes=frozenset(model.get("scopes", [])),
+            groups=tuple(model.get("groups") or ()),
+            by_token=by_token,
+            **({"language": language} if language is not None else {}),
+        )
+
+    @property
+    def is_user(self) -> bool:
+        return self.kind == "user"
+
+    @property
+    def instructor_groups(self) -> tuple[str, ...]:
+        """The groups whose usage the caller may read: a role with ``custom:gpu-usage:read!group=NAME`` per group."""
+        return instructor_groups(self.scopes)
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def can_read_group(self, group: str) -> bool:
+        return self.has_scope(SCOPE_USAGE_READ) or group in self.instructor_groups
+
+    def missing_scope_message(self, scopes) -> str:
+        """Why the caller lacks ``scopes`` where it may hold them, and the fix: its login or its token."""
+        needs = " or ".join(scopes)
+        return translator(self.language())(TOKEN_LACKS_SCOPE if self.by_token else LOGIN_LACKS_SCOPE, needs=needs)
+
+    def require_scope(self, *scopes: str) -> None:
+        """403 unless the caller holds one of ``scopes``."""
+        if not any(self.has_scope(s) for s in scopes):
+            raise web.HTTPError(403, self.missing_scope_message(scopes))
+
+    def require_group(self, group: str) -> None:
+        """403 unless the caller reads everyone's usage or is an instructor of ``group``."""
+        if not self.can_read_group(group):
+            scopes = (SCOPE_USAGE_READ, f"{SCOPE_USAGE_READ}!group={group}")
+            raise web.HTTPError(403, self.missing_scope_message(scopes))
+
+    def own_name(self, what: str) -> str:
+        """The calling user's name; a service has no usage of its own."""
+        if not self.is_user:
+            raise web.HTTPError(403, f"Service {self.name} is not a user and has no GPU usage of its own; {what}.")
+        return self.name
 
 
 def is_server_token(caller: dict | None, session) -> bool:
@@ -154,51 +223,51 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         )
 
     # -- who is asking -----------------------------------------------------------
+    @property
+    def caller(self) -> Caller:
+        """Who is asking, for the rules of who may do what (:mod:`.actions`); the words of a refusal in the
+        language of the answers (the API's English, a page's reader's language)."""
+        by_token = bool(self.hub_auth.get_token(self, in_cookie=False))
+        return Caller.of(self.current_user, by_token, self.answer_language)
+
+    def answer_language(self) -> str:
+        """The language of the answers' words: English for the API (pages: the reader's)."""
+        return "en"
+
     def has_scope(self, scope: str) -> bool:
-        user = self.current_user or {}
-        return scope in set(user.get("scopes", []))
+        return self.caller.has_scope(scope)
 
     def require_scope(self, *scopes: str) -> None:
         """403 unless the caller holds one of ``scopes``."""
-        if not any(self.has_scope(s) for s in scopes):
-            raise web.HTTPError(403, self.missing_scope_message(scopes))
+        self.caller.require_scope(*scopes)
 
     def missing_scope_message(self, scopes) -> str:
         """Why the caller lacks ``scopes`` where it may hold them, and the fix: its login or its token."""
-        needs = " or ".join(scopes)
-        if self.hub_auth.get_token(self, in_cookie=False):
-            return self._(TOKEN_LACKS_SCOPE, needs=needs)
-        return self._(LOGIN_LACKS_SCOPE, needs=needs)
+        return self.caller.missing_scope_message(scopes)
 
     @property
     def instructor_groups(self) -> tuple[str, ...]:
         """The groups whose usage the caller may read: a role with ``custom:gpu-usage:read!group=NAME`` per group."""
-        return instructor_groups((self.current_user or {}).get("scopes", []))
+        return self.caller.instructor_groups
 
     def can_read_group(self, group: str) -> bool:
-        return self.has_scope(SCOPE_USAGE_READ) or group in self.instructor_groups
+        return self.caller.can_read_group(group)
 
     def require_group(self, group: str) -> None:
         """403 unless the caller reads everyone's usage or is an instructor of ``group``."""
-        if not self.can_read_group(group):
-            scopes = (SCOPE_USAGE_READ, f"{SCOPE_USAGE_READ}!group={group}")
-            raise web.HTTPError(403, self.missing_scope_message(scopes))
+        self.caller.require_group(group)
 
     @property
     def is_user(self) -> bool:
-        return (self.current_user or {}).get("kind", "user") == "user"
+        return self.caller.is_user
 
     def own_name(self, what: str) -> str:
         """The calling user's name; a service has no usage of its own."""
-        if not self.is_user:
-            raise web.HTTPError(
-                403, f"Service {self.current_user['name']} is not a user and has no GPU usage of its own; {what}."
-            )
-        return self.current_user["name"]
+        return self.caller.own_name(what)
 
     @property
     def groups(self) -> tuple[str, ...]:
-        return tuple((self.current_user or {}).get("groups") or ())
+        return self.caller.groups
 
     # -- input and output --------------------------------------------------------
     def json_body(self, allow_empty: bool = False):
@@ -235,7 +304,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         return utcnow()
 
     def statuses(self, rules: list[BudgetRule], now: datetime) -> list[BudgetStatus]:
-        return current_statuses(self.ledger, rules, now, self.ctx.tz)
+        return self.ledger.statuses_of(rules, now, self.ctx.tz)
 
 
 def http_error_text(e: web.HTTPError) -> str:

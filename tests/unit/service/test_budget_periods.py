@@ -543,7 +543,7 @@ def test_the_spawner_lets_a_user_choose_the_pool_and_refuses_a_forged_one(ledger
 
 
 def test_usage_reports_of_consecutive_windows_add_up_and_agree_with_the_budget(ledger):
-    from jupyterhub_gpu.service.web.pages import daily_series, totals_by
+    from jupyterhub_gpu.service.web.pages.series import daily_series, totals_by
 
     ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("100")), LATE)
     start(ledger, "late", "ann", LATE)

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.web.pages import day_text, moment_text
+from jupyterhub_gpu.service.web.pages.series import day_text, moment_text
 from jupyterhub_gpu.service.web.views import currency_of
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")

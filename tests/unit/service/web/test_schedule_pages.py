@@ -3,8 +3,8 @@
 The group page's reservations, shares and booking form, the admin page's "Schedule" (every booking, the shares and
 their form, the hub's queue, the preemptions) and a user's own waiting requests and preemptions. The handlers run
 in a tornado application of their own with a stand-in caller (the model the hub would return for a login) and a
-stand-in hub that knows some groups; the ledger is a real sqlite file. The forms run the REST API's own code, so
-a refusal shows the API's message on the page and leaves the tables exactly as they were. (XSRF is JupyterHub's:
+stand-in hub that knows some groups; the ledger is a real sqlite file. The forms call the REST API's own functions,
+so a refusal shows the API's message on the page and leaves the tables exactly as they were. (XSRF is JupyterHub's:
 tests/service/test_pages.py posts the forms through a real hub's login.)
 """
 
@@ -42,6 +42,7 @@ from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.advice import AdviceSettings
 from jupyterhub_gpu.service.web import pages
 from jupyterhub_gpu.service.web.context import WebContext
+from jupyterhub_gpu.service.web.pages.schedule import booking_body, share_body, whole_or_text, zoned
 from jupyterhub_gpu.session import SessionStart
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -194,7 +195,7 @@ def shown(page: str) -> str:
 
 def test_a_forms_fields_become_the_apis_json_body():
     form = {"gpu_model": "T4", "count": "2", "start": "2026-12-08T14:00", "end": "2026-12-08T16:00"}
-    body = pages.booking_body("cs231n", {**form, "weekly_until": "2027-01-15", "note": ""}, SHANGHAI)
+    body = booking_body("cs231n", {**form, "weekly_until": "2027-01-15", "note": ""}, SHANGHAI)
     assert body == {
         "group": "cs231n",
         "gpu_model": "T4",
@@ -204,20 +205,20 @@ def test_a_forms_fields_become_the_apis_json_body():
         "weekly_until": "2027-01-15",
     }
     # what is not a number or a time goes to the API as it is, so that its parser names it
-    assert pages.booking_body("g", {"count": "two", "start": "tuesday"}, SHANGHAI) == {
+    assert booking_body("g", {"count": "two", "start": "tuesday"}, SHANGHAI) == {
         "group": "g",
         "count": "two",
         "start": "tuesday",
     }
-    assert pages.zoned("2026-12-08T14:00+01:00", SHANGHAI) == "2026-12-08T14:00+01:00"
-    assert pages.zoned("0001-01-01T00:00", SHANGHAI).startswith("0001-01-01T00:00")  # the API refuses it
-    assert pages.whole_or_text("-1") == -1 and pages.whole_or_text("1.5") == "1.5"
-    assert pages.share_body({"group": "g", "gpu_model": "T4", "share": "3"}, clear=False)["share"] == 3
-    assert pages.share_body({"group": "g", "gpu_model": "T4", "share": ""}, clear=False) == {
+    assert zoned("2026-12-08T14:00+01:00", SHANGHAI) == "2026-12-08T14:00+01:00"
+    assert zoned("0001-01-01T00:00", SHANGHAI).startswith("0001-01-01T00:00")  # the API refuses it
+    assert whole_or_text("-1") == -1 and whole_or_text("1.5") == "1.5"
+    assert share_body({"group": "g", "gpu_model": "T4", "share": "3"}, clear=False)["share"] == 3
+    assert share_body({"group": "g", "gpu_model": "T4", "share": ""}, clear=False) == {
         "group": "g",
         "gpu_model": "T4",
     }
-    assert pages.share_body({"group": "g", "gpu_model": "T4", "share": "3"}, clear=True)["share"] is None
+    assert share_body({"group": "g", "gpu_model": "T4", "share": "3"}, clear=True)["share"] is None
 
 
 # -- the group page --------------------------------------------------------------------------------------------

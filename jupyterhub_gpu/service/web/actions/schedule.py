@@ -1,0 +1,326 @@
+"""Reservations and shares (docs/scheduling.md): who may read and book what, the order in which a booking is
+checked, and the changes, for ``POST reservations``, ``DELETE reservations/ID``, ``PUT shares`` and the
+usage pages' forms alike.
+
+A booking keeps N GPUs of a model for a group in a window, once or weekly until a day. Admins
+(``custom:gpu-budgets:write``) book for any group, any window; an instructor, for the groups of their
+``custom:gpu-usage:read!group=NAME`` scopes, starting at least ``c.GPUService.reservation_notice_hours`` from
+now and within the group's booking limits (:class:`~jupyterhub_gpu.scheduler.bookings.BookingLimits`), which
+bind the group's bookings together, so that an instructor cannot take the pool for long or at short notice,
+nor split a booking to get past them. It is checked alone first (its fields, the pool, the group, the limits),
+then against the bookings already made, in the same transaction as its insert; a refused one changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from tornado import web
+
+from jupyterhub_gpu.i18n import translator
+from jupyterhub_gpu.ledger.queries.schedule import (
+    Draft,
+    StoredReservation,
+    StoredShare,
+    add_reservation,
+    delete_reservation,
+    get_reservation,
+    set_share,
+    shares,
+)
+from jupyterhub_gpu.scheduler import Reservation
+from jupyterhub_gpu.scheduler.bookings import (
+    HOLD,
+    HOLD_GAP,
+    WEEKLY,
+    BookingLimits,
+    LimitProblem,
+    ReservationError,
+    check_reservation,
+    hours,
+    limit_problems,
+)
+from jupyterhub_gpu.service.hubapi import HubAPIError
+from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, Caller
+from jupyterhub_gpu.service.web.context import WebContext
+from jupyterhub_gpu.service.web.params import BadRequest, parse_reservation, parse_share
+
+#: The defaults of ``c.GPUService.reservation_max_hours`` and ``reservation_notice_hours`` (a context without them);
+#: the GPU-hours a week and the part of the pool are not limited unless set.
+DEFAULT_MAX_HOURS = 4.0
+DEFAULT_NOTICE_HOURS = 24.0
+
+NO_POOL = (
+    "The gpu service does not know the lab's GPUs, so it cannot check a booking: set c.GPUService.gpu_pool"
+    " (for example {'T4': 4, 'A100': 4}) in the service's configuration and restart it"
+)
+
+
+def as_reservation(r: StoredReservation | Draft, rid: str, tz) -> Reservation:
+    """The domain's booking, its times in the lab's zone (weekly windows repeat at the lab's wall-clock time)."""
+    return Reservation(rid, r.group, r.gpu_model, r.count, r.start.astimezone(tz), r.end.astimezone(tz), r.weekly_until)
+
+
+# -- who may read and book what ------------------------------------------------------------------------
+
+
+def is_admin(caller: Caller) -> bool:
+    return caller.has_scope(SCOPE_BUDGETS_WRITE)
+
+
+def visible_groups(caller: Caller) -> tuple[str, ...] | None:
+    """The groups whose schedule the caller reads; None: every group (admins)."""
+    if caller.has_scope(SCOPE_USAGE_READ) or is_admin(caller):
+        return None
+    return tuple(sorted(set(caller.instructor_groups) | set(caller.groups)))
+
+
+def require_booking(caller: Caller, group: str) -> None:
+    """403 unless the caller is an admin or an instructor of ``group``."""
+    if not (is_admin(caller) or group in caller.instructor_groups):
+        scopes = (SCOPE_BUDGETS_WRITE, f"{SCOPE_USAGE_READ}!group={group}")
+        raise web.HTTPError(403, caller.missing_scope_message(scopes))
+
+
+def may_book(caller: Caller, group: str) -> bool:
+    """Whether the caller may book and cancel for ``group`` (an admin, or the group's instructor)."""
+    try:
+        require_booking(caller, group)
+    except web.HTTPError:
+        return False
+    return True
+
+
+async def known_groups(ctx: WebContext, group: str) -> set[str]:
+    """``{group}`` if the hub has it, else nothing; 502 when the hub cannot say."""
+    try:
+        found = await ctx.hub.group(group)
+    except HubAPIError as e:
+        raise web.HTTPError(502, f"Could not ask the hub whether the group {group!r} exists: {e}") from None
+    return {group} if found is not None else set()
+
+
+def _parsed(parse, body_of: Callable[[], object]):
+    body = body_of()  # a malformed JSON body is the caller's 400, raised here, after the checks before it
+    try:
+        return parse(body)
+    except BadRequest as e:
+        raise web.HTTPError(400, str(e)) from None
+
+
+def check_notice(ctx: WebContext, draft: Draft, now: datetime) -> None:
+    """400 for an instructor's booking starting sooner than ``reservation_notice_hours`` from now: students on
+    the group's GPUs are not pushed off at short notice."""
+    notice = _hours(ctx, "reservation_notice_hours", DEFAULT_NOTICE_HOURS)
+    earliest = now + timedelta(hours=notice)
+    if draft.start < earliest:
+        raise web.HTTPError(
+            400,
+            f"The reservation cannot be made: it starts {draft.start.astimezone(ctx.tz):%Y-%m-%d %H:%M}, and"
+            f" an instructor must book at least {notice:g} hours ahead (c.GPUService.reservation_notice_hours),"
+            f" so not before {earliest.astimezone(ctx.tz):%Y-%m-%d %H:%M}; an administrator can book sooner",
+        )
+
+
+# -- the changes ---------------------------------------------------------------------------------------
+
+
+async def book(ctx: WebContext, caller: Caller, body_of: Callable[[], object], now: datetime) -> StoredReservation:
+    """Book what ``body_of()`` (``POST reservations``' JSON) asks; every refusal (403, 400, 409, 502) stores nothing.
+
+    The order is the API's: a caller with no group to book for is refused before the body is read; then the
+    body, who may book for its group, the pool, the group (the hub), the booking alone, an instructor's limits
+    and notice, and last the other bookings, checked with the insert.
+    """
+    if not (is_admin(caller) or caller.instructor_groups):  # no group to book for: say so before reading the body
+        scopes = (SCOPE_BUDGETS_WRITE, f"{SCOPE_USAGE_READ}!group=NAME")
+        raise web.HTTPError(403, caller.missing_scope_message(scopes))
+    draft = _parsed(parse_reservation, body_of)
+    require_booking(caller, draft.group)
+    pool = dict(ctx.gpu_pool)
+    if not pool:
+        raise web.HTTPError(409, NO_POOL)
+    tz = ctx.tz
+    booking = as_reservation(draft, "new", tz)
+    groups = await known_groups(ctx, draft.group)
+    try:
+        check_reservation(booking, [], pool, groups)  # the booking on its own: its fields, the pool, the group
+    except ReservationError as e:
+        raise web.HTTPError(400, f"The reservation cannot be made: {e}") from None
+    limits = None if is_admin(caller) else booking_limits(ctx)  # admins are not limited
+    if limits is not None:
+        alone = limit_problems(booking, [], pool, limits)
+        if alone:
+            words = "; ".join(limit_text(p, tz) for p in alone)
+            raise web.HTTPError(400, "%s", f"The reservation cannot be made: {words}")  # a message with "%"
+        check_notice(ctx, draft, now)
+
+    def against_existing(existing: list[StoredReservation]) -> None:
+        others = [as_reservation(r, str(r.id), tz) for r in existing]
+        check_reservation(booking, others, pool, groups)
+        if limits is not None:  # the group's other bookings count: splitting a booking does not beat a limit
+            together = limit_problems(booking, others, pool, limits)
+            if together:
+                raise BookingLimitError("; ".join(limit_text(p, tz) for p in together))
+
+    try:
+        return add_reservation(ctx.ledger, draft, against_existing, tz, now, caller.name)
+    except BookingLimitError as e:
+        raise web.HTTPError(409, "%s", f"The reservation cannot be made: {e}") from None
+    except ReservationError as e:
+        raise web.HTTPError(409, f"The reservation conflicts with others: {e}") from None
+
+
+def cancel(ctx: WebContext, caller: Caller, rid: str, group: str | None = None) -> StoredReservation:
+    """Cancel the booking ``rid`` (admins; an instructor, their groups'); a page's form names its ``group`` too:
+    a booking of another group is not found there."""
+    found = get_reservation(ctx.ledger, int(rid), ctx.tz) if rid.isascii() and rid.isdigit() and len(rid) < 12 else None
+    if group is not None and found is not None and found.group != group:
+        raise web.HTTPError(404, f"There is no reservation {rid!r} of the group {group}")
+    visible = visible_groups(caller)
+    if found is None or (visible is not None and found.group not in visible):
+        raise web.HTTPError(404, f"There is no reservation {rid!r} you may see")
+    require_booking(caller, found.group)
+    delete_reservation(ctx.ledger, found.id)
+    return found
+
+
+async def put_share(
+    ctx: WebContext, caller: Caller, body_of: Callable[[], object], now: datetime
+) -> tuple[StoredShare | None, bool]:
+    """Set or clear (``share`` null) a group's share of a model (admins): ``(the share now, whether one was
+    there)``; the share is None when cleared. Clearing a share that is not there is a 404."""
+    caller.require_scope(SCOPE_BUDGETS_WRITE)
+    group, model, share = _parsed(parse_share, body_of)
+    pool = ctx.gpu_pool
+    if share is not None:
+        if pool and pool.get(model, 0) <= 0:
+            have = ", ".join(sorted(m for m, n in pool.items() if n > 0)) or "none"
+            raise web.HTTPError(400, f"gpu_model: the pool has no {model} GPUs (it has: {have})")
+        if not await known_groups(ctx, group):
+            raise web.HTTPError(400, f"group: there is no group named {group!r}")
+    existed = set_share(ctx.ledger, group, model, share, now, caller.name)
+    if share is None:
+        if not existed:
+            raise web.HTTPError(404, f"The group {group} has no share of {model} GPUs")
+        return None, True
+    (stored,) = [s for s in shares(ctx.ledger, [group]) if s.gpu_model == model]
+    return stored, existed
+
+
+# -- the limits and their words ------------------------------------------------------------------------
+
+
+class BookingLimitError(ReservationError):
+    """A booking past its group's limits together with the group's other bookings (a 409)."""
+
+
+def booking_limits(ctx) -> BookingLimits:
+    """The lab's limits on an instructor's bookings (``c.GPUService.reservation_max_hours``, ...)."""
+    return BookingLimits.from_settings(
+        _hours(ctx, "reservation_max_hours", DEFAULT_MAX_HOURS),
+        getattr(ctx, "reservation_max_gpu_hours_per_week", None),
+        getattr(ctx, "reservation_max_pool_fraction", None),
+    )
+
+
+def limits_words(ctx, lang: str) -> list[str]:
+    """What an instructor may book (docs/scheduling.md, "Booking limits"), in ``lang``: the booking form's notes."""
+    _ = translator(lang)
+    limits = booking_limits(ctx)
+    words = [
+        _(
+            "An instructor books at least {notice} hours ahead, and a group holds GPUs of a model for at most"
+            " {hours} hours without a break (its bookings less than {gap} minutes apart count as one).",
+            notice=f"{_hours(ctx, 'reservation_notice_hours', DEFAULT_NOTICE_HOURS):g}",
+            hours=_number(hours(limits.max_hold)),
+            gap=HOLD_GAP // timedelta(minutes=1),
+        )
+    ]
+    if limits.max_gpu_hours_per_week is not None:
+        words.append(
+            _(
+                "At most {gpu_hours} GPU-hours a week (Monday to Sunday) for the group, every model together.",
+                gpu_hours=_number(limits.max_gpu_hours_per_week),
+            )
+        )
+    if limits.max_pool_fraction is not None and limits.max_pool_fraction < 1:
+        words.append(
+            _("At most {percent}% of each model's GPUs at once.", percent=_number(100 * limits.max_pool_fraction))
+        )
+    words.append(
+        _("These limits count every booking of the group, each week of a weekly one; administrators are not limited.")
+    )
+    return words
+
+
+def _number(value: Fraction) -> str:
+    return f"{float(value):g}"
+
+
+def _day(moment: datetime, tz) -> str:
+    local = moment.astimezone(tz)
+    return f"{local:%a} {local.day} {local:%b %Y}"
+
+
+def _moment(moment: datetime, tz) -> str:
+    return f"{_day(moment, tz)} {moment.astimezone(tz):%H:%M}"
+
+
+def _span(start: datetime, end: datetime, tz) -> str:
+    """``Tue 8 Dec 2026 14:00–18:00``, or ``from Tue 8 Dec 2026 00:00 to Wed 9 Dec 2026 00:00``."""
+    a, b = start.astimezone(tz), end.astimezone(tz)
+    if a.date() == b.date():
+        return f"{_moment(a, tz)}–{b:%H:%M}"
+    return f"from {_moment(a, tz)} to {_moment(b, tz)}"
+
+
+def _bookings(names: tuple[str, ...]) -> str:
+    return ("its reservation " if len(names) == 1 else "its reservations ") + ", ".join(names)
+
+
+def limit_text(p: LimitProblem, tz) -> str:
+    """A limit problem in words an instructor reads: the limit (its setting), the window, hold or week, the
+    figures, and the other bookings of the group that count."""
+    more = f" (and {p.more} more like it later)" if p.more else ""
+    if p.limit == HOLD:
+        clock = f" (the clocks change in it: {_number(p.wall_hours)} hours on the clock)" if p.wall_hours else ""
+        longest = f"an instructor may book at most {_number(p.allowed)} hours at a time"
+        if p.alone and p.single_window:
+            return (
+                f"its window on {_span(p.start, p.end, tz)} lasts {_number(p.amount)} hours{clock}{more}, and"
+                f" {longest} (c.GPUService.reservation_max_hours); an administrator can book a longer one"
+            )
+        by = "its windows" if p.alone else f"with {p.group}'s other {p.model} bookings ({_bookings(p.others)}) it"
+        return (
+            f"{by} holds {p.model} GPUs without a break for {_number(p.amount)} hours{clock},"
+            f" {_span(p.start, p.end, tz)}{more}, and {longest} (c.GPUService.reservation_max_hours; a group's"
+            f" bookings less than {HOLD_GAP // timedelta(minutes=1)} minutes apart count as one hold); an"
+            " administrator can book a longer one"
+        )
+    if p.limit == WEEKLY:
+        week = f"the week of {_day(p.start, tz)} (Monday to Sunday, {getattr(tz, 'key', tz)})"
+        if p.alone:
+            what = f"in {week} it has {_number(p.amount)} GPU-hours booked{more}"
+        else:
+            what = (
+                f"in {week} {p.group} would have {_number(p.amount)} GPU-hours booked ({_number(p.mine)} by this"
+                f" booking, {_number(p.amount - p.mine)} by {_bookings(p.others)}){more}"
+            )
+        return (
+            f"{what}, and an instructor may book at most {_number(p.allowed)} GPU-hours a week for a group"
+            " (c.GPUService.reservation_max_gpu_hours_per_week); an administrator can book more"
+        )
+    by = "" if p.alone else f" (with {_bookings(p.others)})"
+    return (
+        f"on {_span(p.start, p.end, tz)}{more}, {p.group} would hold {_number(p.amount)} of the pool's {p.pool}"
+        f" {p.model} GPUs at once{by}, and an instructor may book at most {_number(p.allowed)} of them for a group"
+        f" at once ({_number(100 * p.share)}% of the pool, c.GPUService.reservation_max_pool_fraction); an"
+        " administrator can book more"
+    )
+
+
+def _hours(ctx, name: str, default: float) -> float:
+    return float(getattr(ctx, name, default))
