@@ -1,6 +1,6 @@
 """Benchmark: one metering tick and one reconciliation at 100, 1,000 and 5,000 active sessions.
 
-Runs the service's real code (:func:`enforce_budgets`, :class:`Reconciler`, the
+Runs the service's real code (:func:`enforce_budgets`, :func:`reconcile`, the
 real :class:`Ledger` and :class:`HubClient`, alerts through the real
 :func:`tick.deliver` with Lab notices only) against:
 
@@ -61,7 +61,7 @@ from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.alerts import BudgetAlert
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.hubapi import HubClient
-from jupyterhub_gpu.service.tick import Reconciler, deliver, enforce_budgets
+from jupyterhub_gpu.service.tick import TickContext, deliver, enforce_budgets, reconcile
 
 #: The moment of the first tick (a Friday afternoon in Shanghai), so that every run sees the same periods.
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
@@ -446,23 +446,24 @@ async def bench_size(n: int, db: str, repeat: int, want_profile: bool, workdir: 
         now_box = [NOW]
         notify = make_notify(ledger, settings, now_box)
         profile = cProfile.Profile() if want_profile else None
+        tick = TickContext(ledger=ledger, hub=hub, tz=TZ, budget_grace=GRACE)
 
         ticks = []
         for i in range(repeat):
             now_box[0] = now = NOW + i * TICK_INTERVAL
             run, result = await measure(
-                lambda now=now: enforce_budgets(ledger, hub, now, TZ, notify, grace=GRACE),
+                lambda now=now: enforce_budgets(tick, now, notify),
                 ledger,
                 hub,
                 profile if i == repeat - 1 else None,  # profile a warm tick
             )
             run.alerts, run.stops = len(result.alerts), len(result.stopped)
             ticks.append(run)
-        reconciler = Reconciler(ledger, hub)
+        missing = {}  # what the service's TickState keeps between reconciliations
         reconciles = []
         for i in range(repeat):
             now = NOW + (repeat + i) * TICK_INTERVAL
-            run, result = await measure(lambda now=now: reconciler.run(now), ledger, hub)
+            run, result = await measure(lambda now=now: reconcile(tick, now, missing), ledger, hub)
             run.alerts, run.stops = len(result["recorded"]), len(result["closed"])
             reconciles.append(run)
         text = ""

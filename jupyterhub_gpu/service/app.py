@@ -12,7 +12,6 @@ import math
 import os
 import secrets
 import signal
-import time
 import traceback
 from datetime import timedelta
 from urllib.parse import urlparse
@@ -29,32 +28,14 @@ from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import check_currency_code, check_currency_symbol
-from jupyterhub_gpu.service.domain.advice import WEEKDAYS, AdviceError, AdviceSettings
+from jupyterhub_gpu.rules.advice import WEEKDAYS, AdviceError, AdviceSettings
+from jupyterhub_gpu.rules.cullrules import parse_config
+from jupyterhub_gpu.service.channels import DEFAULT_USER_SCHEMES, check_mail_url, configured_channel
 from jupyterhub_gpu.service.domain.alerts import parse_thresholds
-from jupyterhub_gpu.service.domain.culling import parse_config
 from jupyterhub_gpu.service.domain.notices import AlertSettings
-from jupyterhub_gpu.service.hubapi import HubAPIError, HubClient
-from jupyterhub_gpu.service.notify import (
-    DEFAULT_USER_SCHEMES,
-    Notifier,
-    check_language,
-    check_mail_url,
-    configured_channel,
-)
-from jupyterhub_gpu.service.tick import (
-    Reconciler,
-    ScheduleFollow,
-    TickHealth,
-    advise_sessions,
-    announce_finished_runs,
-    budget_notify,
-    enforce_budgets,
-    enforce_culling,
-    enforce_jobs,
-    enforce_schedule,
-    run_announcer,
-    send_digests,
-)
+from jupyterhub_gpu.service.hubapi import HubClient
+from jupyterhub_gpu.service.notify import Notifier, check_language
+from jupyterhub_gpu.service.tick import TickContext, TickHealth, TickState, run_announcer, run_tick
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.params import MAX_BODY_BYTES
 from jupyterhub_gpu.service.web.routes import make_handlers
@@ -707,17 +688,35 @@ class GPUService(Application):
             self.log.critical("jupyterhub-gpu service configuration error: %s", e)
             self.exit(1)
         self._warn_deprecated_alert_settings()
-        self.alert_channels = self.notifier.channels
         self.hub = HubClient.from_env()
-        self.reconciler = Reconciler(self.ledger, self.hub)
         self.prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu/")
         # the singleton: HubOAuthCallbackHandler uses HubOAuth.instance() too (PKCE state lives there)
         self.hub_auth = HubOAuth.instance(api_token=self.hub.token, cache_max_age=60)
-        self.last_reconcile = None
-        self.ticks = 0
-        self.tick_health = TickHealth(interval=self.tick_interval)
-        # the preemptions carried out whose sessions have not closed yet (read from the ledger at the first tick)
-        self.schedule_follow = ScheduleFollow()
+        self.tick_context = self.make_tick_context()
+        self.tick_state = TickState(health=TickHealth(interval=self.tick_interval))
+
+    @property
+    def tick_health(self) -> TickHealth:
+        return self.tick_state.health
+
+    def make_tick_context(self) -> TickContext:
+        """The one context of the tick's passes, from the configured settings (as :meth:`make_web_app`'s)."""
+        weekday = self.advice_digest_weekday
+        return TickContext(
+            ledger=self.ledger,
+            hub=self.hub,
+            notifier=self.notifier,
+            tz=self.tz,
+            currency=self.currency_info,
+            alert_thresholds=tuple(self.alert_thresholds),
+            budget_grace=timedelta(seconds=self.budget_grace_seconds),
+            alert_channels=self.notifier.channels,
+            cull_rules=self.cull_config,
+            advice_settings=self.advice_settings,
+            digest_weekday=WEEKDAYS.index(weekday) if weekday else None,
+            digest_hour=self.advice_digest_hour,
+            reconcile_interval=timedelta(seconds=self.reconcile_interval),
+        )
 
     def _configured_channels(self) -> tuple:
         """The ``notify_*`` channels, each checked by Apprise (ValueError naming the setting otherwise)."""
@@ -762,92 +761,11 @@ class GPUService(Application):
 
     async def announce_run(self, session, job, channel: str) -> None:
         """A finished job or stop-when-done run, with its cost, on one channel (raises if not delivered)."""
-        await run_announcer(self.notifier, self.currency_info)(session, job, channel)
+        await run_announcer(self.tick_context)(session, job, channel)
 
     async def tick(self) -> None:
-        """One metering tick; failures are logged and the next tick tries again."""
-        now = utcnow()
-        self.ticks += 1
-        failed = False
-        try:
-            if self.last_reconcile is None or (now - self.last_reconcile).total_seconds() >= self.reconcile_interval:
-                summary = await self.reconciler.run(now)
-                self.last_reconcile = now
-                if summary["closed"] or summary["recorded"]:
-                    self.log.info("reconciled with the hub: %s", summary)
-        except HubAPIError as e:
-            failed = True
-            self.log.warning("hub request failed during the tick (reconciliation): %s", e)
-        except Exception:
-            failed = True
-            self.log.exception("reconciliation failed in this tick")
-        # each part on its own: budgets failing must not keep culling or job limits from running
-        parts = [
-            (
-                "budgets",
-                lambda: enforce_budgets(
-                    self.ledger,
-                    self.hub,
-                    now,
-                    self.tz,
-                    budget_notify(self.notifier, self.currency_info, int(self.budget_grace_seconds), self.tz),
-                    thresholds=tuple(self.alert_thresholds),
-                    grace=timedelta(seconds=self.budget_grace_seconds),
-                    channels=self.alert_channels,
-                ),
-            ),
-            (
-                "culling",
-                lambda: enforce_culling(
-                    self.ledger,
-                    self.hub,
-                    now,
-                    self.cull_config,
-                    self.notifier,
-                    self.tz,
-                    currency=self.currency_info,
-                    advice_settings=self.advice_settings,
-                ),
-            ),
-            (
-                "schedule",
-                lambda: enforce_schedule(self.ledger, self.hub, now, self.notifier, self.tz, self.schedule_follow),
-            ),
-            ("jobs", lambda: enforce_jobs(self.ledger, self.hub, now)),
-            ("run notices", lambda: announce_finished_runs(self.ledger, now, self.announce_run, self.alert_channels)),
-        ]
-        for name, part in parts:
-            try:
-                await part()
-            except HubAPIError as e:
-                failed = True
-                self.log.warning("hub request failed during the tick (%s): %s", name, e)
-            except Exception:
-                failed = True
-                self.log.exception("metering tick: %s failed; the rest of the tick goes on", name)
-        advised = await self.advice_tick(now)
-        self.tick_health.record(advised and not failed, time.time())
-
-    async def advice_tick(self, now) -> bool:
-        """Right-sizing advice for closed and long-running sessions, and the weekly digest (docs/advice.md)."""
-        try:
-            await advise_sessions(self.ledger, now, self.advice_settings, self.currency_info)
-            if self.advice_digest_weekday:
-                weekday = WEEKDAYS.index(self.advice_digest_weekday)
-                await send_digests(
-                    self.ledger,
-                    self.alert_settings,
-                    now,
-                    self.tz,
-                    self.currency_info,
-                    weekday,
-                    self.advice_digest_hour,
-                    notifier=self.notifier,
-                )
-        except Exception:
-            self.log.exception("right-sizing advice failed in this tick")
-            return False
-        return True
+        """One metering tick (:func:`.tick.run_tick`); failures are logged and the next tick tries again."""
+        await run_tick(self.tick_context, self.tick_state, utcnow(), self.log)
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))

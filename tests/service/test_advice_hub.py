@@ -14,9 +14,9 @@ from jupyterhub_gpu.ledger.models import UsageMinute
 from jupyterhub_gpu.ledger.queries.advice import advice_of
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings
 from jupyterhub_gpu.service.domain.notices import AlertSettings
-from jupyterhub_gpu.service.tick import send_digests, update_advice
+from jupyterhub_gpu.service.notify import Notifier
+from jupyterhub_gpu.service.tick import TickContext, send_digests, update_advice
 from jupyterhub_gpu.session import SessionStart
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
@@ -170,19 +170,20 @@ def test_the_weekly_digest_reaches_each_groups_instructors_once(tmp_path, smtp_s
                 )
             db.commit()
         ledger.record_stop(sid, started + timedelta(hours=1), "user")
-        update_advice(ledger, started + timedelta(hours=2), AdviceSettings(), cny)
+        update_advice(TickContext(ledger=ledger, currency=cny), started + timedelta(hours=2))
     settings = AlertSettings(
         smtp_host="127.0.0.1",
         smtp_port=smtp_server.port,
         mail_from="gpu@lab.example.edu",
         instructor_emails={"cs231n": ("prof@example.edu",), "thesis": ()},
     )
+    ctx = TickContext(ledger=ledger, notifier=Notifier(ledger, settings), tz=tz, currency=cny, digest_weekday=0)
     # Sunday evening: not yet; Monday 8:05 local: once; again an hour later: nothing more
-    assert asyncio.run(send_digests(ledger, settings, monday - timedelta(hours=12), tz, cny, 0)) == ["cs231n"]
+    assert asyncio.run(send_digests(ctx, monday - timedelta(hours=12))) == ["cs231n"]
     assert len(smtp_server.messages) == 1  # that was the digest of the week before (with "old")
     smtp_server.messages.clear()
-    assert asyncio.run(send_digests(ledger, settings, monday + timedelta(minutes=5), tz, cny, 0)) == ["cs231n"]
-    assert asyncio.run(send_digests(ledger, settings, monday + timedelta(hours=1), tz, cny, 0)) == []
+    assert asyncio.run(send_digests(ctx, monday + timedelta(minutes=5))) == ["cs231n"]
+    assert asyncio.run(send_digests(ctx, monday + timedelta(hours=1))) == []
     ((_sender, to, message),) = smtp_server.messages
     assert to == ["prof@example.edu"]
     body = message.get_content()

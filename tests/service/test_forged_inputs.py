@@ -26,13 +26,13 @@ import requests
 
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.queries.advice import advice_of
-from jupyterhub_gpu.ledger.queries.overrides import Override, load_overrides, save_override
+from jupyterhub_gpu.ledger.queries.overrides import load_overrides, save_override
 from jupyterhub_gpu.ledger.queries.samples import MAX_SAMPLES_PER_MINUTE, record_sample, session_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings
-from jupyterhub_gpu.service.domain.samples import MAX_CLOCK_SKEW, Sample
-from jupyterhub_gpu.service.tick import update_advice
+from jupyterhub_gpu.rules.overrides import Override
+from jupyterhub_gpu.rules.samples import MAX_CLOCK_SKEW, Sample
+from jupyterhub_gpu.service.tick import TickContext, update_advice
 from jupyterhub_gpu.session import SessionStart
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import ServiceUsers, gpu_hub_config
@@ -190,14 +190,14 @@ def test_a_forged_memory_size_does_not_advise_others_onto_a_smaller_gpu(env):
         body = sample("forge-t4", at, utilization_avg=1, memory_used_max_mib=GB, memory_total_mib=80 * GB)
         assert env.post(token, "api/v1/samples", body).status_code == 201
     env.ledger.record_stop("forge-t4", t0 + timedelta(minutes=20), "stopped")
-    update_advice(env.ledger, now, AdviceSettings(), CNY)  # stu1's session is judged (and its memory kept)
+    update_advice(TickContext(ledger=env.ledger, currency=CNY), now)  # stu1's session is judged (and its memory kept)
     victim = env.session("forge-a100", "thea", "a100", t0, gpus=("GPU-sim-a100-0",))
     for i in range(20):  # thea: 30 GB, a quiet GPU: only memory says no to a T4
         at = t0 + timedelta(minutes=i, seconds=30)
         minute = Sample(victim.id, at, 2, 1.0, 30 * GB, 40 * GB, 1, 0, None, None, ())
         record_sample(env.ledger, "thea", minute)
     env.ledger.record_stop("forge-a100", t0 + timedelta(minutes=20), "stopped")
-    update_advice(env.ledger, now, AdviceSettings(), CNY)
+    update_advice(TickContext(ledger=env.ledger, currency=CNY), now)
     advice = advice_of(env.ledger, ["forge-t4", "forge-a100"])
     assert advice["forge-a100"].reason == "nothing_cheaper", advice["forge-a100"].message
     assert advice["forge-a100"].suggested_profile is None

@@ -23,7 +23,7 @@ from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.jobs import JobRequest, run_message
 from jupyterhub_gpu.service.hubapi import HubClient
-from jupyterhub_gpu.service.tick import announce_finished_runs, enforce_jobs
+from jupyterhub_gpu.service.tick import TickContext, announce_finished_runs, enforce_jobs
 from jupyterhub_gpu.session import SessionStart
 from tests.conftest import Hub, wait_for
 from tests.service.conftest import ServiceUsers, gpu_hub_config, service_port
@@ -193,7 +193,7 @@ def test_a_run_notice_names_a_job_only_for_its_own_user(tmp_path):
     async def announce(session, found, channel):
         told.append((session.user, found, run_message(session, found, CNY)))
 
-    assert asyncio.run(announce_finished_runs(ledger, now + timedelta(minutes=3), announce, ("lab",))) == 1
+    assert asyncio.run(announce_finished_runs(TickContext(ledger=ledger), now + timedelta(minutes=3), announce)) == 1
     ((user, found, (subject, text)),) = told
     assert user == "bob" and found is None
     assert "secret-thesis" not in subject + text and "hunter2" not in text  # (the name is his own)
@@ -235,14 +235,19 @@ def test_a_job_reported_ended_whose_server_still_runs_is_stopped_by_the_tick(tmp
     hub = HubPeer()
     try:
         client = HubClient(hub.url, "token")
-        soon = asyncio.run(enforce_jobs(ledger, client, now + timedelta(minutes=1, seconds=30)))
+        soon = asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=client), now + timedelta(minutes=1, seconds=30)))
         assert soon["ended_still_running"] == [] and hub.requests == []  # the runner is given its margin
-        later = asyncio.run(enforce_jobs(ledger, client, now + timedelta(minutes=3)))
+        later = asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=client), now + timedelta(minutes=3)))
         assert later["ended_still_running"] == [job.id]
         assert hub.requests == [("DELETE", f"/hub/api/users/alice/servers/{job.server_name}", {"remove": True})]
         assert ledger.get_session("s-a").pending_stop_reason == "job_finished"
         ledger.record_stop("s-a", now + timedelta(minutes=3), "stopped")
-        assert asyncio.run(enforce_jobs(ledger, client, now + timedelta(minutes=4)))["ended_still_running"] == []
+        assert (
+            asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=client), now + timedelta(minutes=4)))[
+                "ended_still_running"
+            ]
+            == []
+        )
     finally:
         hub.close()
 

@@ -20,7 +20,7 @@ from jupyterhub_gpu.ledger.queries.jobs import create_job, get_job, update_job
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.jobs import JobError, JobRequest, parse_job_request, run_message
-from jupyterhub_gpu.service.tick import announce_finished_runs
+from jupyterhub_gpu.service.tick import TickContext, announce_finished_runs
 from jupyterhub_gpu.session import SessionStart
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
@@ -246,7 +246,9 @@ def test_a_finished_run_is_announced_once_per_channel_with_its_cost(tmp_path):
             raise OSError("smtp down")  # released, and sent again next tick
 
     run = lambda: asyncio.run(  # noqa: E731
-        announce_finished_runs(ledger, now + timedelta(minutes=2), announce, ("lab", "email"))
+        announce_finished_runs(
+            TickContext(ledger=ledger, alert_channels=("lab", "email")), now + timedelta(minutes=2), announce
+        )
     )
     assert run() == 0  # the job is still "running": the runner's report comes first
     update_job(ledger, job.id, state="succeeded", finished=now + timedelta(seconds=69))

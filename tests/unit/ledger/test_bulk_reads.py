@@ -6,10 +6,10 @@ import asyncio
 import random
 from datetime import datetime, timedelta, timezone
 
-from jupyterhub_gpu.ledger.queries.samples import Push, Sample, record_samples, session_minutes, sessions_minutes
+from jupyterhub_gpu.ledger.queries.samples import Push, record_samples, session_minutes, sessions_minutes
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.rules.samples import Sample
 from jupyterhub_gpu.service import tick
-from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import LoopSlice, minute_signals, open_session_pages, sessions_signals, signals_since
 from jupyterhub_gpu.session import SessionStart, StopReason
 
@@ -102,7 +102,7 @@ def test_sessions_signals_equal_each_sessions_own_signals(ledger):
 
 def test_open_session_pages_read_every_open_session_once(ledger, monkeypatch):
     fill(ledger)
-    monkeypatch.setattr(tick, "CHUNK", 4)
+    monkeypatch.setattr(tick.context, "CHUNK", 4)
 
     async def pages():
         return [page async for page in open_session_pages(ledger, LoopSlice(0))]
@@ -117,7 +117,7 @@ def test_open_session_pages_read_every_open_session_once(ledger, monkeypatch):
 def test_passes_let_the_event_loop_run(ledger, monkeypatch):
     """With a zero slice, requests waiting on the loop run between the culling pass's sessions."""
     fill(ledger)
-    monkeypatch.setattr(tick, "CHUNK", 5)
+    monkeypatch.setattr(tick.context, "CHUNK", 5)
 
     class Hub:
         async def stop_server(self, user, name):
@@ -135,8 +135,8 @@ def test_passes_let_the_event_loop_run(ledger, monkeypatch):
         runner = asyncio.create_task(other())
         await asyncio.sleep(0)
         before = turns
-        monkeypatch.setattr(tick, "LOOP_SLICE", 0)
-        result = await tick.enforce_culling(ledger, Hub(), NOW, {}, Notifier(ledger), timezone.utc)
+        monkeypatch.setattr(tick.context, "LOOP_SLICE", 0)
+        result = await tick.enforce_culling(tick.TickContext(ledger=ledger, hub=Hub()), NOW)
         runner.cancel()
         return result, turns - before
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from dataclasses import replace
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -33,8 +34,7 @@ from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service.domain.alerts import BudgetAlert, parse_thresholds
 from jupyterhub_gpu.service.domain.notices import AlertSettings
-from jupyterhub_gpu.service.domain.statuses import current_statuses
-from jupyterhub_gpu.service.tick import deliver, enforce_budgets
+from jupyterhub_gpu.service.tick import TickContext, deliver, enforce_budgets
 from jupyterhub_gpu.service.web import params, views
 from jupyterhub_gpu.session import SessionStart
 
@@ -70,7 +70,8 @@ def tick(ledger, hub, now, thresholds=(80, 95)):
         alert = BudgetAlert.from_status(user, groups, status, threshold, CNY, int(GRACE.total_seconds()), SHANGHAI)
         await deliver(alert, AlertSettings(), ledger, now)
 
-    return asyncio.run(enforce_budgets(ledger, hub.client, now, SHANGHAI, notify, thresholds, GRACE))
+    ctx = TickContext(ledger=ledger, hub=hub.client, tz=SHANGHAI, alert_thresholds=thresholds, budget_grace=GRACE)
+    return asyncio.run(enforce_budgets(ctx, now, notify))
 
 
 def used(ledger, key, now):
@@ -223,7 +224,7 @@ def test_spawn_check_tick_and_api_compute_the_same_use_across_a_reset(ledger, hu
     rules = ledger.budget_rules()
     pure = rule_statuses(rules, Ledger.usage_rows(ledger.sessions(), now), now, SHANGHAI)
     from_ledger = ledger.budget_statuses(rules, now, SHANGHAI)
-    from_api = {s.rule.key: s for s in current_statuses(ledger, rules, now, SHANGHAI)}
+    from_api = {s.rule.key: s for s in ledger.statuses_of(rules, now, SHANGHAI)}
     assert pure == from_ledger == from_api
     # ann: 190 of her 192 minutes are in December, at ¥0.05; the cs231n pool: ann's 190 and bob's last 31;
     # tea's session pays from thesis, whose week began on Monday 30 November: all of its 192 minutes, 2 GPUs
@@ -235,7 +236,9 @@ def test_spawn_check_tick_and_api_compute_the_same_use_across_a_reset(ledger, hu
     async def notify(user, groups, status, threshold):
         seen[(user, status.rule.key)] = status
 
-    asyncio.run(enforce_budgets(ledger, hub.client, now, SHANGHAI, notify, (80, 95), GRACE))
+    asyncio.run(
+        enforce_budgets(TickContext(ledger=ledger, hub=hub.client, tz=SHANGHAI, budget_grace=GRACE), now, notify)
+    )
     assert seen[("ann", "user:ann")] == from_ledger["user:ann"]
     assert seen[("ann", "group:cs231n")] == from_ledger["group:cs231n"]
     assert seen[("tea", "group:thesis")] == from_ledger["group:thesis"]
@@ -300,7 +303,12 @@ async def at(now, coro):
     """Run ``coro`` with the spawner's clock at ``now``."""
     from unittest import mock
 
-    with mock.patch("jupyterhub_gpu.spawners.mixin.utcnow", lambda: now):
+    clock = lambda: now  # noqa: E731
+    with (
+        mock.patch("jupyterhub_gpu.spawners.budget.utcnow", clock),
+        mock.patch("jupyterhub_gpu.spawners.queueing.utcnow", clock),
+        mock.patch("jupyterhub_gpu.spawners.launch.utcnow", clock),
+    ):
         return await coro
 
 
@@ -388,7 +396,7 @@ def test_one_poisoned_budget_does_not_stop_the_tick_for_the_others(ledger, hub):
     assert ("ann", "user:ann", 100) in first.alerts
     assert tick(ledger, hub, now + GRACE).stopped == [("ann", "")]
     # the damaged ones are left out of the API's lists, not a 500 for everyone
-    assert [s.rule.key for s in current_statuses(ledger, ledger.budget_rules(), now, SHANGHAI)] == [
+    assert [s.rule.key for s in ledger.statuses_of(ledger.budget_rules(), now, SHANGHAI)] == [
         "user:ann",
         "user:eve",
         "user:nan",
@@ -525,7 +533,8 @@ def test_the_spawner_lets_a_user_choose_the_pool_and_refuses_a_forged_one(ledger
             "groups": ["cs231n", "students", "thesis"],
             "pool": spawner._gpu_pool,
         }
-        assert spawner._gpu_session_start(session).pool == pool  # what the ledger's start event carries
+        # what the ledger's start event carries, read from the spawner's state
+        assert SessionStart.from_spawner_state(spawner.user.name, spawner.name, (), session).pool == pool
         spawner.allocator.release(spawner._gpu_key)  # the start is not recorded here: free its GPU
     for options, message in (
         ({"profile": "t4", "pool": "physics"}, "The group 'physics' cannot pay for t4: choose one of cs231n, thesis"),
@@ -574,8 +583,8 @@ def test_the_service_tick_goes_on_past_a_poisoned_budget(tmp_path, monkeypatch, 
     import time
 
     from jupyterhub_gpu.clock import utcnow
+    from jupyterhub_gpu.rules.cullrules import parse_config
     from jupyterhub_gpu.service.app import GPUService
-    from jupyterhub_gpu.service.domain.culling import parse_config
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")  # the service's own (no hub behind it here)
@@ -589,10 +598,10 @@ def test_the_service_tick_goes_on_past_a_poisoned_budget(tmp_path, monkeypatch, 
             "--GPUService.currency=CNY",
         ]
     )
-    service.cull_config = parse_config({"default": [{"kind": "max_age", "minutes": 60, "warn_minutes": 5}]}, "rules")
-    service.hub = service.reconciler.hub = hub.client
+    rules = parse_config({"default": [{"kind": "max_age", "minutes": 60, "warn_minutes": 5}]}, "rules")
+    service.tick_context = replace(service.tick_context, hub=hub.client, cull_rules=rules)
     now = utcnow()
-    service.last_reconcile = now  # no listing of the hub's servers in this test
+    service.tick_state.last_reconcile = now  # no listing of the hub's servers in this test
     ledger = service.ledger
     ledger.set_budget(BudgetRule("user", "ann", "month", "money", Decimal("1")), now)
     ledger.set_budget(BudgetRule("user", "eve", "month", "money", Decimal("1")), now)

@@ -34,12 +34,13 @@ from jupyterhub_gpu.ledger.queries.schedule import (
 )
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.scheduler import Gpus, Grace
 from jupyterhub_gpu.service.domain.jobs import JobRequest
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.domain.schedule import order_message, withdrawn_message
 from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.notify import Notifier
-from jupyterhub_gpu.service.tick import ScheduleFollow, enforce_jobs, enforce_schedule
+from jupyterhub_gpu.service.tick import ScheduleFollow, TickContext, enforce_jobs, enforce_schedule
 from jupyterhub_gpu.service.web.api import jobs as jobs_api
 from jupyterhub_gpu.session import SessionStart
 from tests.service.conftest import WebhookServer
@@ -51,8 +52,9 @@ PRICING = [
     {"slug": "t4-pre", "display_name": "T4 (cheap)", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.02"},
     {"slug": "a100", "display_name": "A100", "gpu_model": "A100", "gpu_count": 1, "rate_per_minute": "0.25"},
 ]  # fmt: skip
-PREEMPT_VALUES = {"grace": "2 min"}
-END_VALUES = {"until": "13:55", "count": "4", "gpus": "4 T4s", "model": "T4", "label": "CS231N", "start": "14:00"}
+PREEMPT_VALUES = {"grace": Grace(timedelta(minutes=2))}
+END_VALUES = {"until": T0 + timedelta(minutes=55), "count": 4, "gpus": Gpus(4, "T4"), "model": "T4", "label": "CS231N",
+              "start": T0 + timedelta(hours=1)}  # fmt: skip
 
 
 class HubDouble:
@@ -150,7 +152,8 @@ def start(ledger, sid="s1", user="alice", server="", profile="t4-pre", resume=Fa
 
 
 def tick(ledger, hub, notifier, now, follow=None):
-    return asyncio.run(enforce_schedule(ledger, hub.client, now, notifier, SHANGHAI, follow))
+    ctx = TickContext(ledger=ledger, hub=hub.client, notifier=notifier, tz=SHANGHAI)
+    return asyncio.run(enforce_schedule(ctx, now, follow))
 
 
 def order(ledger, session, kind=PREEMPTED, stop_at=T0 + timedelta(minutes=2), key="preempt", values=None, now=T0):
@@ -579,7 +582,9 @@ def test_a_preempted_job_is_requeued_not_failed(ledger, hub, notifier):
     tick(ledger, hub, notifier, T0 + timedelta(minutes=2))
     assert hub.of("DELETE") == [(f"/hub/api/users/alice/servers/{job.server_name}", None)]
     ledger.record_stop(session.id, T0 + timedelta(minutes=2, seconds=4), "stopped")
-    summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(minutes=2, seconds=30)))
+    summary = asyncio.run(
+        enforce_jobs(TickContext(ledger=ledger, hub=hub.client), T0 + timedelta(minutes=2, seconds=30))
+    )
     assert summary["requeued"] == [job.id] and summary["lost"] == []
     requeued = get_job(ledger, job.id)
     assert (requeued.state, requeued.started, requeued.error) == ("starting", None, None)
@@ -593,7 +598,7 @@ def test_a_preempted_job_is_requeued_not_failed(ledger, hub, notifier):
     # later ticks: it waits in the hub's queue (not over its time limit, not lost), and is started once
     hub.servers["alice"] = {job.server_name: {"pending": "spawn", "ready": False}}
     for minutes in (3, 10, 70):
-        summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(minutes=minutes)))
+        summary = asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=hub.client), T0 + timedelta(minutes=minutes)))
         assert summary == {"time_limit": [], "lost": [], "ended_still_running": [], "requeued": []}
     assert len(hub.of("POST")) == 1 and get_job(ledger, job.id).state == "starting"
     # the schedule's follow-up leaves a job's server to enforce_jobs
@@ -621,11 +626,11 @@ def test_a_job_cancelled_during_the_tick_is_not_started_again(ledger, hub):
             cancelled.append(other.id)
 
     hub.on_request = cancel_the_other
-    summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(seconds=30)))
+    summary = asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=hub.client), T0 + timedelta(seconds=30)))
     (other,) = cancelled
     assert len(hub.of("POST")) == 1 and other not in summary["requeued"] and len(summary["requeued"]) == 1
     assert get_job(ledger, other).state == "cancelled"
-    summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(minutes=1)))
+    summary = asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=hub.client), T0 + timedelta(minutes=1)))
     assert len(hub.of("POST")) == 1 and get_job(ledger, other).state == "cancelled"
 
 
@@ -634,9 +639,9 @@ def test_a_requeued_job_whose_server_never_comes_back_fails(ledger, hub, notifie
     order(ledger, session)
     ledger.claim_stop_reason(session.id, "preempted")
     ledger.record_stop(session.id, T0, "stopped")
-    asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(seconds=30)))
+    asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=hub.client), T0 + timedelta(seconds=30)))
     hub.servers["alice"] = {}  # the hub lost it
-    summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(minutes=16)))
+    summary = asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=hub.client), T0 + timedelta(minutes=16)))
     assert summary["lost"] == [job.id]
     assert get_job(ledger, job.id).error == "The job's server did not start again after it was preempted."
 
@@ -646,7 +651,7 @@ def test_a_job_the_hub_will_not_start_again_fails_with_the_hubs_words(ledger, hu
     ledger.claim_stop_reason(session.id, "preempted")
     ledger.record_stop(session.id, T0, "stopped")
     hub.fail["POST"] = [(400, "Unknown profile t4-pre.")]
-    summary = asyncio.run(enforce_jobs(ledger, hub.client, T0 + timedelta(seconds=30)))
+    summary = asyncio.run(enforce_jobs(TickContext(ledger=ledger, hub=hub.client), T0 + timedelta(seconds=30)))
     assert summary["lost"] == [job.id]
     failed = get_job(ledger, job.id)
     assert failed.state == "failed" and failed.error.endswith("could not be started again: Unknown profile t4-pre.")

@@ -18,7 +18,6 @@ from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.service import tick
 from jupyterhub_gpu.service.domain.alerts import BudgetAlert
 from jupyterhub_gpu.service.domain.notices import AlertSettings
-from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import deliver
 from jupyterhub_gpu.session import SessionStart
 
@@ -52,7 +51,7 @@ def test_a_cull_judged_before_its_user_started_a_new_session_does_not_stop_the_n
     now = T0 + timedelta(minutes=61)
     restart_when_another_is_stopped(ledger, hub, "ann", "a-1", "a-2", now)
     restart_when_another_is_stopped(ledger, hub, "bob", "b-1", "b-2", now)  # whichever the pass stops first
-    result = asyncio.run(tick.enforce_culling(ledger, hub.client, now, MAX_AGE, Notifier(ledger), UTC))
+    result = asyncio.run(tick.enforce_culling(tick.TickContext(ledger=ledger, hub=hub.client, cull_rules=MAX_AGE), now))
     (stopped,) = result.stopped
     assert hub.stops == [f"/hub/api/users/{stopped[0]}/server"]
     other = "bob" if stopped[0] == "ann" else "ann"
@@ -75,7 +74,8 @@ def test_a_budget_stop_judged_before_its_user_started_anew_does_not_stop_the_new
             alert = BudgetAlert.from_status(user, groups, status, threshold, CNY, 60, UTC)
             await deliver(alert, AlertSettings(), ledger, now)
 
-        return asyncio.run(tick.enforce_budgets(ledger, hub.client, now, UTC, notify, (80, 95), timedelta(minutes=1)))
+        ctx = tick.TickContext(ledger=ledger, hub=hub.client, budget_grace=timedelta(minutes=1))
+        return asyncio.run(tick.enforce_budgets(ctx, now, notify))
 
     assert run(T0 + timedelta(minutes=11)).stopped == []  # the final notice; the stop comes a grace later
     now = T0 + timedelta(minutes=13)

@@ -29,6 +29,7 @@ from jupyterhub_gpu.service.domain.savings import culling_report
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import (
     ScheduleFollow,
+    TickContext,
     deliver,
     enforce_budgets,
     enforce_jobs,
@@ -92,6 +93,8 @@ def preempt(ledger, session, stop_at=T0 + timedelta(minutes=2)):
 def tick(ledger, hub, notifier, now, follow, parts=("budgets", "schedule", "jobs")):
     """The service's tick, these parts of it, in its order."""
 
+    ctx = TickContext(ledger=ledger, hub=hub.client, notifier=notifier, tz=SHANGHAI, budget_grace=GRACE)
+
     async def run():
         found = {}
         if "budgets" in parts:
@@ -102,11 +105,11 @@ def tick(ledger, hub, notifier, now, follow, parts=("budgets", "schedule", "jobs
                 )
                 await deliver(alert, notifier.settings, ledger, now)
 
-            found["budgets"] = await enforce_budgets(ledger, hub.client, now, SHANGHAI, notify, grace=GRACE)
+            found["budgets"] = await enforce_budgets(ctx, now, notify)
         if "schedule" in parts:
-            found["schedule"] = await enforce_schedule(ledger, hub.client, now, notifier, SHANGHAI, follow)
+            found["schedule"] = await enforce_schedule(ctx, now, follow)
         if "jobs" in parts:
-            found["jobs"] = await enforce_jobs(ledger, hub.client, now)
+            found["jobs"] = await enforce_jobs(ctx, now)
         return found
 
     return asyncio.run(run())

@@ -16,13 +16,8 @@ from decimal import Decimal
 
 import pytest
 
-from jupyterhub_gpu.ledger.queries.overrides import Override
 from jupyterhub_gpu.money import MAX_RATE_PER_MINUTE, Currency, MoneyError, profile_rate
-from jupyterhub_gpu.service.domain.overrides import (
-    AccessError,
-    apply_to_pricing,
-    parse_override,
-)
+from jupyterhub_gpu.rules.overrides import AccessError, Override, apply_to_pricing, parse_override
 from jupyterhub_gpu.spawners.profiles import ProfileError, apply_overrides, parse_profiles
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -148,9 +143,8 @@ def test_the_advice_prices_profiles_with_the_admins_edits(ledger):
     from jupyterhub_gpu.ledger.queries.overrides import save_override
     from jupyterhub_gpu.ledger.queries.samples import record_sample
     from jupyterhub_gpu.money import Currency
-    from jupyterhub_gpu.service.domain.advice import AdviceSettings
-    from jupyterhub_gpu.service.domain.samples import Sample
-    from jupyterhub_gpu.service.tick import update_advice
+    from jupyterhub_gpu.rules.samples import Sample
+    from jupyterhub_gpu.service.tick import TickContext, update_advice
     from jupyterhub_gpu.session import SessionStart
 
     config = [
@@ -167,9 +161,9 @@ def test_the_advice_prices_profiles_with_the_admins_edits(ledger):
             )
         ledger.record_stop(sid, t0 + timedelta(minutes=20), "stopped")
         if sid == "before":
-            update_advice(ledger, NOW, AdviceSettings(), Currency.from_config("CNY"))
+            update_advice(TickContext(ledger=ledger, currency=Currency.from_config("CNY")), NOW)
             save_override(ledger, Override("t4", price_per_gpu_hour=Decimal(30)), NOW, "admin")
-    update_advice(ledger, NOW, AdviceSettings(), Currency.from_config("CNY"))
+    update_advice(TickContext(ledger=ledger, currency=Currency.from_config("CNY")), NOW)
     advice = advice_of(ledger, ["before", "after"])
     assert advice["before"].suggested_profile == "t4"
     assert advice["after"].reason == "nothing_cheaper" and advice["after"].suggested_profile is None

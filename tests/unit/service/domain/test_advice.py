@@ -12,20 +12,19 @@ from jupyterhub_gpu.gpus.names import memory_from_name
 from jupyterhub_gpu.ledger.models import UsageMinute
 from jupyterhub_gpu.ledger.queries.advice import advice_of
 from jupyterhub_gpu.money import Currency, to_micros
-from jupyterhub_gpu.service.domain.advice import (
+from jupyterhub_gpu.rules.advice import (
     AdviceError,
     AdviceSettings,
     GPUUse,
     ProfileOption,
     SessionUsage,
-    advice_json,
     advise,
     catalogue,
     compute_ratio,
     summarize,
-    summary,
 )
-from jupyterhub_gpu.service.tick import update_advice
+from jupyterhub_gpu.service.feeds.advice import advice_json, summary
+from jupyterhub_gpu.service.tick import TickContext, update_advice
 from jupyterhub_gpu.session import SessionFacts, SessionStart
 
 CNY = Currency.from_config("CNY")
@@ -275,7 +274,7 @@ def test_closed_sessions_get_final_advice_and_the_report_sums_their_savings(ledg
             db.commit()
         ledger.record_stop(sid, t0 + timedelta(minutes=minutes), "user")
     now = t0 + timedelta(hours=3)
-    result = update_advice(ledger, now, AdviceSettings(), CNY)
+    result = update_advice(TickContext(ledger=ledger, currency=CNY), now)
     assert result == {"final": 5, "live": 0, "advised": 2}
     rows = advice_of(ledger, ["a", "b", "c", "d", "e"])
     assert {k: v.reason for k, v in rows.items()} == {
@@ -290,7 +289,7 @@ def test_closed_sessions_get_final_advice_and_the_report_sums_their_savings(ledg
     # each advised user got one Lab notice with the message
     assert [n.message for n in ledger.notices("ua")] == [rows["a"].message]
     # a second pass changes nothing and sends nothing again
-    assert update_advice(ledger, now + timedelta(minutes=1), AdviceSettings(), CNY)["final"] == 0
+    assert update_advice(TickContext(ledger=ledger, currency=CNY), now + timedelta(minutes=1))["final"] == 0
 
     report = summary(ledger, None, None, None, CNY)
     assert report["total"]["potential_saving"] == str(Decimal("12") + Decimal("6"))

@@ -9,13 +9,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from jupyterhub_gpu.ledger.models import SessionRecord
-from jupyterhub_gpu.ledger.queries.samples import Push, Sample, record_samples
+from jupyterhub_gpu.ledger.queries.samples import Push, record_samples
 from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.rules.advice import AdviceSettings, catalogue
+from jupyterhub_gpu.rules.moves import Chosen
+from jupyterhub_gpu.rules.samples import Sample
 from jupyterhub_gpu.service import tick
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, catalogue
 from jupyterhub_gpu.service.domain.culling import bigger_profile, memory_message
-from jupyterhub_gpu.service.domain.moves import Chosen
-from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.session import SessionStart
 
 CNY = Currency.from_config("CNY")
@@ -131,7 +131,7 @@ def test_the_culling_tick_sends_the_bigger_profile_notice_from_the_published_pri
             raise AssertionError("a memory notice never stops a server")
 
     for _ in range(2):  # once per session
-        asyncio.run(tick.enforce_culling(ledger, Hub(), now, {}, Notifier(ledger), timezone.utc, currency=CNY))
+        asyncio.run(tick.enforce_culling(tick.TickContext(ledger=ledger, hub=Hub(), currency=CNY), now))
     (notice,) = ledger.notices("stu1")
     assert notice.kind == "bigger:t4x2" and notice.session_id == "s1"
     assert notice.message.endswith("2 × T4 (2 × 16 GB GPU memory) costs CN¥0.10/min.")

@@ -19,9 +19,9 @@ from zoneinfo import ZoneInfo
 from jupyterhub_gpu.ledger.models import UsageMinute
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
 from jupyterhub_gpu.money import Currency, to_micros
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, summary
 from jupyterhub_gpu.service.domain.savings import culling_report
-from jupyterhub_gpu.service.tick import update_advice
+from jupyterhub_gpu.service.feeds.advice import summary
+from jupyterhub_gpu.service.tick import TickContext, update_advice
 from jupyterhub_gpu.service.web import views
 from jupyterhub_gpu.session import SessionStart
 
@@ -79,7 +79,7 @@ def test_advice_savings_per_group_count_a_two_group_student_once_for_the_pool_th
     for sid, user in (("ann-1", "ann"), ("bob-1", "bob")):
         idle_minutes(ledger, sid, user, T0, 60)
         ledger.record_stop(sid, T0 + timedelta(minutes=60), "user")
-    assert update_advice(ledger, T0 + timedelta(hours=3), AdviceSettings(), CNY)["advised"] == 2
+    assert update_advice(TickContext(ledger=ledger, currency=CNY), T0 + timedelta(hours=3))["advised"] == 2
 
     report = summary(ledger, None, None, None, CNY)
     total = Decimal(report["total"]["potential_saving"])

@@ -12,10 +12,11 @@ from jupyterhub_gpu.gpus.device import share_uuid
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.ledger.queries.samples import Push, record_samples
 from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.rules.advice import AdviceSettings, catalogue
+from jupyterhub_gpu.rules.samples import parse_sample
+from jupyterhub_gpu.rules.signals import MinuteSignal
 from jupyterhub_gpu.service import tick
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, catalogue
-from jupyterhub_gpu.service.domain.culling import MinuteSignal, cap_message, cap_reached
-from jupyterhub_gpu.service.domain.samples import parse_sample
+from jupyterhub_gpu.service.domain.culling import cap_message, cap_reached
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.session import SessionStart
 
@@ -134,7 +135,9 @@ def test_the_culling_tick_tells_a_share_at_once_and_only_once(ledger, hub):
 
     def tick_at(minute: int):
         now = T0 + timedelta(minutes=minute, seconds=50)
-        asyncio.run(tick.enforce_culling(ledger, hub.client, now, {}, notifier, UTC, currency=CNY))
+        asyncio.run(
+            tick.enforce_culling(tick.TickContext(ledger=ledger, hub=hub.client, notifier=notifier, currency=CNY), now)
+        )
 
     push(0, 2000)
     tick_at(0)

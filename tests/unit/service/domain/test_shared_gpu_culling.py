@@ -14,10 +14,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from jupyterhub_gpu.gpus.device import share_uuid
-from jupyterhub_gpu.ledger.queries.samples import Push, SampleError, record_samples, session_minutes
+from jupyterhub_gpu.ledger.queries.samples import Push, record_samples, session_minutes
+from jupyterhub_gpu.rules.culling import evaluate
+from jupyterhub_gpu.rules.cullrules import CullRule
+from jupyterhub_gpu.rules.idle import own_gpu_utilization
+from jupyterhub_gpu.rules.samples import SampleError, parse_sample
 from jupyterhub_gpu.service import tick
-from jupyterhub_gpu.service.domain.culling import CullRule, evaluate, own_gpu_utilization
-from jupyterhub_gpu.service.domain.samples import parse_sample
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.session import SessionStart
 
@@ -149,7 +151,11 @@ def test_the_idle_server_is_culled_and_its_busy_neighbour_on_the_same_gpu_is_not
 
     def tick_at(minute: int):
         now = T0 + timedelta(minutes=minute, seconds=5)
-        return asyncio.run(tick.enforce_culling(ledger, hub.client, now, GPU_IDLE_ONLY, notifier, UTC))
+        return asyncio.run(
+            tick.enforce_culling(
+                tick.TickContext(ledger=ledger, hub=hub.client, notifier=notifier, cull_rules=GPU_IDLE_ONLY), now
+            )
+        )
 
     assert tick_at(24).stopped == [] and ledger.get_session("idle").cull_warned_at is None
     tick_at(25)  # 25 idle minutes of 30: warned
