@@ -1,7 +1,7 @@
 """Where the configured alert channels connect, reached without sending; and a test message through the gateway.
 
 The channels are the service's own (:meth:`AlertSettings.apprise_channels`: the ``notify_*`` Apprise URLs
-and the deprecated mail and webhook settings); people see them as :func:`~jupyterhub_gpu.service.notify.describe`
+and the deprecated mail and webhook settings); people see them as :func:`~jupyterhub_gpu.service.channels.describe`
 shows them (secrets hidden). A test message goes through the gateway's :meth:`Notifier.test`.
 """
 
@@ -16,8 +16,9 @@ from urllib.parse import urlparse
 
 import apprise
 
+from jupyterhub_gpu.service.channels import describe
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message
-from jupyterhub_gpu.service.notify import Notifier, describe
+from jupyterhub_gpu.service.notify import Notifier
 
 # where an Apprise plugin of a cloud service keeps its fixed API address (not service_url: that is its homepage)
 API_ATTRIBUTES = ("notify_url", "webhook_url", "api_url")

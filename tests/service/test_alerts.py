@@ -28,7 +28,8 @@ from jupyterhub_gpu.billing import BudgetRule, BudgetStatus
 from jupyterhub_gpu.ledger.queries.channels import add_channel
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service import notify
+from jupyterhub_gpu.service import channels, notify
+from jupyterhub_gpu.service.channels import DEFAULT_USER_SCHEMES, ChannelError, configured_channel, describe
 from jupyterhub_gpu.service.domain import alerts
 from jupyterhub_gpu.service.domain.alerts import (
     BudgetAlert,
@@ -40,7 +41,7 @@ from jupyterhub_gpu.service.domain.alerts import (
     recipients,
 )
 from jupyterhub_gpu.service.domain.notices import DEFAULT_EVENTS, EVENTS, AlertSettings, Message
-from jupyterhub_gpu.service.notify import DEFAULT_USER_SCHEMES, ChannelError, Notifier, configured_channel, describe
+from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import deliver
 from tests.conftest import wait_for
 from tests.service.conftest import SMTPServer, WebhookServer
@@ -687,9 +688,9 @@ def test_the_deprecated_settings_map_onto_apprise_urls_or_stop_the_service_with_
 
 def test_the_default_user_schemes_name_no_host_the_service_connects_to():
     """Every default scheme's plugin connects to its service's own host: its URL holds a token, never a host."""
-    assert DEFAULT_USER_SCHEMES and not [s for s in DEFAULT_USER_SCHEMES if notify.takes_host(s)]
+    assert DEFAULT_USER_SCHEMES and not [s for s in DEFAULT_USER_SCHEMES if channels.takes_host(s)]
     for scheme in ("bark", "workflow", "workflows", "ntfys", "mailto", "mailtos", "json"):
-        assert notify.takes_host(scheme), scheme
+        assert channels.takes_host(scheme), scheme
         with pytest.raises(ChannelError, match="not among the services"):
             describe(f"{scheme}://127.0.0.1:8000/key", schemes=DEFAULT_USER_SCHEMES)
 
@@ -721,13 +722,13 @@ def test_the_default_user_schemes_name_no_host_the_service_connects_to():
 )
 def test_a_users_url_may_not_reach_the_labs_network_nor_widen_its_delivery(url, fragment):
     with pytest.raises(ChannelError, match=re.escape(fragment)):
-        notify.check_user_url(url, trusted=())
+        channels.check_user_url(url, trusted=())
 
 
 def test_a_host_the_admins_trust_by_name_is_allowed_and_only_that_name():
-    notify.check_user_url("json://127.0.0.1:8000/x", trusted=("127.0.0.1",))
+    channels.check_user_url("json://127.0.0.1:8000/x", trusted=("127.0.0.1",))
     with pytest.raises(ChannelError, match="loopback"):
-        notify.check_user_url("json://localhost:8000/x", trusted=("127.0.0.1",))
+        channels.check_user_url("json://localhost:8000/x", trusted=("127.0.0.1",))
 
 
 def test_the_admins_masked_view_shows_where_mail_really_goes():
@@ -810,7 +811,7 @@ def test_a_refused_channel_setting_names_its_keys_never_its_values():
 
 
 def test_the_scrubber_forgets_a_deleted_channels_secrets_and_stays_small(ledger):
-    baseline = len(notify.SCRUBBER.secrets)
+    baseline = len(channels.SCRUBBER.secrets)
     for i in range(300):
         row = add_channel(
             ledger,
@@ -823,22 +824,22 @@ def test_the_scrubber_forgets_a_deleted_channels_secrets_and_stays_small(ledger)
             NOW,
             "alice",
         )
-        notify.stored_channel(row)
-        assert notify.SCRUBBER.scrub(f"x AAHtok{i:04d}en y") == "x **** y"
-        notify.forget_channel(row.id)
-    assert len(notify.SCRUBBER.secrets) <= baseline  # (ids of other tests' ledgers may have been reused)
-    assert notify.SCRUBBER.scrub("x AAHtok0299en y") == "x AAHtok0299en y"  # no longer anyone's secret
+        channels.stored_channel(row)
+        assert channels.SCRUBBER.scrub(f"x AAHtok{i:04d}en y") == "x **** y"
+        channels.forget_channel(row.id)
+    assert len(channels.SCRUBBER.secrets) <= baseline  # (ids of other tests' ledgers may have been reused)
+    assert channels.SCRUBBER.scrub("x AAHtok0299en y") == "x AAHtok0299en y"  # no longer anyone's secret
 
 
 def test_the_labs_mail_server_for_users_addresses_names_no_recipient_and_a_user_gives_one_address():
-    assert notify.check_mail_url("mailtos://gpu:pw1234@smtp.example.edu?from=gpu@example.edu")
+    assert channels.check_mail_url("mailtos://gpu:pw1234@smtp.example.edu?from=gpu@example.edu")
     for url, fragment in (
         ("json://smtp.example.edu/x", "mailto:// or mailtos://"),
         ("mailtos://gpu:pw1234@smtp.example.edu?from=gpu@example.edu&to=a@example.edu", "no to, cc, bcc"),
     ):
         with pytest.raises(ValueError, match=re.escape(fragment)):
-            notify.check_mail_url(url)
-    assert notify.lab_mail_channel("mailto:alice@example.edu")[0] == "labmail://alice@example.edu"
+            channels.check_mail_url(url)
+    assert channels.lab_mail_channel("mailto:alice@example.edu")[0] == "labmail://alice@example.edu"
     for bad in ("a@x.org,b@y.org", "a@x.org&to=b@y.org", "a@x.org/b@y.org", "a@x.org?bcc=b@y.org", "a b@x.org"):
         with pytest.raises(ChannelError, match="not one e-mail address"):
-            notify.lab_mail_channel(bad)
+            channels.lab_mail_channel(bad)

@@ -19,6 +19,7 @@ from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.sessions import last_language
 from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger, make_engine
 from jupyterhub_gpu.money import Currency, to_micros
+from jupyterhub_gpu.service.channels import configured_channel
 from jupyterhub_gpu.service.domain.advice import (
     Advice,
     ProfileOption,
@@ -35,7 +36,6 @@ from jupyterhub_gpu.service.notify import (
     Notifier,
     Target,
     check_language,
-    configured_channel,
     lab_notice,
     user_language,
 )
