@@ -38,7 +38,7 @@ DEFAULTS = {CURRENCY: "USD", SYMBOL: "", TIMEZONE: "UTC"}
 #: The published row that says where a setting was set: ``currency.source``.
 SOURCE = ".source"
 #: Published beside them, not compared: the spawner's ``budget_min_minutes``, with which the gpu service checks
-#: a restart on another profile as the spawn's budget check will (service/domain/moves.py).
+#: a restart on another profile as the spawn's budget check will (rules/moves.py).
 MIN_MINUTES = "budget_min_minutes"
 
 

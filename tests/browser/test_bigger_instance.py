@@ -15,8 +15,9 @@ import nbformat
 import pytest
 from sqlalchemy import text
 
-from jupyterhub_gpu.ledger.queries.samples import Push, Sample, record_samples
+from jupyterhub_gpu.ledger.queries.samples import Push, record_samples
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.rules.samples import Sample
 from tests.browser.conftest import shot
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config, service_port

@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from jupyterhub_gpu.billing import BudgetRule
-from jupyterhub_gpu.ledger.queries.samples import Sample, record_sample
+from jupyterhub_gpu.ledger.queries.samples import record_sample
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.rules.samples import Sample
 from jupyterhub_gpu.session import SessionStart
 from tests.conftest import ROOT, wait_for
 from tests.monitoring.prom import DASHBOARD, JOBS, Prometheus, alert_rules, dashboard_expressions, scrape_config_for

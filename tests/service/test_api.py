@@ -447,7 +447,7 @@ NOVEMBER_2024 = "since=2024-11-01&until=2024-11-30"
 
 def seed_culled(env) -> None:
     from jupyterhub_gpu.ledger.queries.samples import record_sample
-    from jupyterhub_gpu.service.domain.samples import Sample
+    from jupyterhub_gpu.rules.samples import Sample
 
     for sid, user, groups, gpus, rate, started, seconds, reason in CULLED:
         profile = "t4" if rate == 50_000 else "a100"

@@ -17,7 +17,8 @@ import requests
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import to_micros
-from jupyterhub_gpu.service.domain.advice import Advice, ProfileOption, SessionUsage, facts_of, store
+from jupyterhub_gpu.rules.advice import Advice, ProfileOption, SessionUsage
+from jupyterhub_gpu.service.feeds.advice import facts_of, store
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 

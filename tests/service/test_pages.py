@@ -25,7 +25,7 @@ import requests
 from jupyterhub_gpu import i18n
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.overrides import AccessError, parse_override
+from jupyterhub_gpu.rules.overrides import AccessError, parse_override
 from jupyterhub_gpu.service.web.pages.series import daily_series, totals_by
 from jupyterhub_gpu.service.web.views import table_csv
 from jupyterhub_gpu.session import SessionStart

@@ -1,7 +1,7 @@
 """Right-sizing advice in the ledger (``gpu_session_advice``, one row per session): writes and reads.
 
 What the advice is, when a session is judged and how advice is summed are the rules of
-:mod:`jupyterhub_gpu.service.domain.advice`; here are the rows.
+:mod:`jupyterhub_gpu.rules.advice` and :mod:`jupyterhub_gpu.service.feeds.advice`; here are the rows.
 """
 
 from __future__ import annotations

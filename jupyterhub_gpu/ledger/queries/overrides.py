@@ -1,13 +1,13 @@
 """The admins' edits of profile prices and access in the ledger (``gpu_profile_overrides``, one row per profile).
 
-:mod:`jupyterhub_gpu.service.domain.overrides` validates the edits and applies them over the configured
-profiles; here they are read and written, as :class:`Override` values (``None``: the configured value).
+:mod:`jupyterhub_gpu.rules.overrides` validates the edits and applies them over the configured
+profiles; here they are read and written, as its :class:`~jupyterhub_gpu.rules.overrides.Override` values
+(``None``: the configured value).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -16,16 +16,7 @@ from sqlalchemy import select
 from jupyterhub_gpu.clock import naive_utc
 from jupyterhub_gpu.ledger.models import ProfileOverride
 from jupyterhub_gpu.ledger.store import Ledger
-
-
-@dataclass(frozen=True)
-class Override:
-    """A validated edit; ``None`` fields keep the configured value."""
-
-    slug: str
-    price_per_gpu_hour: Decimal | None = None
-    price_per_hour: Decimal | None = None
-    allowed_groups: tuple[str, ...] | None = None
+from jupyterhub_gpu.rules.overrides import Override
 
 
 def _override(row: ProfileOverride) -> Override:

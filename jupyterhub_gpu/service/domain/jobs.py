@@ -38,10 +38,10 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from jupyterhub_gpu.i18n import translator
-from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.money import from_micros
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
 from jupyterhub_gpu.session import StopReason
@@ -65,6 +65,39 @@ class JobError(ValueError):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
+
+
+# -- what the rules read of a run (the ledger's session and job rows have these) -------------
+
+
+class RunSession(Protocol):
+    """A finished run's session: whose, which server, when it started, why it stopped, what it cost."""
+
+    id: str
+    user: str
+    server_name: str
+    started: datetime
+    stop_reason: str | None
+    minutes: int | None
+    cost_micros: int | None
+    currency: str
+
+
+class RunJob(Protocol):
+    """A job as its finished run's notice names it."""
+
+    id: str
+    user: str
+    server_name: str
+    notebook: str
+    state: str
+    error: str | None
+
+    @property
+    def output_notebook(self) -> str: ...
+
+    @property
+    def log_file(self) -> str: ...
 
 
 # -- pure helpers ---------------------------------------------------------------------------
@@ -119,14 +152,14 @@ def parse_job_request(data, max_minutes: int, default_minutes: int) -> JobReques
     return JobRequest(notebook, profile, parameters, max(1, round(minutes * 60)))
 
 
-def run_job(session: SessionRecord, job: JobRecord | None) -> JobRecord | None:
+def run_job(session: RunSession, job: RunJob | None) -> RunJob | None:
     """The job a finished run's notice names: only a job of the run's own user and server (docs/security.md)."""
     if job is not None and (job.user != session.user or job.server_name != session.server_name):
         return None  # a server named after another user's job: its notice names no job
     return job
 
 
-def run_once(session: SessionRecord) -> Once:
+def run_once(session: RunSession) -> Once:
     """A finished run is announced once per channel (the ``run:<session>`` claim in ``gpu_alerts``)."""
     return Once(session.user, f"run:{session.id}", session.started, 100)
 
@@ -148,7 +181,7 @@ JOB_TEXTS = {
 }
 
 
-def run_message(session: SessionRecord, job: JobRecord | None, currency, lang: str = "en") -> tuple[str, str]:
+def run_message(session: RunSession, job: RunJob | None, currency, lang: str = "en") -> tuple[str, str]:
     """(subject, text) of a finished run's notice in ``lang``, with its billed minutes and cost."""
     _ = translator(lang)
     cost = currency.format(from_micros(session.cost_micros or 0), locale=lang)
@@ -189,9 +222,7 @@ def run_message(session: SessionRecord, job: JobRecord | None, currency, lang: s
     return subject, text
 
 
-def run_notice(
-    session: SessionRecord, job: JobRecord | None, currency, settings: AlertSettings, lang: str = "en"
-) -> Message:
+def run_notice(session: RunSession, job: RunJob | None, currency, settings: AlertSettings, lang: str = "en") -> Message:
     """A finished job or stop-when-done run, with its cost: in JupyterLab, to the user by mail, by webhook.
 
     Worded in ``lang``, and in another language on the gateway's demand."""

@@ -16,7 +16,7 @@ from jupyterhub.services.auth import HubOAuth
 
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings
+from jupyterhub_gpu.rules.advice import AdviceSettings
 from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import TickHealth

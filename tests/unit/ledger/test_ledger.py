@@ -20,8 +20,9 @@ from sqlalchemy import event, inspect, text
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.batch import SampleBatcher
 from jupyterhub_gpu.ledger.models import Base, SessionRecord
-from jupyterhub_gpu.ledger.queries.samples import Push, Sample, SampleError, record_sample, session_minutes
+from jupyterhub_gpu.ledger.queries.samples import Push, record_sample, session_minutes
 from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger, upgrade
+from jupyterhub_gpu.rules.samples import Sample, SampleError
 from jupyterhub_gpu.session import SessionStart
 
 T0 = datetime(2026, 11, 29, 19, 46, 4, 123456, tzinfo=timezone.utc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tornado import web
 
 from jupyterhub_gpu.clock import isoformat
-from jupyterhub_gpu.service.domain.advice import summary
+from jupyterhub_gpu.service.feeds.advice import summary
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import ADVICE_PARAMS, BadRequest, query_values, query_window, validate_subject
 

@@ -22,12 +22,12 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     list_jobs,
     update_job,
 )
+from jupyterhub_gpu.rules.moves import Chosen, bigger_moves, purse_of, restart_options
 from jupyterhub_gpu.service.domain.jobs import (
     RUNNER_END_STATES,
     JobError,
     parse_job_request,
 )
-from jupyterhub_gpu.service.domain.moves import Chosen, bigger_moves, purse_of, restart_options
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.tick import memory_options
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler, is_server_token
@@ -326,7 +326,7 @@ class RestartBiggerHandler(JobBase):
 
     async def validated_move(self, session: SessionRecord, name: str, slug: str):
         """The profile to restart on, checked before anything is stopped: the next bigger one that keeps the
-        session's tier and paying group (:mod:`..domain.moves`), open to the user's groups now, and one its
+        session's tier and paying group (rules/moves.py), open to the user's groups now, and one its
         budgets can pay for as the spawner's check will judge it. A refusal (in the session's language) leaves
         the server running."""
         _ = translator(session.language or "en")

@@ -11,9 +11,9 @@ from jupyterhub_gpu.gpus.device import parse_share_uuid
 from jupyterhub_gpu.gpus.names import MIG_SLICE
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import share_holders
-from jupyterhub_gpu.service.domain.advice import catalogue
+from jupyterhub_gpu.rules.advice import catalogue
+from jupyterhub_gpu.rules.overrides import apply_to_pricing
 from jupyterhub_gpu.service.domain.culling import capped_unit
-from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
 from jupyterhub_gpu.service.web.auth import BaseHandler
 from jupyterhub_gpu.service.web.views import notice_json, sessions_json, status_json
 

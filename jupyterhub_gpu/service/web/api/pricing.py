@@ -8,7 +8,7 @@ from tornado import web
 
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
-from jupyterhub_gpu.service.domain.overrides import apply_to_pricing
+from jupyterhub_gpu.rules.overrides import apply_to_pricing
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler
 
 

@@ -6,7 +6,7 @@ from tornado import web
 
 from jupyterhub_gpu.ledger.batch import SampleBatcher
 from jupyterhub_gpu.ledger.queries.samples import Push
-from jupyterhub_gpu.service.domain.samples import SampleError, check_sample_times, parse_sample
+from jupyterhub_gpu.rules.samples import SampleError, check_sample_times, parse_sample
 from jupyterhub_gpu.service.web.auth import BaseHandler, is_server_token
 
 
@@ -34,7 +34,7 @@ class SamplesHandler(BaseHandler):
         # within the skew a server's clock may run ahead: its activity is never later than now
         activity = min(max(moments), now) if moments else None
         try:
-            check_sample_times(sample, record, now)
+            check_sample_times(sample, record.started, record.stopped, now)
             # written with the other pushes of its batch, in one transaction; a refused one fails alone
             row = await SampleBatcher.of(self.ledger).submit(Push(user, sample, record.gpu_count, activity))
         except SampleError as e:

@@ -17,9 +17,9 @@ from zoneinfo import ZoneInfo
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings, SessionUsage, advise, catalogue
+from jupyterhub_gpu.rules.advice import AdviceSettings, SessionUsage, advise, catalogue
+from jupyterhub_gpu.rules.moves import Chosen, affordable_for, bigger_moves, purse_of, restart_options
 from jupyterhub_gpu.service.domain.culling import bigger_profile, cap_message, memory_message
-from jupyterhub_gpu.service.domain.moves import Chosen, affordable_for, bigger_moves, purse_of, restart_options
 from jupyterhub_gpu.session import SessionFacts
 
 CNY = Currency.from_config("CNY")

@@ -7,14 +7,8 @@ from datetime import datetime, timezone
 
 from jupyterhub_gpu.ledger.queries.advice import advice_of
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import (
-    AdviceSettings,
-    SessionUsage,
-    advice_json,
-    advise,
-    catalogue,
-    store,
-)
+from jupyterhub_gpu.rules.advice import AdviceSettings, SessionUsage, advise, catalogue
+from jupyterhub_gpu.service.feeds.advice import advice_json, store
 from jupyterhub_gpu.session import SessionFacts
 
 CNY = Currency.from_config("CNY")

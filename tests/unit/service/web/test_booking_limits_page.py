@@ -13,7 +13,7 @@ import pytest
 
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.service.domain.advice import AdviceSettings
+from jupyterhub_gpu.rules.advice import AdviceSettings
 from jupyterhub_gpu.service.web.context import WebContext
 from tests.unit.service.web.test_schedule_pages import (
     ADMIN,

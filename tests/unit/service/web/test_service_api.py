@@ -16,7 +16,6 @@ from tornado import web
 
 from jupyterhub_gpu.billing import BudgetRule, budget_status
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.statuses import current_statuses
 from jupyterhub_gpu.service.web import auth, routes, views
 from jupyterhub_gpu.service.web.api import openapi
 from jupyterhub_gpu.service.web.params import (
@@ -268,7 +267,7 @@ def test_the_openapi_document_is_valid():
 # -- budget use from SQL aggregates equals budget use from every session ---------------------------
 
 
-def test_current_statuses_agree_with_budget_status_over_every_session(tmp_path):
+def test_ledger_statuses_agree_with_budget_status_over_every_session(tmp_path):
     from jupyterhub_gpu.session import SessionStart
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
@@ -304,5 +303,5 @@ def test_current_statuses_agree_with_budget_status_over_every_session(tmp_path):
     rules.append(BudgetRule("group", "cs231n", "term", "money", Decimal(5), date(2026, 11, 10), date(2026, 11, 19)))
     every_row = Ledger.usage_rows(ledger.sessions(), now)
     expected = [budget_status(rule, every_row, now, SHANGHAI) for rule in rules]
-    assert current_statuses(ledger, rules, now, SHANGHAI) == expected
+    assert ledger.statuses_of(rules, now, SHANGHAI) == expected
     assert any(s.used > 0 for s in expected) and any(s.used == 0 for s in expected)

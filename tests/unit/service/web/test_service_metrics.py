@@ -8,8 +8,9 @@ from zoneinfo import ZoneInfo
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyterhub_gpu.ledger.queries.samples import Sample, record_sample
+from jupyterhub_gpu.ledger.queries.samples import record_sample
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.rules.samples import Sample
 from jupyterhub_gpu.service.tick import TickHealth
 from jupyterhub_gpu.service.web.metrics import make_registry
 from jupyterhub_gpu.session import SessionStart, StopReason

@@ -1,4 +1,4 @@
-"""GPU usage samples: what each server's extension reports, kept as per-minute aggregates.
+"""GPU usage samples, the rule: what a valid sample is, of what each server's extension reports.
 
 Every 30 s the server extension of a running session posts the averages of its
 GPU samples since its last post (``POST /services/gpu/api/v1/samples``, with the
@@ -7,7 +7,7 @@ utilization as a sum and a count (so that merging is exact), memory as a
 maximum, and the kernels' activity. Culling and the reports read these rows.
 
 Everything in a sample is what a user's server says, so none of it is trusted
-(invariant 7, docs/security.md): every time must lie in ``[session start, end +
+(docs/security.md, "What a user's server reports cannot be forged"): every time must lie in ``[session start, end +
 MAX_CLOCK_SKEW]`` (the end is now for a running session), every number within
 its range, and a minute takes at most ``MAX_SAMPLES_PER_MINUTE`` samples,
 ``MAX_PUSHES_PER_MINUTE`` pushes and as many distinct GPUs as the session holds
@@ -17,25 +17,25 @@ no sample can move its last activity past now. Memory sizes a server reports
 are kept for its own charts only: right-sizing takes a GPU's memory from the
 profile or the inventory (:mod:`.advice`).
 
-On a shared GPU or a MIG slice (issue 17) a server's figures are its own: its
+On a shared GPU or a MIG slice (docs/admin.md, "Shared GPUs") a server's figures are its own: its
 memory is that of its own processes and its cap the share's; each of its
 ``gpus`` may say whose utilization it is (``scope``: ``own`` or the whole
 ``gpu``'s, where the driver gives no per-process figure), how many of its own
 processes are on the GPU (``processes``, the most over the period) and how
 many servers share the GPU (``shared_by``). A GPU reported with scope ``gpu``
 and no own process did no work of this server's: its utilization is kept as 0
-(:func:`.culling.own_gpu_utilization`), so a neighbour's work neither keeps this
-server from ``gpu_idle`` nor moves anything of the neighbour's (invariant 7).
+(:func:`.idle.own_gpu_utilization`), so a neighbour's work neither keeps this
+server from ``gpu_idle`` nor moves anything of the neighbour's.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from jupyterhub_gpu.clock import aware_utc
-from jupyterhub_gpu.ledger.models import SessionRecord
-from jupyterhub_gpu.ledger.queries.samples import Sample, SampleError
-from jupyterhub_gpu.service.domain.culling import own_gpu_utilization
+from jupyterhub_gpu.rules.idle import own_gpu_utilization
 
 #: How far a server's clock may run ahead of the service's (its sample times are refused beyond this).
 MAX_CLOCK_SKEW = timedelta(seconds=60)
@@ -54,13 +54,36 @@ SAMPLE_FIELDS = {
     "last_activity",
     "gpus",
 }
-#: The fields of one of ``gpus``; the last three come from a server on a shared GPU or a MIG slice (issue 17).
+#: The fields of one of ``gpus``; the last three come from a server on a shared GPU or a MIG slice.
 GPU_FIELDS = {"uuid", "utilization_avg", "memory_used_max_mib", "scope", "processes", "shared_by", "memory_known"}
 #: ``scope`` of a GPU's utilization: "own" (this server's own processes'), "gpu" (the whole GPU's).
 SCOPES = ("own", "gpu")
 #: Bounds of ``processes`` (this server's own processes on the GPU) and ``shared_by`` (servers holding a share).
 MAX_PROCESSES = 4096
 MAX_SHARED_BY = 16
+
+
+class SampleError(ValueError):
+    """A sample body that cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A validated push of a server's samples (:func:`parse_sample`), as the ledger merges it into its minute."""
+
+    session_id: str
+    sampled_until: datetime
+    samples: int
+    utilization_avg: float
+    memory_used_max_mib: int
+    memory_total_mib: int
+    kernels: int
+    busy_kernels: int
+    last_kernel_activity: datetime | None
+    last_activity: datetime | None
+    #: per GPU ``(uuid, utilization, memory used max)``, and on a shared GPU or MIG slice
+    #: ``(..., scope, processes, shared_by, memory_known)`` (each None where the server did not say)
+    gpus: tuple[tuple, ...]
 
 
 def _moment(value, what: str) -> datetime:
@@ -102,7 +125,7 @@ def _seconds(value, name: str) -> float | None:
 
 def _gpu(g: dict, where: str) -> tuple:
     """One GPU of a sample: ``(uuid, utilization, memory, scope, processes, shared_by)``, the utilization the
-    server's own (:func:`.culling.own_gpu_utilization`); the last three None where the server does not say."""
+    server's own (:func:`.idle.own_gpu_utilization`); the last three None where the server does not say."""
     scope = g.get("scope")
     if scope is not None and scope not in SCOPES:
         raise SampleError(f"{where}.scope must be one of {', '.join(SCOPES)}, got {scope!r:.80}")
@@ -171,15 +194,16 @@ def parse_sample(data) -> Sample:
     )
 
 
-def check_sample_times(sample: Sample, record: SessionRecord, now: datetime) -> None:
+def check_sample_times(sample: Sample, started: datetime, stopped: datetime | None, now: datetime) -> None:
     """Every time of the sample inside ``[session start, end + MAX_CLOCK_SKEW]``, or SampleError.
 
-    The end is now for a running session and its stop for a stopped one (its last push comes
+    ``started`` and ``stopped`` are the session's (naive UTC as the ledger keeps them, or aware). The end is
+    now for a running session and its stop for a stopped one (its last push comes
     late). A time outside would make a minute row the session never ran, or an activity in
     the future that the ``inactive`` rule would wait for.
     """
-    started = aware_utc(record.started)
-    end = min(aware_utc(record.stopped) or now, now) + MAX_CLOCK_SKEW
+    started = aware_utc(started)
+    end = min(aware_utc(stopped) or now, now) + MAX_CLOCK_SKEW
     for what, moment in (
         ("sampled_until", sample.sampled_until),
         ("last_kernel_activity", sample.last_kernel_activity),
@@ -194,3 +218,10 @@ def check_sample_times(sample: Sample, record: SessionRecord, now: datetime) -> 
                 f"{what} {moment.isoformat()} is later than the session's end or now"
                 f" ({end.isoformat()}, with {MAX_CLOCK_SKEW.seconds} s of clock skew)."
             )
+
+
+def memory_unknown(minute) -> bool:
+    """Whether a minute row's memory is no measurement: a server pushed that it could not measure its own
+    (``memory_unknown`` of one of the row's ``gpus``, JSON: a share read in a container)."""
+    gpus = minute.gpus or ""
+    return '"memory_unknown"' in gpus and any(g.get("memory_unknown") for g in json.loads(gpus).values())

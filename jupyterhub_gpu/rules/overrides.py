@@ -1,4 +1,4 @@
-"""Admin edits of profile prices and access, kept in the ledger and applied over the configured profiles.
+"""Admin edits of profile prices and access, the rule: what a valid edit is and how it applies over the profiles.
 
 The configuration stays the source of a profile (image, GPUs, limits); an admin
 may override, from the usage pages, its prices (per GPU-hour and per hour) and
@@ -18,14 +18,25 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 
-from jupyterhub_gpu.ledger.queries.overrides import Override
 from jupyterhub_gpu.money import Currency, MoneyError, parse_amount, profile_rate
 
 log = logging.getLogger("jupyterhub_gpu.access")
 
 _GROUP_RE = re.compile(r"^[^/\x00-\x1f\x7f]{1,255}$")
+
+
+@dataclass(frozen=True)
+class Override:
+    """A validated edit (kept by :mod:`jupyterhub_gpu.ledger.queries.overrides`); ``None`` fields keep the
+    configured value."""
+
+    slug: str
+    price_per_gpu_hour: Decimal | None = None
+    price_per_hour: Decimal | None = None
+    allowed_groups: tuple[str, ...] | None = None
 
 
 class AccessError(ValueError):
