@@ -346,7 +346,8 @@ def budget_message(alert: BudgetAlert, settings: AlertSettings, lang: str = "en"
         source=log.name,
         event=f"budget.{tier(alert.threshold)}",
         # a user's own budget goes to their channels and the admins', never a group's (a course chat would
-        # show one student's usage to classmates, invariant 3); a group pool's to that group's channels
+        # show one student's usage to classmates: a user reads only their own usage); a group pool's to that group's
+        # channels
         groups=(alert.subject,) if alert.scope == "group" else (),
         lang=lang,
         words=lambda other: budget_message(alert, settings, other),
