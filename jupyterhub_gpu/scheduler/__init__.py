@@ -31,13 +31,14 @@ and in the simulator, so what the simulator measures is what the scheduler does.
 
 Within a GPU model the queue is strict: a request that cannot be served blocks the ones behind it (so that a
 two-GPU request is not starved by a stream of one-GPU requests), except that a reservation's members still
-get the GPUs reserved for them. GPU usage is in GPU-hours (floats: a measure of time, never money). Texts are
-English templates in :data:`TEXTS`: a decision keeps its key and values, so that another language can word it
-(some values are worded in English too: durations, ``this week``, ``4 T4s``; they are not in the catalogue yet).
+get the GPUs reserved for them. GPU usage is in GPU-hours (floats: a measure of time, never money). A decision's
+reason is a key of :data:`TEXTS` (its English template) and typed values (times, durations, :class:`Gpus`,
+:class:`Period`, :class:`Grace`, names): every reader words it in their own language through :mod:`.words`.
 
-The parts: ``texts`` (the words), ``snapshot`` (what a cycle knows and decides), ``policies`` (the named parts
-of a policy), ``state`` (holders and reservation windows in a cycle), ``cycle`` (:func:`schedule`), ``preempt``
-(the preemptible tier), ``estimate`` (the queue and the wait), ``bookings`` (whether a booking can be made).
+The parts: ``texts`` (the messages and their typed values), ``words`` (the messages in a language), ``snapshot``
+(what a cycle knows and decides), ``policies`` (the named parts of a policy), ``state`` (holders and reservation
+windows in a cycle), ``cycle`` (:func:`schedule`), ``preempt`` (the preemptible tier), ``estimate`` (the queue and
+the wait), ``bookings`` (whether a booking can be made).
 """
 
 from jupyterhub_gpu.scheduler.bookings import ReservationError, check_reservation, reservation_problems
@@ -74,20 +75,12 @@ from jupyterhub_gpu.scheduler.snapshot import (
     Snapshot,
     decayed_usage,
 )
-from jupyterhub_gpu.scheduler.texts import (
-    TEXTS,
-    WEEK,
-    clock_text,
-    duration_text,
-    gpus_text,
-    period_text,
-    wait_text,
-)
+from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, Gpus, Grace, Period, values_from_json, values_json
 
 __all__ = [
     "END", "GRANT", "KINDS", "NO_SHARE_RATIO", "POLICIES", "PREEMPT", "PREEMPTIBLE", "QUEUE", "REFUSE", "STANDARD",
-    "STOP", "TEXTS", "TIERS", "WEEK", "Decision", "FairShare", "Fifo", "Policy", "Preemption", "Rank", "Request",
-    "Reservation", "ReservationError", "Reservations", "Running", "SessionLengths", "SharedGPU", "Snapshot",
-    "check_reservation", "clock_text", "decayed_usage", "duration_text", "estimate", "expected_end", "gpus_text",
-    "period_text", "policy_named", "reservation_problems", "schedule", "wait_text",
+    "STOP", "TEXTS", "TIERS", "WEEK", "Decision", "FairShare", "Fifo", "Gpus", "Grace", "Period", "Policy",
+    "Preemption", "Rank", "Request", "Reservation", "ReservationError", "Reservations", "Running", "SessionLengths",
+    "SharedGPU", "Snapshot", "check_reservation", "decayed_usage", "estimate", "expected_end", "policy_named",
+    "reservation_problems", "schedule", "values_from_json", "values_json",
 ]  # fmt: skip

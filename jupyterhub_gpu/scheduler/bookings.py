@@ -18,7 +18,8 @@ from fractions import Fraction
 
 from jupyterhub_gpu.billing import period_window
 from jupyterhub_gpu.scheduler.snapshot import Reservation
-from jupyterhub_gpu.scheduler.texts import WEEK, gpus_text
+from jupyterhub_gpu.scheduler.texts import WEEK
+from jupyterhub_gpu.scheduler.words import gpus_words
 
 UTC = timezone.utc
 #: Windows of one group and model closer than this are one hold, the gap included. Others are stopped the hub's
@@ -151,7 +152,7 @@ def reservation_problems(
         models = ", ".join(sorted(m for m, n in pool.items() if n > 0)) or "none"
         problems.append(f"the pool has no {booking.model} GPUs (it has: {models})")
     elif count_ok and booking.count > total:
-        problems.append(f"{gpus_text(booking.count, booking.model)} asked, but the pool has {total}")
+        problems.append(f"{gpus_words(booking.count, booking.model)} asked, but the pool has {total}")
     if booking.group not in groups:
         problems.append(f"there is no group named {booking.group!r}")
     if times_ok and booking.weekly_until is not None:
@@ -174,13 +175,13 @@ def reservation_problems(
         if same is not None:
             s, e, r = same
             problems.append(
-                f"it overlaps {r.name}'s reservation of {gpus_text(r.count, r.model)} on {_window_text(s, e, zone)}"
+                f"it overlaps {r.name}'s reservation of {gpus_words(r.count, r.model)} on {_window_text(s, e, zone)}"
             )
             break
         peak, names = _peak(start, end, overlapping)
         if peak + booking.count > total:
             problems.append(
-                f"on {_window_text(start, end, zone)}, {gpus_text(peak + booking.count, booking.model)} would be"
+                f"on {_window_text(start, end, zone)}, {gpus_words(peak + booking.count, booking.model)} would be"
                 f" reserved but the pool has {total} ({peak} already reserved for {names})"
             )
             break

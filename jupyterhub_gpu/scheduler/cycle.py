@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 
 from jupyterhub_gpu.scheduler.estimate import queue_decisions
 from jupyterhub_gpu.scheduler.policies import Policy
@@ -21,16 +22,17 @@ from jupyterhub_gpu.scheduler.snapshot import (
     aware,
 )
 from jupyterhub_gpu.scheduler.state import Cycle, Holder, Split, Windows, holder_of, limit_values, serve
-from jupyterhub_gpu.scheduler.texts import TEXTS, clock_text, gpus_text
+from jupyterhub_gpu.scheduler.texts import TEXTS, Gpus
 
 
 def _refusal(request: Request, units: Mapping[str, int]) -> Decision | None:
     total = units.get(request.model, 0)
+    whole = isinstance(request.count, int) and not isinstance(request.count, bool)
     values = {
         "model": request.model,
-        "count": str(request.count),
-        "gpus": gpus_text(request.count, request.model) if isinstance(request.count, int) else str(request.count),
-        "total": str(total),
+        "count": request.count if whole else str(request.count),
+        "gpus": Gpus(request.count, request.model) if whole else str(request.count),
+        "total": total,
     }
     if isinstance(request.count, bool) or not isinstance(request.count, int) or request.count < 1:
         return Decision(REFUSE, "refuse.bad_count", values, request=request.id, model=request.model)
@@ -70,7 +72,7 @@ def schedule(snapshot: Snapshot, policy: Policy) -> list[Decision]:
     for session in snapshot.running:
         if session.stop_at is not None and session.stop_at <= now:
             key = f"stop.{session.stop_key}" if f"stop.{session.stop_key}" in TEXTS else "stop"
-            values = {"at": clock_text(session.stop_at, zone, now)}
+            values = {"at": session.stop_at}
             decisions.append(Decision(STOP, key, values, session=session.id, model=session.model, at=now))
             stopping.add(session.id)
             if session.share <= 1:
@@ -109,7 +111,8 @@ def schedule(snapshot: Snapshot, policy: Policy) -> list[Decision]:
     decisions.extend(preempted)
     decisions.extend(_end_warnings(cycle, {d.session for d in preempted}))
     decisions.extend(queue_decisions(cycle, decisions))
-    return decisions
+    # each decision says its times in the lab's zone, without the day on the cycle's day
+    return [replace(d, now=now, zone=zone) for d in decisions]
 
 
 def _reserve(cycle: Cycle, free: Mapping[str, int]) -> None:
@@ -149,7 +152,7 @@ def _grant(cycle: Cycle) -> None:
 
     A share request takes a free share of a GPU already split into its shares, else a whole free GPU, which it
     splits."""
-    now, zone, windows = cycle.snapshot.now, cycle.snapshot.zone, cycle.windows
+    now, windows = cycle.snapshot.now, cycle.windows
     reservation_of = {r.id: r for r in cycle.snapshot.reservations}
     blocked = dict.fromkeys(cycle.units, False)
     later = len(cycle.running)
@@ -167,7 +170,7 @@ def _grant(cycle: Cycle) -> None:
                     split = None
             if split is not None:
                 later += 1
-                values = {"count": "1", "gpus": gpus_text(1, model), "model": model}
+                values = {"count": 1, "gpus": Gpus(1, model), "model": model}
                 cycle.granted[request.id] = Decision(
                     GRANT, "grant", values, request=request.id, model=model, device=split.id
                 )
@@ -182,8 +185,7 @@ def _grant(cycle: Cycle) -> None:
                 held = [(end, r) for _, end, r in windows.active(model) if mine.get(r.id) and r.id not in homes]
                 if held and cycle.general[model] + sum(mine[res.id] for _, res in held) >= from_general:
                     end, res = held[0]
-                    values = {"gpus": gpus_text(res.count, model), "model": model, "label": res.name}
-                    values["end"] = clock_text(end, zone, now)
+                    values = {"gpus": Gpus(res.count, model), "model": model, "label": res.name, "end": end}
                     cycle.blocked_by[model] = Decision(QUEUE, "reserved", values)
             blocked[model] = True
             continue
@@ -195,7 +197,7 @@ def _grant(cycle: Cycle) -> None:
             if moment is not None and windows.stop_time(moment) - now < cycle.policy.reservations.min_run:
                 if not blocked[model]:
                     res = windows.reservation_for(model, moment, unit)
-                    values = {"model": model, "label": res.name, "start": clock_text(moment, zone, now)}
+                    values = {"model": model, "label": res.name, "start": moment}
                     cycle.blocked_by[model] = Decision(QUEUE, "reserved.soon", values)
                 blocked[model] = True
                 continue
@@ -208,7 +210,7 @@ def _grant(cycle: Cycle) -> None:
             mine[rid] -= used
             take -= used
             label = label or (reservation_of[rid].name if used else None)
-        values = {"count": str(count), "gpus": gpus_text(count, model), "model": model}
+        values = {"count": count, "gpus": Gpus(count, model), "model": model}
         device = FREE_GPU if request.share > 1 else None
         if label is not None and not from_general:
             values["label"] = label
@@ -227,7 +229,6 @@ def _limits(cycle: Cycle) -> None:
     windows = cycle.windows
     if windows is None:
         return
-    now, zone = cycle.snapshot.now, cycle.snapshot.zone
     by_id = {s.id: s for s in cycle.running}
     for model in cycle.units:
         for moment in windows.moments(model):
@@ -247,7 +248,7 @@ def _limits(cycle: Cycle) -> None:
     for request_id, grant in list(cycle.granted.items()):
         if request_id in cycle.ends:
             until, moment, res = cycle.ends.pop(request_id)
-            values = limit_values(until, moment, res, zone, now)
+            values = limit_values(until, moment, res)
             cycle.granted[request_id] = Decision(
                 GRANT, "grant.until", values, request=request_id, model=grant.model, at=until
             )
@@ -256,14 +257,13 @@ def _limits(cycle: Cycle) -> None:
 def _end_warnings(cycle: Cycle, preempted: Collection[str | None]) -> list[Decision]:
     """An ``end`` for every running session that must end before a window, told already or not: the earlier stop
     wins (a preemption in this cycle, or an end told before that is still early enough and not too early)."""
-    now, zone = cycle.snapshot.now, cycle.snapshot.zone
     by_id = {s.id: s for s in cycle.running}
     out = []
     for session_id, (until, moment, res) in cycle.ends.items():
         session = by_id.get(session_id)
         if session is None or session_id in preempted:
             continue
-        values = limit_values(until, moment, res, zone, now)
+        values = limit_values(until, moment, res)
         out.append(Decision(END, "end", values, session=session_id, reservation=res.id, model=session.model, at=until))
     return out
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from jupyterhub_gpu.scheduler.snapshot import Request, Snapshot
-from jupyterhub_gpu.scheduler.texts import duration_text, period_text
+from jupyterhub_gpu.scheduler.texts import Period
 
 #: A group with a share of 0 ranks as if it had used this many times its share (ageing still lifts it).
 NO_SHARE_RATIO = 10.0
@@ -15,11 +15,11 @@ NO_SHARE_RATIO = 10.0
 
 @dataclass(frozen=True)
 class Rank:
-    """Where a request stands in its order (lower first) and why, as a key of :data:`TEXTS` and its values."""
+    """Where a request stands in its order (lower first) and why, as a key of :data:`TEXTS` and its typed values."""
 
     value: float
     key: str
-    values: Mapping[str, str] = field(default_factory=dict)
+    values: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,19 +76,19 @@ class FairShare:
         by_model: dict[str, list[Request]] = {}
         for r in requests:
             by_model.setdefault(r.model, []).append(r)
-        period = period_text(self.half_life)
+        period = Period(self.half_life)
         for model, mine in by_model.items():
             ratios = self.ratios(snapshot, model, {r.group for r in mine})
             for r in mine:
                 waited = max(timedelta(0), snapshot.now - r.arrived)
                 credit = waited / self.ageing
                 ratio = ratios[r.group]
-                values = {"model": model, "period": period, "waited": duration_text(waited)}
+                values = {"model": model, "period": period, "waited": waited}
                 no_share = float(snapshot.shares.get(r.group, {}).get(model, self.default_share)) <= 0
                 if no_share and ratio > 0:
                     key = "share.none"
                 else:
-                    values["percent"] = str(round(ratio * 100))
+                    values["percent"] = round(ratio * 100)
                     key = "share.aged" if credit >= 1 else "share"
                 out[r.id] = Rank(ratio - credit, key, values)
         return out

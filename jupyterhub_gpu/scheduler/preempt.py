@@ -9,12 +9,12 @@ first, and a planned end (a reservation's, however far) never shields a session 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from jupyterhub_gpu.scheduler.policies import Preemption
 from jupyterhub_gpu.scheduler.snapshot import PREEMPT, PREEMPTIBLE, Decision, Running
 from jupyterhub_gpu.scheduler.state import Cycle, Split
-from jupyterhub_gpu.scheduler.texts import duration_text
+from jupyterhub_gpu.scheduler.texts import Grace
 
 
 def _is_idle(session: Running, now: datetime, rule: Preemption) -> bool:
@@ -94,7 +94,7 @@ def preempt(cycle: Cycle) -> list[Decision]:
         key = (model, victim.split)
         parts[key] = [v for v in parts.get(key, []) if not gone & {s.id for s in v.sessions}]
 
-    grace = duration_text(rule.grace) if rule.grace >= timedelta(minutes=1) else f"{rule.grace.seconds} s"
+    grace = Grace(rule.grace)
     out = []
     done: set[str] = set()
     for request in cycle.order:

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
 
-from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, wait_text
+from jupyterhub_gpu.scheduler.texts import WEEK
+from jupyterhub_gpu.scheduler.words import reason_words, status_words
 
 #: The tiers of a request or session: full price, or cheaper and preemptible.
 STANDARD = "standard"
@@ -311,18 +312,20 @@ def decayed_usage(
 
 @dataclass(frozen=True)
 class Decision:
-    """One thing to do, with its reason: ``TEXTS[key]`` worded with ``values`` (:attr:`reason`).
+    """One thing to do, with its reason: a key of :data:`~.texts.TEXTS` and its typed ``values`` (:attr:`reason`
+    words them in English; :mod:`.words` in any language).
 
     ``at``: for ``grant``, the time the session may run until (None: no limit); for ``preempt``, ``end`` and
     ``stop``, when the session stops. ``queue`` decisions carry ``position`` of ``length`` (the requests
     waiting for the model), ``wait`` (the estimate, None when there is none) and :attr:`status`. ``device``: for
     a ``grant`` of a share, the GPU split into shares it joins (a :class:`SharedGPU` id), or :data:`FREE_GPU` for
-    a whole free GPU it splits: the allocator places the share there.
+    a whole free GPU it splits: the allocator places the share there. ``now`` and ``zone``: the cycle's, in which its
+    times are said (``13:55`` on the day of ``now``, with the day on another).
     """
 
     kind: str
     key: str
-    values: Mapping[str, str] = field(default_factory=dict)
+    values: Mapping[str, object] = field(default_factory=dict)
     request: str | None = None
     session: str | None = None
     reservation: str | None = None
@@ -333,16 +336,21 @@ class Decision:
     wait: timedelta | None = None
     for_request: str | None = None
     device: str | None = None
+    now: datetime | None = None
+    zone: tzinfo | None = None
+
+    def reason_in(self, lang: str) -> str:
+        """Its reason in ``lang``."""
+        return reason_words(self.key, self.values, lang, self.zone, self.now)
 
     @property
     def reason(self) -> str:
-        return TEXTS[self.key].format(**self.values)
+        """Its reason in English (the hub's log)."""
+        return self.reason_in("en")
 
     @property
     def status(self) -> str:
         """A waiting request's headline: ``Waiting for a free A100 — position 2 of 5 — about 12 min``."""
         if self.kind != QUEUE:
             return self.reason
-        return TEXTS["status"].format(
-            model=self.model, position=self.position, length=self.length, wait=wait_text(self.wait)
-        )
+        return status_words(self.model, 1, self.position, self.length, self.wait)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timezone
 
 from jupyterhub_gpu.scheduler.policies import Policy, Rank, Reservations
 from jupyterhub_gpu.scheduler.snapshot import (
@@ -17,7 +17,7 @@ from jupyterhub_gpu.scheduler.snapshot import (
     Running,
     Snapshot,
 )
-from jupyterhub_gpu.scheduler.texts import clock_text, gpus_text
+from jupyterhub_gpu.scheduler.texts import Gpus
 
 
 @dataclass
@@ -125,13 +125,13 @@ class Windows:
                 if others + res.count > total:  # the pool shrank under a booking: the later booking gives way
                     values = {
                         "label": res.name,
-                        "count": str(res.count),
-                        "gpus": gpus_text(res.count, res.model),
+                        "count": res.count,
+                        "gpus": Gpus(res.count, res.model),
                         "model": res.model,
-                        "start": clock_text(start, snapshot.zone, self.now),
-                        "end": clock_text(end, snapshot.zone, self.now),
-                        "total": str(total),
-                        "taken": str(others),
+                        "start": start,
+                        "end": end,
+                        "total": total,
+                        "taken": others,
                     }
                     self.refused.append(
                         Decision(REFUSE, "refuse.reservation", values, reservation=res.id, model=res.model, at=start)
@@ -246,15 +246,10 @@ def holder_of(session: Running, order: int) -> Holder:
     )
 
 
-def limit_values(until: datetime, moment: datetime, res: Reservation, zone: tzinfo, now: datetime) -> dict:
-    return {
-        "until": clock_text(until, zone, now),
-        "count": str(res.count),
-        "gpus": gpus_text(res.count, res.model),
-        "model": res.model,
-        "label": res.name,
-        "start": clock_text(moment, zone, now),
-    }
+def limit_values(until: datetime, moment: datetime, res: Reservation) -> dict:
+    """The values of a session's end before a window (``grant.until``, ``end``)."""
+    return {"until": until, "count": res.count, "gpus": Gpus(res.count, res.model), "model": res.model,
+            "label": res.name, "start": moment}  # fmt: skip
 
 
 @dataclass

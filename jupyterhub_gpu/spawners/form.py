@@ -21,7 +21,7 @@ import jinja2
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import Currency
-from jupyterhub_gpu.schedule_words import clock_words, reason_words, wait_words
+from jupyterhub_gpu.scheduler.words import clock_words, wait_words
 from jupyterhub_gpu.spawners.assign.protocol import Allocator
 from jupyterhub_gpu.spawners.profiles import Profile, choose_profile
 
@@ -323,19 +323,14 @@ def render_options_form(
     )
 
 
-def scheduling_text(key: str, values, lang: str = "en") -> str:
-    """One of the scheduler's texts (:data:`jupyterhub_gpu.scheduler.TEXTS`) in ``lang``, its values too."""
-    return reason_words(key, values, lang)
-
-
 def queue_status(decision, model: str, count: int, simulated: bool, lang: str = "en", *, share=None, mig=None) -> str:
     """A waiting request as the scheduler sees it: ``Waiting for a free A100 — position 2 of 5 — about 12 min —
     your group has used 140% of its share of A100 GPUs this week`` (the plain first-come order adds no reason)."""
     parts = [queue_message(model, count, simulated, decision.position, decision.length, lang, share=share, mig=mig)]
     if decision.wait is not None:  # no estimate yet: nothing is said
-        parts.append(wait_words(int(decision.wait.total_seconds()), lang))
+        parts.append(wait_words(decision.wait, lang))
     if decision.key != "fifo":
-        parts.append(scheduling_text(decision.key, decision.values, lang))
+        parts.append(decision.reason_in(lang))
     return " — ".join(parts)
 
 

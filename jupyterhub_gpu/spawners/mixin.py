@@ -79,7 +79,6 @@ from jupyterhub_gpu.spawners.form import (
     queue_status,
     render_options_form,
     reserved_note,
-    scheduling_text,
 )
 from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.profiles import (
@@ -893,7 +892,7 @@ class GPUSpawnerMixin(Configurable):
         self._gpu_granted_at = utcnow()  # the GPUs are held (and billed) from now
         if grant is not None and grant.at is not None:
             # "may run until 13:55: CS231N has 4 T4s reserved from 14:00"
-            self._gpu_say(55, lambda lang: scheduling_text(grant.key, grant.values, lang))
+            self._gpu_say(55, grant.reason_in)
 
     _gpu_job_id: str | None = None
 

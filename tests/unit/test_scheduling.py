@@ -31,14 +31,13 @@ from jupyterhub_gpu.scheduler import (
     Snapshot,
     check_reservation,
     decayed_usage,
-    duration_text,
     estimate,
     expected_end,
     policy_named,
     reservation_problems,
     schedule,
-    wait_text,
 )
+from jupyterhub_gpu.scheduler.words import duration_words, wait_words
 
 UTC = timezone.utc
 NOW = datetime(2026, 9, 8, 13, 0, tzinfo=UTC)  # a Tuesday
@@ -393,12 +392,10 @@ def test_a_session_granted_before_a_window_is_told_at_its_start_how_long_it_may_
 def test_one_reserved_gpu_is_worded_in_the_singular_in_english_and_chinese():
     from dataclasses import replace
 
-    from jupyterhub_gpu.schedule_words import reason_words
-
     one = replace(CLASS, count=1)
     grant = of(reserved(NOW, free=1, units=1, waiting=[request("r", "other")], reservations=(one,)), GRANT)[0]
     assert grant.reason == "may run until 13:55: CS231N has 1 T4 reserved from 14:00"
-    assert reason_words(grant.key, grant.values, "zh-CN") == "最多可运行到 13:55：从 14:00 起 1 块 T4 已为 CS231N 预留"
+    assert grant.reason_in("zh-CN") == "最多可运行到 13:55：从 14:00 起 1 块 T4 已为 CS231N 预留"
 
 
 def test_running_strangers_are_told_their_end_and_members_are_not():
@@ -675,9 +672,9 @@ def test_expected_end_takes_the_earliest_of_known_ends_and_history():
     ],
 )
 def test_wait_texts(minutes, text):
-    assert wait_text(None if minutes is None else timedelta(minutes=minutes)) == text
+    assert wait_words(None if minutes is None else timedelta(minutes=minutes)) == text
 
 
 def test_duration_text_rounds_long_waits_to_five_minutes():
-    assert duration_text(timedelta(minutes=83)) == "1 h 25 min"
-    assert duration_text(timedelta(seconds=10)) == "1 min"
+    assert duration_words(timedelta(minutes=83)) == "1 h 25 min"
+    assert duration_words(timedelta(seconds=10)) == "1 min"

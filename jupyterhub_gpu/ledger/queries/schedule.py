@@ -10,7 +10,6 @@ back aware, in the zone the caller names (the lab's: weekly windows repeat at it
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from jupyterhub_gpu.ledger.models import (
     UsageMinute,
 )
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.scheduler.texts import values_from_json, values_json
 
 #: Serializes check-then-insert of :func:`add_reservation` in this process.
 _BOOK_LOCK = threading.Lock()
@@ -195,7 +195,8 @@ ORDER_KINDS = (PREEMPTED, RESERVED)
 
 @dataclass(frozen=True)
 class StopOrder:
-    """A session told to stop at ``stop_at`` (aware UTC), why (``reason_key`` of ``scheduler.TEXTS``, ``values``)."""
+    """A session told to stop at ``stop_at`` (aware UTC), why (``reason_key`` of ``scheduler.TEXTS``, its typed
+    ``values``)."""
 
     session_id: str
     user: str
@@ -221,7 +222,7 @@ def _order(row: ScheduleOrder) -> StopOrder:
         stop_at=aware_utc(row.stop_at),
         decided_at=aware_utc(row.decided_at),
         reason_key=row.reason_key,
-        values=json.loads(row.reason_values or "{}"),
+        values=values_from_json(row.reason_values),
         for_user=row.for_user,
         noticed_at=aware_utc(row.noticed_at) if row.noticed_at else None,
         done_at=aware_utc(row.done_at) if row.done_at else None,
@@ -265,7 +266,7 @@ def order_stop(
         row.stop_at = naive_utc(stop_at)
         row.decided_at = naive_utc(now)
         row.reason_key = reason_key
-        row.reason_values = json.dumps(values, sort_keys=True)
+        row.reason_values = values_json(values)
         row.for_user = for_user
         row.cause = cause
         row.withdrawn_at = None
@@ -400,7 +401,7 @@ def publish_queue(ledger: Ledger, entries: Sequence[Queued]) -> None:
                     length=e.length,
                     wait_seconds=e.wait_seconds,
                     reason_key=e.reason_key,
-                    reason_values=json.dumps(e.values, sort_keys=True),
+                    reason_values=values_json(e.values),
                     updated=naive_utc(e.updated),
                 )
             )
@@ -428,7 +429,7 @@ def queue(ledger: Ledger, user: str | None = None) -> list[Queued]:
                 length=r.length,
                 wait_seconds=r.wait_seconds,
                 reason_key=r.reason_key,
-                values=json.loads(r.reason_values or "{}"),
+                values=values_from_json(r.reason_values),
                 updated=aware_utc(r.updated),
             )
             for r in db.scalars(query)

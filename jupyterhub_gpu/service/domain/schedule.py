@@ -1,4 +1,4 @@
-"""The schedule at work on the service's side (issue 16): what people read of it, in their language.
+"""The schedule at work on the service's side: what people read of it, in their language.
 
 The hub's scheduler (:mod:`jupyterhub_gpu.scheduler`, run by the hub's wait queue) decides; the ledger keeps
 what it decided (:mod:`jupyterhub_gpu.ledger.queries.schedule`: the stop orders and the queue it publishes);
@@ -8,17 +8,12 @@ the tick carries the orders out (:func:`..tick.enforce_schedule`) and the REST A
 - :func:`order_message`: the notice of a stop order, sent at once through the gateway: a ``preempted`` server
   ("This server will be stopped at 14:02 to free its GPU for a full-price request; ...", event ``preemption``)
   or a ``reserved`` one ("This server may run until 13:55: CS231N has 4 T4s reserved from 14:00. ...",
-  event ``cull``), with what happens after (put back in the queue, a job run again);
-- :func:`status_words` and :func:`reason_words`: a waiting request's headline ("Waiting for a free A100 —
-  position 2 of 5 — about 12 min") and why it stands there, from the scheduler's templates
-  (:data:`~jupyterhub_gpu.scheduler.TEXTS`) and the values the hub stored with them;
+  event ``cull``), with what happens after (put back in the queue, a job run again); the stop itself is worded
+  where the scheduler's reasons are (:func:`jupyterhub_gpu.scheduler.words.stop_notice_words`), from the key and
+  the typed values the hub stored with the order;
 - :func:`withdrawn_message`: a stop order the hub withdrew after its notice went out (the GPU is not needed after
   all, the booking was cancelled): "The stop of this server at 14:02 is off: the GPU is no longer needed.";
 - :func:`resume_refused_message`: a preempted server that the hub would not put back in the queue.
-
-The scheduler words some values in English before they are stored (``this week``, ``1 h 5 min``, ``4 T4s``,
-``Tue 8 Sep 14:00``): :func:`values_in` words again those of a shape it knows for another language, and leaves
-the others (a reservation's label, a model) as they are.
 """
 
 from __future__ import annotations
@@ -27,21 +22,8 @@ from datetime import datetime, tzinfo
 
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.i18n import translator
-from jupyterhub_gpu.schedule_words import (  # noqa: F401 (the words, shared with the hub)
-    DURATION_TEXTS,
-    GPUS_TEXTS,
-    OTHER_DAY,
-    PERIOD_TEXTS,
-    an_before,
-    clock_words,
-    duration_words,
-    gpus_words,
-    reason_words,
-    status_words,
-    values_in,
-    wait_words,
-)
-from jupyterhub_gpu.service.domain.moves import restart_options
+from jupyterhub_gpu.rules.moves import restart_options
+from jupyterhub_gpu.scheduler.words import an_before, clock_words, reason_words, stop_notice_words
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
 
 #: The stop orders' kinds (the sessions' stop reasons), as :mod:`jupyterhub_gpu.ledger.queries.schedule` names them.
@@ -50,18 +32,6 @@ RESERVED = "reserved"
 #: The channel name of a resume's claim in ``gpu_alerts``: a preempted session is put back in the queue once.
 RESUME_CLAIM = "resume"
 
-#: The notice of a stop order by the reason the hub gave (its ``reason_key``); ``stop_time`` and ``until`` are
-#: the order's time in the lab's zone.
-NOTICE_TEXTS = {
-    "preempt": "This server will be stopped at {stop_time} to free its GPU for a full-price request; your training"
-    " is being checkpointed (CheckpointAndResume saves on the stop).",
-    "preempt.save": "This server will be stopped at {stop_time} to free its GPU for a full-price request;"
-    " save your work now.",
-    "end": "This server may run until {until}: {label} has {gpus} reserved from {start}."
-    " It will be stopped then; save your work.",
-    "reserved": "This server will be stopped at {stop_time}: its GPUs are reserved for a class from then."
-    " Save your work now.",
-}
 #: What happens after a preemption: a server whose user asked for it is put back in the queue; a job too.
 AFTER_TEXTS = {
     "resume.a": "It will be put back in the queue and start again when a {model} is free.",
@@ -105,22 +75,16 @@ def _after(kind: str, model: str | None, lang: str) -> str:
 
 def order_text(order, tz: tzinfo, now: datetime, model: str | None, resume: bool, job: bool, lang: str = "en") -> str:
     """The words of a stop order's notice in ``lang`` (see :func:`order_message`)."""
-    _ = translator(lang)
-    stop_time = clock_words(order.stop_at, tz, now, lang)
-    values = values_in(order.values, lang)
-    if order.kind == PREEMPTED:
-        key = "preempt" if order.reason_key == "preempt" else "preempt.save"
-        parts = [_(NOTICE_TEXTS[key], stop_time=stop_time)]
-        if job:
-            parts.append(_after("job", model, lang))
-        elif resume:
-            parts.append(_after("resume", model, lang))
-        return ("" if lang == "zh-CN" else " ").join(parts)
-    if {"label", "start"} <= set(values) and (values.get("gpus") or model):
-        count = values.get("count")
-        gpus = values.get("gpus") or gpus_words(int(count) if count and count.isdigit() else 1, model or "", lang)
-        return _(NOTICE_TEXTS["end"], until=stop_time, gpus=gpus, label=values["label"], start=values["start"])
-    return _(NOTICE_TEXTS["reserved"], stop_time=stop_time)
+    preempted = order.kind == PREEMPTED
+    text = stop_notice_words(preempted, order.reason_key, order.values, order.stop_at, lang, tz, now, model)
+    if not preempted:
+        return text
+    parts = [text]
+    if job:
+        parts.append(_after("job", model, lang))
+    elif resume:
+        parts.append(_after("resume", model, lang))
+    return ("" if lang == "zh-CN" else " ").join(parts)
 
 
 def _given(order) -> str:
@@ -172,7 +136,7 @@ def order_message(
             "session_id": order.session_id,
             "stop_at": isoformat(order.stop_at),
             "reason_key": order.reason_key,
-            "reason": reason_words(order.reason_key, order.values, lang),
+            "reason": reason_words(order.reason_key, order.values, lang, tz, now),
             "resume": resume and job_id is None,
             "job_id": job_id,
             "text": text,

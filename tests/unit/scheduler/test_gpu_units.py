@@ -166,7 +166,7 @@ def test_the_pool_counts_gpus_not_shares():
     two = Snapshot(now=NOW, free={"T4": 1}, running=running, waiting=[request("r", count=2)])
     assert of(schedule(two, POLICIES["fifo"]), REFUSE) == []  # the pool has 2 GPUs
     three = Snapshot(now=NOW, free={"T4": 1}, running=running, waiting=[request("r", count=3)])
-    assert [d.values["total"] for d in of(schedule(three, POLICIES["fifo"]), REFUSE)] == ["2"]
+    assert [d.values["total"] for d in of(schedule(three, POLICIES["fifo"]), REFUSE)] == [2]
 
 
 def test_the_last_share_of_a_gpu_stopping_makes_it_whole_again_in_the_same_cycle():

@@ -135,8 +135,8 @@ def test_fair_share_puts_the_group_under_its_share_first_and_publishes_the_queue
         ava = asyncio.ensure_future(allocator.acquire("ava/", "T4", 1))
         await wait_in_queue(allocator, "ava/")
         assert allocator.position("ava/") == (1, 2) and allocator.position("theo/") == (2, 2)
-        assert told["theo"].key == "share" and told["theo"].values["percent"] == "150"
-        assert told["ava"].values["percent"] == "50"
+        assert told["theo"].key == "share" and told["theo"].values["percent"] == 150
+        assert told["ava"].values["percent"] == 50
         await planner.settled()
         published = {q.user: q for q in rows.queue(ledger)}
         assert (published["ava"].position, published["theo"].position) == (1, 2)
@@ -215,13 +215,13 @@ def test_a_reserved_gpu_is_kept_for_the_class_and_a_strangers_session_is_told_it
 def test_the_spawn_page_words_the_schedulers_decisions_in_the_readers_language():
     from datetime import datetime
 
-    from jupyterhub_gpu.scheduler import QUEUE, Decision, Reservation
+    from jupyterhub_gpu.scheduler import QUEUE, WEEK, Decision, Period, Reservation
     from jupyterhub_gpu.spawners.form import queue_status, reserved_note
 
     decision = Decision(
         QUEUE,
         "share.aged",
-        {"model": "T4", "percent": "140", "period": "this week", "waited": "1 h 5 min"},
+        {"model": "T4", "percent": 140, "period": Period(WEEK), "waited": timedelta(hours=1, minutes=5)},
         position=2,
         length=5,
         wait=timedelta(minutes=12),

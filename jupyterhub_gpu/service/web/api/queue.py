@@ -2,7 +2,8 @@
 
 The hub's scheduler publishes every waiting spawn request in the ledger each cycle (its place among the requests
 for its GPU model, why it stands there, the wait estimate: :func:`~jupyterhub_gpu.ledger.queries.schedule.queue`);
-here it is read and worded in the reader's language (``?lang=``, the language cookie, else ``Accept-Language``).
+here it is read and worded in the reader's language (``?lang=``, the language cookie, else ``Accept-Language``)
+from the key and typed values the hub stored (:mod:`jupyterhub_gpu.scheduler.words`), its times in the lab's zone.
 
 Who sees what: a user their own requests; an instructor (``custom:gpu-usage:read!group=NAME``) also those of
 the requests counted against their groups; admins (``custom:gpu-usage:read`` or ``custom:gpu-budgets:write``)
@@ -12,14 +13,14 @@ every request. Another user's request is never shown to anyone else. The preempt
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, tzinfo
 
 from tornado import web
 
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.i18n import LANGUAGES, language_of
 from jupyterhub_gpu.ledger.queries.schedule import Queued, StopOrder, preemptions, queue
-from jupyterhub_gpu.service.domain.schedule import reason_words, status_words
+from jupyterhub_gpu.scheduler.words import reason_words, status_words
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, query_values, validate_subject
 
@@ -29,8 +30,9 @@ PREEMPTION_PARAMS = ("user", "lang")
 PREEMPTIONS_DAYS = 30
 
 
-def queued_json(e: Queued, lang: str, show_user: bool = True) -> dict:
-    """One waiting request, worded in ``lang``."""
+def queued_json(e: Queued, lang: str, tz: tzinfo, now: datetime, show_user: bool = True) -> dict:
+    """One waiting request, worded in ``lang`` (times in ``tz``, without the day on the day of ``now``)."""
+    wait = None if e.wait_seconds is None else timedelta(seconds=e.wait_seconds)
     return {
         **({"user": e.user} if show_user else {}),
         "server_name": e.server_name,
@@ -42,16 +44,16 @@ def queued_json(e: Queued, lang: str, show_user: bool = True) -> dict:
         "position": e.position,
         "length": e.length,
         "wait_seconds": e.wait_seconds,
-        "status": status_words(e.gpu_model, e.count, e.position, e.length, e.wait_seconds, lang),
+        "status": status_words(e.gpu_model, e.count, e.position, e.length, wait, lang),
         "reason_key": e.reason_key,
-        "reason": reason_words(e.reason_key, e.values, lang),
+        "reason": reason_words(e.reason_key, e.values, lang, tz, now),
         "arrived": isoformat(e.arrived),
         "updated": isoformat(e.updated),
     }
 
 
-def preemption_json(o: StopOrder, lang: str, admin: bool) -> dict:
-    """One preemption record; whose request it freed the GPU for only for admins."""
+def preemption_json(o: StopOrder, lang: str, tz: tzinfo, now: datetime, admin: bool) -> dict:
+    """One preemption record (worded as :func:`queued_json`); whose request it freed the GPU for only for admins."""
     return {
         "session_id": o.session_id,
         "user": o.user,
@@ -61,7 +63,7 @@ def preemption_json(o: StopOrder, lang: str, admin: bool) -> dict:
         "noticed_at": isoformat(o.noticed_at) if o.noticed_at else None,
         "done_at": isoformat(o.done_at) if o.done_at else None,
         "reason_key": o.reason_key,
-        "reason": reason_words(o.reason_key, o.values, lang),
+        "reason": reason_words(o.reason_key, o.values, lang, tz, now),
         **({"for_user": o.for_user} if admin else {}),
     }
 
@@ -113,7 +115,7 @@ class QueueHandler(QueueBase):
                 "language": lang,
                 "timezone": self.ctx.tz.key,
                 "updated": isoformat(max(e.updated for e in entries)) if entries else None,
-                "queue": [queued_json(e, lang) for e in entries],
+                "queue": [queued_json(e, lang, self.ctx.tz, self.now()) for e in entries],
             }
         )
 
@@ -136,6 +138,6 @@ class PreemptionsHandler(QueueBase):
                 "user": user,
                 "since": isoformat(since),
                 "language": lang,
-                "preemptions": [preemption_json(o, lang, self.is_admin) for o in found],
+                "preemptions": [preemption_json(o, lang, self.ctx.tz, self.now(), self.is_admin) for o in found],
             }
         )

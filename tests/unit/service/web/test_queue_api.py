@@ -22,10 +22,13 @@ from tornado.web import Application
 
 from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, Queued, mark_order, order_stop, publish_queue
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.scheduler import WEEK, Grace, Period
 from jupyterhub_gpu.service.web.api import queue as queue_api
 from jupyterhub_gpu.session import SessionStart
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
+WAITED = timedelta(hours=1, minutes=5)
+TWO_MIN = Grace(timedelta(minutes=2))
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
 
 ADMIN = {"kind": "user", "name": "admin", "groups": [], "scopes": ["custom:gpu-budgets:write"]}
@@ -44,7 +47,7 @@ def entry(user, server, group, model, position, length, key="share", values=None
         key=f"{user}/{server}", user=user, server_name=server, profile=model.lower(), gpu_model=model, count=1,
         tier=tier, group=group, arrived=NOW - timedelta(minutes=10 * position), position=position, length=length,
         wait_seconds=wait, reason_key=key,
-        values=values if values is not None else {"percent": "140", "model": model, "period": "this week"},
+        values=values if values is not None else {"percent": 140, "model": model, "period": Period(WEEK)},
         updated=NOW,
     )  # fmt: skip
 
@@ -58,7 +61,7 @@ def ledger(tmp_path):
             entry("alice", "", "cs231n", "A100", 2, 3),
             entry("bob", "train", "cs231n", "A100", 1, 3, key="fifo", values={}, wait=None),
             entry("carol", "", "thesis", "A100", 3, 3, key="share.aged",
-                  values={"percent": "300", "model": "A100", "period": "this week", "waited": "1 h 5 min"}, wait=4000),
+                  values={"percent": 300, "model": "A100", "period": Period(WEEK), "waited": WAITED}, wait=4000),
             entry("alice", "cheap", "cs231n", "T4", 1, 1, key="tier", values={"model": "T4"}, wait=30,
                   tier="preemptible"),
         ],
@@ -204,7 +207,7 @@ def test_preemption_records_own_and_admins(ledger):
     for sid, user in (("s-a", "alice"), ("s-b", "bob")):
         ledger.record_start(SessionStart(sid, user, "", ("cs231n",), "t4", ("G",), 1, "CNY", NOW - timedelta(hours=2)))
         order_stop(
-            ledger, ledger.get_session(sid), PREEMPTED, NOW - timedelta(hours=1), "preempt", {"grace": "2 min"},
+            ledger, ledger.get_session(sid), PREEMPTED, NOW - timedelta(hours=1), "preempt", {"grace": TWO_MIN},
             NOW - timedelta(hours=1, minutes=2), for_user="carol",
         )  # fmt: skip
     mark_order(ledger, "s-a", noticed=NOW - timedelta(hours=1, minutes=1), done=NOW - timedelta(hours=1))

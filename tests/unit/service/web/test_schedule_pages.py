@@ -39,6 +39,7 @@ from jupyterhub_gpu.ledger.queries.schedule import (
 )
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.scheduler import WEEK, Grace, Period
 from jupyterhub_gpu.service.domain.advice import AdviceSettings
 from jupyterhub_gpu.service.web import pages
 from jupyterhub_gpu.service.web.context import WebContext
@@ -47,6 +48,7 @@ from jupyterhub_gpu.session import SessionStart
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+PREEMPT_VALUES = {"grace": Grace(timedelta(minutes=2))}
 PREFIX = "/services/gpu/"
 
 ADMIN = {"kind": "user", "name": "admin", "groups": [], "scopes": ["custom:gpu-budgets:write", "custom:gpu-usage:read"]}
@@ -384,7 +386,7 @@ def queued(user, server, group, model, position, length, key="share", values=Non
         key=f"{user}/{server}", user=user, server_name=server, profile=model.lower(), gpu_model=model, count=1,
         tier=tier, group=group, arrived=NOW - timedelta(minutes=10 * position), position=position, length=length,
         wait_seconds=wait, reason_key=key,
-        values=values if values is not None else {"percent": "140", "model": model, "period": "this week"},
+        values=values if values is not None else {"percent": 140, "model": model, "period": Period(WEEK)},
         updated=NOW,
     )  # fmt: skip
 
@@ -405,12 +407,12 @@ def busy(ledger):
     for sid, user in (("s-a", "alice"), ("s-b", "bob")):
         ledger.record_start(SessionStart(sid, user, "", ("cs231n",), "t4", ("G",), 1, "CNY", NOW - timedelta(hours=2)))
         order_stop(
-            ledger, ledger.get_session(sid), PREEMPTED, NOW - timedelta(hours=1), "preempt", {"grace": "2 min"},
+            ledger, ledger.get_session(sid), PREEMPTED, NOW - timedelta(hours=1), "preempt", PREEMPT_VALUES,
             NOW - timedelta(hours=1, minutes=2), for_user="carol",
         )  # fmt: skip
     old = "s-old"
     ledger.record_start(SessionStart(old, "alice", "", ("cs231n",), "t4", ("G",), 1, "CNY", NOW - timedelta(days=40)))
-    order_stop(ledger, ledger.get_session(old), PREEMPTED, NOW - timedelta(days=39), "preempt", {"grace": "2 min"},
+    order_stop(ledger, ledger.get_session(old), PREEMPTED, NOW - timedelta(days=39), "preempt", PREEMPT_VALUES,
                NOW - timedelta(days=39), for_user="carol")  # fmt: skip
     return ledger
 

@@ -1,0 +1,179 @@
+"""The scheduler's messages in the reader's language: worded once, here, from a key and its typed values.
+
+A decision (or a stop order, or a published queue entry) keeps a key of :data:`~.texts.TEXTS` and typed values
+(:mod:`.texts`); :func:`reason_words` words it in a language, each value by its type: a time as ``13:55`` on the
+reader's day and ``Tue 8 Sep 13:55`` (``9月8日 13:55``) on another, a duration as ``1 h 5 min``, GPUs as ``1 T4`` or
+``4 T4s``, the window of decayed use as ``this week``, a grace as ``2 min`` or ``30 s``; a name as it is. The hub's
+spawn page, the gpu service's queue, its preemption records and its notices all word the scheduler's messages
+through these functions, with the translator of :mod:`jupyterhub_gpu.i18n`. A preemption (and a reservation's
+end) is worded here once for both the queue's reason and the student's notice (:func:`stop_notice_words`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta, tzinfo
+from string import Formatter
+
+from jupyterhub_gpu.i18n import translator
+from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, Gpus, Grace, Period
+
+#: A number of GPUs of a model: the form for one and the form for more.
+GPUS_TEXTS = {"one": "1 {model}", "many": "{count} {model}s"}
+#: Durations in whole minutes (over an hour, to 5 minutes), and a grace under a minute in seconds.
+DURATION_TEXTS = {
+    "min": "{n} min",
+    "h": "{hours} h",
+    "h min": "{hours} h {minutes} min",
+    "s": "{n} s",
+}
+#: The window of a group's decayed use, by its half-life.
+PERIOD_TEXTS = {
+    "week": "this week",
+    "day": "today",
+    "days": "in the last {n} days",
+    "hours": "in the last {n} hours",
+}
+#: A time on another day than the reader's today, in a language other than English (English: ``Tue 8 Sep 13:55``).
+OTHER_DAY = "{month}/{day} {time}"
+
+
+def an_before(model: str) -> bool:
+    """English says "an A100", "an H100", "an L4", "a T4": a model is read out letter by letter."""
+    return model[:1].upper() in "AEFHILMNORSX"
+
+
+def gpus_words(count: int, model: str, lang: str = "en") -> str:
+    """``1 T4``, ``4 T4s`` (``4 块 T4``)."""
+    _ = translator(lang)
+    return _(GPUS_TEXTS["one"], model=model) if count == 1 else _(GPUS_TEXTS["many"], count=count, model=model)
+
+
+def duration_words(delta: timedelta, lang: str = "en") -> str:
+    """``12 min``, ``1 h 20 min`` (whole minutes, at least one; over an hour, to 5 minutes), ``2 h``."""
+    _ = translator(lang)
+    minutes = max(0, round(delta / timedelta(minutes=1)))
+    if minutes < 60:
+        return _(DURATION_TEXTS["min"], n=max(minutes, 1))
+    hours, rest = divmod(5 * round(minutes / 5), 60)
+    return _(DURATION_TEXTS["h min"], hours=hours, minutes=rest) if rest else _(DURATION_TEXTS["h"], hours=hours)
+
+
+def grace_words(delta: timedelta, lang: str = "en") -> str:
+    """A preemption's grace: a duration (:func:`duration_words`), or ``30 s`` under a minute."""
+    if delta >= timedelta(minutes=1):
+        return duration_words(delta, lang)
+    return translator(lang)(DURATION_TEXTS["s"], n=delta.seconds)
+
+
+def period_words(half_life: timedelta, lang: str = "en") -> str:
+    """How a student reads the window of decayed use: ``this week`` for a half-life of 7 days, ``today`` for one
+    day, else ``in the last 3 days`` or ``in the last 12 hours``."""
+    _ = translator(lang)
+    if half_life == WEEK:
+        return _(PERIOD_TEXTS["week"])
+    if half_life == timedelta(days=1):
+        return _(PERIOD_TEXTS["day"])
+    days = half_life / timedelta(days=1)
+    if days >= 1:
+        return _(PERIOD_TEXTS["days"], n=round(days))
+    return _(PERIOD_TEXTS["hours"], n=max(1, round(half_life / timedelta(hours=1))))
+
+
+def clock_words(moment: datetime, zone: tzinfo | None = None, now: datetime | None = None, lang: str = "en") -> str:
+    """``13:55`` on the day of ``now`` in ``zone``, else ``Tue 8 Sep 13:55`` (``9月8日 13:55``).
+
+    ``zone`` None: the moment's own; ``now`` None: the day is always said."""
+    local = moment.astimezone(zone) if zone is not None else moment
+    if now is not None and local.date() == now.astimezone(local.tzinfo).date():
+        return f"{local:%H:%M}"
+    if lang == "en":
+        return f"{local:%a} {local.day} {local:%b %H:%M}"
+    return translator(lang)(OTHER_DAY, month=local.month, day=local.day, time=f"{local:%H:%M}")
+
+
+def wait_words(wait: timedelta | None, lang: str = "en") -> str:
+    """The estimate: ``about 12 min``, ``any moment now``, ``more than a day``, ``no estimate yet`` (None)."""
+    _ = translator(lang)
+    if wait is None:
+        return _(TEXTS["wait.none"])
+    if wait < timedelta(minutes=1):
+        return _(TEXTS["wait.now"])
+    if wait > timedelta(days=1):
+        return _(TEXTS["wait.day"])
+    return _(TEXTS["wait.about"], duration=duration_words(wait, lang))
+
+
+def value_words(value, lang: str = "en", zone: tzinfo | None = None, now: datetime | None = None) -> str:
+    """One value of a message in ``lang``, by its type; a name or a number as it is."""
+    if isinstance(value, Gpus):
+        return gpus_words(value.count, value.model, lang)
+    if isinstance(value, Grace):
+        return grace_words(value.delta, lang)
+    if isinstance(value, Period):
+        return period_words(value.half_life, lang)
+    if isinstance(value, datetime):
+        return clock_words(value, zone, now, lang)
+    if isinstance(value, timedelta):
+        return duration_words(value, lang)
+    return str(value)
+
+
+def _placeholders(text: str) -> set[str]:
+    return {name for _, name, _, _ in Formatter().parse(text) if name}
+
+
+def reason_words(
+    key: str, values: Mapping[str, object], lang: str = "en", zone: tzinfo | None = None, now: datetime | None = None
+) -> str:
+    """One of the scheduler's messages in ``lang``: times are said in ``zone``, without the day on the day of
+    ``now``. A key it does not know (a newer hub's), or values that do not fit the key's text, are shown as the
+    key."""
+    if key not in TEXTS:
+        return key
+    if not _placeholders(TEXTS[key]) <= set(values):
+        return key
+    worded = {name: value_words(value, lang, zone, now) for name, value in values.items()}
+    return translator(lang)(TEXTS[key], **worded)
+
+
+def status_words(model: str, count: int, position: int, length: int, wait: timedelta | None, lang: str = "en") -> str:
+    """A waiting request's headline: ``Waiting for a free A100 — position 2 of 5 — about 12 min``."""
+    _ = translator(lang)
+    worded = wait_words(wait, lang)
+    if count == 1:
+        return _(TEXTS["status"], model=model, position=position, length=length, wait=worded)
+    head = _(TEXTS["status.many"], count=count, model=model, position=position, length=length)
+    return " — ".join((head, worded))
+
+
+def stop_notice_words(
+    preempted: bool,
+    key: str,
+    values: Mapping[str, object],
+    stop_at: datetime,
+    lang: str = "en",
+    zone: tzinfo | None = None,
+    now: datetime | None = None,
+    model: str | None = None,
+) -> str:
+    """What a student is told of a stop the scheduler ordered, in ``lang``: a preemption (its decision's ``key``,
+    ``preempt`` or ``preempt.save``) stops at ``stop_at``; a reservation's end names the booking from ``values``
+    (its GPUs: ``model`` and the count when the values lack them), or says only that the GPUs are reserved."""
+    _ = translator(lang)
+    stop_time = clock_words(stop_at, zone, now, lang)
+    if preempted:
+        return _(TEXTS["notice.preempt" if key == "preempt" else "notice.preempt.save"], stop_time=stop_time)
+    gpus = values.get("gpus")
+    if gpus is None and model:
+        count = values.get("count")
+        gpus = Gpus(count if isinstance(count, int) and not isinstance(count, bool) else 1, model)
+    if {"label", "start"} <= set(values) and gpus:
+        return _(
+            TEXTS["notice.end"],
+            until=stop_time,
+            gpus=value_words(gpus, lang, zone, now),
+            label=value_words(values["label"], lang, zone, now),
+            start=value_words(values["start"], lang, zone, now),
+        )
+    return _(TEXTS["notice.reserved"], stop_time=stop_time)
