@@ -24,6 +24,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from jupyterhub_gpu.clock import isoformat
+from jupyterhub_gpu.gpus.backends import backend_names
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError, share_uuid
 from jupyterhub_gpu.gpus.nvml import nvml_inventory
 from jupyterhub_gpu.money import Currency
@@ -44,9 +45,10 @@ CURRENCY = "JUPYTERHUB_GPU_CURRENCY"
 CURRENCY_SYMBOL = "JUPYTERHUB_GPU_CURRENCY_SYMBOL"
 #: "1" when the GPUs are simulated (the demo and the tests).
 SIMULATED = "JUPYTERHUB_GPU_SIMULATED"
-#: How the server reads its GPUs: "nvml" (the driver library: a real one, or the stand-in driver of
-#: jupyterhub_gpu/gpus/standin.py) or "simulated" (the Python-level simulation of the embedded demo,
-#: :mod:`jupyterhub_gpu.gpus.simulated`). Absent (a server started by an older hub): "simulated" when SIMULATED.
+#: How the server reads its GPUs, a GPU backend's name (:mod:`jupyterhub_gpu.gpus.backends`): "nvml" (the
+#: driver library: a real one, or the stand-in driver of jupyterhub_gpu/gpus/standin.py) or "simulated" (the
+#: Python-level simulation of the embedded demo, :mod:`jupyterhub_gpu.gpus.simulated`). Absent (a server
+#: started by an older hub): "simulated" when SIMULATED.
 READER = "JUPYTERHUB_GPU_READER"
 #: The assigned GPUs: their UUIDs (comma-separated) and their index, uuid, name and memory (JSON).
 DEVICES = "JUPYTERHUB_GPU_DEVICES"
@@ -162,11 +164,12 @@ def make_gpu_env(
     (``"en"``, ``"zh-CN"``), for the Lab's language. ``device_uuids`` are the
     units' :attr:`~GPUDevice.visible_uuid` (a share's physical GPU); for a
     share or MIG slice ``memory_limit_mib`` is its cap and ``share`` its
-    :func:`share_label` ("1/4", "mig:1g.10gb"). ``reader``: :data:`READER` ("nvml" or "simulated").
+    :func:`share_label` ("1/4", "mig:1g.10gb"). ``reader``: :data:`READER` (a GPU backend's name,
+    :mod:`jupyterhub_gpu.gpus.backends`).
     ``pool``, ``tier`` and ``resume``: the group that pays, the tier and the resume choice (:data:`POOL`).
     """
-    if reader not in READERS:
-        raise ValueError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
+    if reader not in backend_names():
+        raise ValueError(f"reader must be one of {', '.join(backend_names())}, got {reader!r}")
     visible = ",".join(dict.fromkeys(device_uuids))
     env = {
         # "void" hides every GPU from the NVIDIA runtime for a CPU-only profile;
@@ -241,14 +244,11 @@ def nvml_discovery_env(gpu_count: int, gpu_resource: str) -> dict[str, str]:
 
 # -- read by the server side ----------------------------------------------------------------
 
-#: The values of :data:`READER`.
-READERS = ("nvml", "simulated")
-
 
 def reader_from_env(env: Mapping[str, str] = os.environ) -> str:
-    """How this server reads its GPUs: "nvml" or "simulated" (:data:`READER`)."""
+    """How this server reads its GPUs: a GPU backend's name, "nvml" or "simulated" (:data:`READER`)."""
     value = env.get(READER, "").strip()
-    if value in READERS:
+    if value in backend_names():
         return value
     return "simulated" if env.get(SIMULATED) == "1" else "nvml"
 

@@ -1,8 +1,10 @@
 """The doctor's GPU checks: the inventory the spawner schedules, and a static one against the host's GPUs.
 
-A static inventory (``gpu_backend = "static"``) is what the admin says the host has; nothing else checks it:
-:func:`check_gpu_host` reads NVML as the ``nvml`` backend would and compares the GPUs by UUID, so a copied
-config (two T4s on a host with none) fails here, not at a student's first spawn.
+Each check asks the spawner's GPU backend (:mod:`jupyterhub_gpu.gpus.backends`) what to do, by its name. A
+static inventory (``gpu_backend = "static"``) is what the admin says the host has; nothing else checks it:
+:func:`check_gpu_host` lists the host's GPUs with the backend its :attr:`~GPUBackend.host_check` names (NVML)
+and compares them by UUID, so a copied config (two T4s on a host with none) fails here, not at a student's
+first spawn.
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from collections.abc import Iterator
 
 from jupyterhub_gpu.doctor.loading import Setup
 from jupyterhub_gpu.doctor.results import FAIL, PASS, SKIP, WARN, Result
+from jupyterhub_gpu.gpus.backends import GPUBackend, get_backend
 from jupyterhub_gpu.gpus.device import InventoryError
-from jupyterhub_gpu.gpus.inventory import static_inventory
-from jupyterhub_gpu.gpus.nvml import nvml_inventory
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
 
 
@@ -44,17 +45,11 @@ def check_gpus(setup: Setup) -> Iterator[Result]:
         yield Result("gpus", SKIP, "Kubernetes: the cluster's GPUs are read from its nodes at spawn time")
         return
     backend = probe.gpu_backend
+    chosen = get_backend(backend)
     try:
         devices = _inventory(probe).devices
     except InventoryError as e:
-        if backend == "nvml":
-            fix = (
-                "install the NVIDIA driver and nvidia-ml-py on the hub's host (nvidia-smi must work), or declare"
-                f' the GPUs: c.{type(probe).__name__}.gpu_backend = "static" with static_gpus'
-            )
-        else:
-            fix = f"correct c.{type(probe).__name__}.{backend}_gpus"
-        yield Result("gpus", FAIL, f"{backend} inventory: {e}", fix)
+        yield Result("gpus", FAIL, f"{backend} inventory: {e}", chosen.inventory_fix(type(probe).__name__))
         return
     by_parent: dict[str, int] = {}
     for d in devices:
@@ -62,9 +57,9 @@ def check_gpus(setup: Setup) -> Iterator[Result]:
             by_parent[d.parent_uuid] = by_parent.get(d.parent_uuid, 0) + 1
     listed = ", ".join(f"{d.index}: {d.name} ({d.memory_gb} GB)" for d in devices) or "none"
     mig = "; MIG: " + ", ".join(f"{parent} in {n} instances" for parent, n in by_parent.items()) if by_parent else ""
-    if backend == "nvml" and not by_parent:
+    if chosen.reads_mig_mode and not by_parent:
         mig = "; MIG off on every GPU"
-    if backend == "simulated":
+    if chosen.simulated:
         yield Result(
             "gpus",
             WARN,
@@ -77,6 +72,11 @@ def check_gpus(setup: Setup) -> Iterator[Result]:
         yield Result("gpus", PASS, f"{len(devices)} GPU(s) from {backend}: {listed}{mig}")
 
 
+def _option(probe, backend: GPUBackend):
+    """The value of the spawner option that lists the backend's GPUs (None where it has none)."""
+    return getattr(probe, backend.option, None) if backend.option else None
+
+
 def _remote_engine(probe) -> str | None:
     """The Docker engine's address when it is on another host (its GPUs are not this host's), else None."""
     if not hasattr(probe, "client_kwargs"):
@@ -86,13 +86,16 @@ def _remote_engine(probe) -> str | None:
 
 
 def check_gpu_host(setup: Setup) -> Iterator[Result]:
-    """A static inventory against the GPUs NVML lists on this host (nothing for the other backends)."""
+    """A declared inventory against the GPUs NVML lists on this host (backends with a ``host_check``: static)."""
     probe = setup.need_probe()
-    if _is_kube(probe) or getattr(probe, "gpu_backend", None) != "static":
+    if _is_kube(probe) or not getattr(probe, "gpu_backend", None):
+        return
+    chosen = get_backend(probe.gpu_backend)
+    if chosen.host_check is None:
         return
     cls = type(probe).__name__
     try:
-        declared = static_inventory(probe.static_gpus or [])
+        declared = chosen.inventory(_option(probe, chosen))
     except InventoryError:
         return  # check_gpus names what is wrong in the list itself
     remote = _remote_engine(probe)
@@ -107,7 +110,7 @@ def check_gpu_host(setup: Setup) -> Iterator[Result]:
     said = ", ".join(f"{d.uuid} ({d.name})" for d in declared)
     omitted = bool(getattr(probe, "omit_device_requests", False))
     try:
-        host = nvml_inventory()
+        host = get_backend(chosen.host_check).inventory()
     except InventoryError as e:
         yield Result(
             "gpus",

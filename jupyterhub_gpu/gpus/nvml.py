@@ -1,10 +1,12 @@
-"""The one NVML code: listing the GPUs of this machine, and reading their utilization and memory.
+"""The one NVML code: listing the GPUs of this machine, reading their utilization and memory, the ``nvml`` backend.
 
 The hub lists a host's GPUs with :func:`nvml_inventory` (``gpu_backend =
 "nvml"``); a server on Kubernetes lists the GPUs the device plugin gave its pod
 the same way; the server extension reads its GPUs with :class:`NVMLReader`.
 Both take an ``nvml`` module for tests; by default they import ``pynvml``
 (nvidia-ml-py), an optional heavy dependency imported only when NVML is used.
+A container gets NVIDIA GPUs by :func:`nvidia_device_requests`.
+:class:`NVMLBackend` registers all of this as the ``nvml`` backend (:mod:`.backends`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 
+from jupyterhub_gpu.gpus.backends import GPUBackend
 from jupyterhub_gpu.gpus.device import GPUDevice, GPUReading, InventoryError, check_unique
 
 
@@ -193,6 +196,7 @@ class NVMLReader:
         self.proc = proc
         self.pids_in_namespace = in_initial_pid_namespace(proc) if pids_in_namespace is None else pids_in_namespace
         nvml.nvmlInit()
+        self.devices = list(devices)
         self.handles = []
         self._last_seen: dict[str, int] = {}
         for d in devices:
@@ -304,3 +308,42 @@ class NVMLReader:
             self.nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def nvidia_device_requests(device_ids: list[str]) -> list[dict]:
+    """Docker ``DeviceRequests`` naming exactly these NVIDIA GPUs (none for CPU-only): the NVIDIA runtime's
+    ``gpu`` capability with the GPUs' UUIDs (``MIG-...`` ones too), which the container toolkit makes visible."""
+    if not device_ids:
+        return []
+    return [
+        {
+            "Driver": "",
+            "Count": 0,
+            "DeviceIDs": list(device_ids),
+            "Capabilities": [["gpu"]],
+            "Options": {},
+        }
+    ]
+
+
+class NVMLBackend(GPUBackend):
+    """The host's NVIDIA GPUs as the driver lists them; servers read them with NVML."""
+
+    name = "nvml"
+    label = "NVML"
+    reads_mig_mode = True
+
+    def inventory(self, spec=None) -> list[GPUDevice]:
+        return nvml_inventory()
+
+    def device_requests(self, device_ids: list[str]) -> list[dict]:
+        return nvidia_device_requests(device_ids)
+
+    def open_reader(self, devices, activity, env) -> NVMLReader:
+        return NVMLReader(devices)
+
+    def inventory_fix(self, spawner_class: str) -> str:
+        return (
+            "install the NVIDIA driver and nvidia-ml-py on the hub's host (nvidia-smi must work), or declare"
+            f' the GPUs: c.{spawner_class}.gpu_backend = "static" with static_gpus'
+        )

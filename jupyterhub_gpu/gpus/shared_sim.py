@@ -28,6 +28,11 @@ so its reading is the simulated GPU's response to this server's kernels, with
 ``scope = "own"``, ``processes`` its kernels, the ``gpu_*`` figures those of the
 slice and no ``shared_by``; it writes no state file. A whole simulated GPU reads
 as :func:`jupyterhub_gpu.gpus.simulated.simulated_reading` says, unchanged.
+
+:class:`SimulatedBackend` registers the simulation as the ``simulated`` backend
+(:mod:`.backends`): the inventory of :mod:`.simulated`, read by
+:class:`~jupyterhub_gpu.gpus.simulated.SimulatedReader` where every unit is a
+whole GPU and by :class:`SharedSimReader` where one is a share or a MIG slice.
 """
 
 from __future__ import annotations
@@ -37,14 +42,19 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from jupyterhub_gpu.env import sim_state_dir_from_env
+from jupyterhub_gpu.gpus.backends import GPUBackend
 from jupyterhub_gpu.gpus.device import GPUDevice, GPUReading
+from jupyterhub_gpu.gpus.nvml import nvidia_device_requests
 from jupyterhub_gpu.gpus.simulated import (
     SIM_MEMORY_PER_KERNEL_MIB,
     SIM_UTIL_PER_BUSY_KERNEL,
     KernelActivity,
+    SimulatedReader,
+    simulated_inventory,
     simulated_reading,
 )
 
@@ -229,3 +239,27 @@ class SharedSimReader:
             except FileNotFoundError:
                 pass
             self._written.discard(path)
+
+
+class SimulatedBackend(GPUBackend):
+    """The demo's and the tests' GPUs (``simulated_gpus``), every one named "Simulated ..."."""
+
+    name = "simulated"
+    simulated = True
+    option = "simulated_gpus"
+    label = "The GPU simulation"
+
+    def inventory(self, spec=None) -> list[GPUDevice]:
+        return simulated_inventory(spec or [])
+
+    def device_requests(self, device_ids: list[str]) -> list[dict]:
+        return nvidia_device_requests(device_ids)
+
+    def open_reader(
+        self, devices: list[GPUDevice], activity: Callable[[], KernelActivity], env: Mapping[str, str]
+    ) -> SimulatedReader | SharedSimReader:
+        if not any(d.is_share or d.is_mig for d in devices):
+            return SimulatedReader(devices, activity)
+        # the servers of one machine meet in a state directory: by default one per hub (its API URL)
+        state_dir = sim_state_dir_from_env(env) or default_state_dir(env.get("JUPYTERHUB_API_URL", ""))
+        return SharedSimReader(devices, activity, state_dir=state_dir)

@@ -31,13 +31,11 @@ from jupyterhub_gpu.env import (
     service_url_from_env,
     session_from_env,
     share_label,
-    sim_state_dir_from_env,
     tensorboard_url_from_env,
 )
+from jupyterhub_gpu.gpus.backends import reader_backend
 from jupyterhub_gpu.gpus.device import GPUDevice
-from jupyterhub_gpu.gpus.nvml import NVMLReader
-from jupyterhub_gpu.gpus.shared_sim import SharedSimReader, default_state_dir
-from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader
+from jupyterhub_gpu.gpus.simulated import KernelActivity
 from jupyterhub_gpu.serverext import jobs, startup, stopwhendone
 from jupyterhub_gpu.serverext.kernels import count_kernels
 from jupyterhub_gpu.serverext.sampler import Sampler
@@ -121,19 +119,13 @@ class GPUExtension:
                 if self.session
                 else "This server was not started by jupyterhub-gpu: no GPU is assigned to it."
             )
-        elif reader_from_env() == "simulated":
-            if any(d.is_share or d.is_mig for d in self.devices):
-                # shares of one simulated GPU meet in a state directory (docs in gpus/shared_sim.py)
-                state_dir = sim_state_dir_from_env() or default_state_dir(os.environ.get("JUPYTERHUB_API_URL", ""))
-                sim = SharedSimReader(self.devices, lambda: self.activity, state_dir=state_dir)
-            else:
-                sim = SimulatedReader(self.devices, lambda: self.activity)
-            self.sampler = Sampler(sim, config.interval, config.history_seconds)
         else:
+            # the reader of the spawner's GPU backend (jupyterhub_gpu.gpus.backends): NVML, the simulation, ...
+            backend = reader_backend(reader_from_env())
             try:
-                reader = NVMLReader(self.devices)
+                reader = backend.open_reader(self.devices, lambda: self.activity, os.environ)
             except Exception as e:
-                self.reason = f"NVML is unavailable: {type(e).__name__}: {e}"
+                self.reason = f"{backend.label or backend.name} is unavailable: {type(e).__name__}: {e}"
             else:
                 self.sampler = Sampler(reader, config.interval, config.history_seconds)
 

@@ -1,7 +1,8 @@
 """The one GPU sampler of a single-user server: NVML or simulated readings in a thread.
 
 NVML is read by one thread at a fixed interval (default 2 s), never per
-request; handlers return the latest sample. The readers are
+request; handlers return the latest sample. The reader is the GPU backend's
+(:class:`jupyterhub_gpu.gpus.backends.GPUReader`):
 :class:`jupyterhub_gpu.gpus.nvml.NVMLReader` and, where there is no GPU (the
 demo and the tests), :class:`jupyterhub_gpu.gpus.simulated.SimulatedReader`,
 which follows the server's real kernel activity as documented there, or for

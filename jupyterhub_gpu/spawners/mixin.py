@@ -38,7 +38,6 @@ from jupyterhub.utils import maybe_future
 from traitlets import (
     Bool,
     Callable,
-    CaselessStrEnum,
     Dict,
     Float,
     Int,
@@ -52,15 +51,15 @@ from traitlets.config import Configurable
 
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import JOB_ID, make_gpu_env, memory_limit_of, share_label
+from jupyterhub_gpu.gpus.backends import reader_name
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
-from jupyterhub_gpu.gpus.inventory import BACKENDS
 from jupyterhub_gpu.i18n import language_of, translator
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, to_micros
 from jupyterhub_gpu.scheduler import FairShare, Fifo, Policy, Preemption, Reservations
 from jupyterhub_gpu.session import SessionStart, StopReason, default_pool
-from jupyterhub_gpu.spawners.assign.host import shared_allocator
+from jupyterhub_gpu.spawners.assign.host import BackendName, shared_allocator
 from jupyterhub_gpu.spawners.assign.plan import Ask, Planner, ProfileFacts, unit_of
 from jupyterhub_gpu.spawners.assign.protocol import (
     AllocationError,
@@ -207,8 +206,7 @@ class GPUSpawnerMixin(Configurable):
         """,
     ).tag(config=True)
 
-    gpu_backend = CaselessStrEnum(
-        BACKENDS,
+    gpu_backend = BackendName(
         default_value="nvml",
         help="""
         Where the GPU inventory comes from: "nvml" (read the host's GPUs with
@@ -940,7 +938,7 @@ class GPUSpawnerMixin(Configurable):
                 devices=[d.to_dict() for d in devices],
                 memory_limit_mib=memory_limit_of(devices),
                 share=share_label(devices),
-                reader="simulated" if self.gpu_backend == "simulated" else "nvml",
+                reader=reader_name(self.gpu_backend),
                 gpu_model=profile.gpu_model,
                 profile_name=profile.name_in(self._gpu_lang),  # the Lab shows it to the student who chose it
                 currency_symbol=self.gpu_currency.symbol or "",  # "": the Lab writes its language's symbol

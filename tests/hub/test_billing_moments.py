@@ -26,16 +26,17 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
+from jupyterhub_gpu.service.domain.samples import parse_sample
 from traitlets.config import Config
 
 from jupyterhub_gpu.clock import aware_utc as _aware
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.queries.samples import record_sample
 from jupyterhub_gpu.ledger.store import shared_ledger
-from jupyterhub_gpu.service.domain.samples import parse_sample
 from jupyterhub_gpu.spawners import local as local_module
 from jupyterhub_gpu.spawners import mixin as mixin_module
 from jupyterhub_gpu.spawners import records as records_module
+from jupyterhub_gpu.spawners.kube import pods as kube_pods
 from jupyterhub_gpu.spawners.kube import spawner as kube_module
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from tests.unit.spawners.kube.test_kube_spawner import (
@@ -113,7 +114,7 @@ class BindingKubeSpawner(RecordingKubeSpawner):
 
 
 def test_pod_binding_and_termination_are_read_from_the_api_pod():
-    pod_bound_at, pod_finished_at = kube_module.pod_bound_at, kube_module.pod_finished_at
+    pod_bound_at, pod_finished_at = kube_pods.pod_bound_at, kube_pods.pod_finished_at
     spawner = SimpleNamespace(pod_name="jupyter-ann", namespace="jhub")
     pod = running_pod(spawner, created=T0, bound=T0 + timedelta(minutes=3))
     assert pod_bound_at(pod) == T0 + timedelta(minutes=3)

@@ -16,7 +16,7 @@ import requests
 
 from jupyterhub_gpu.gpus.standin import StandIn
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.spawners.kube.spawner import kube_time
+from jupyterhub_gpu.spawners.kube.pods import kube_time
 from tests.conftest import wait_for
 from tests.k8s.conftest import K8S_NVML_ROOT, NODE, pod_devices, running, token, wait_pod
 

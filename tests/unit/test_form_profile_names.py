@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
-from jupyterhub_gpu.gpus.inventory import static_inventory
 from jupyterhub_gpu.gpus.simulated import simulated_inventory
+from jupyterhub_gpu.gpus.static import static_inventory
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners import form as form_module
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator

@@ -17,8 +17,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from traitlets import CaselessStrEnum
+
+from jupyterhub_gpu.gpus.backends import backend_names, get_backend
 from jupyterhub_gpu.gpus.device import GPUDevice, parse_share_uuid, share_uuid
-from jupyterhub_gpu.gpus.inventory import make_inventory
 from jupyterhub_gpu.gpus.names import model_matches
 from jupyterhub_gpu.scheduler.snapshot import FREE_GPU
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator, AssignmentConflict
@@ -419,8 +421,29 @@ _ALLOCATORS: dict[tuple, GPUAllocator] = {}
 
 
 def shared_allocator(backend: str, static_gpus: list, simulated_gpus: list) -> GPUAllocator:
-    """The hub-wide allocator for this inventory configuration, created on first use."""
-    key = (backend, repr(static_gpus), repr(simulated_gpus))
+    """The hub-wide allocator for this inventory configuration, created on first use.
+
+    The backend (:mod:`jupyterhub_gpu.gpus.backends`) lists the GPUs from the option it names, if any."""
+    chosen = get_backend(backend)
+    key = (chosen.name, repr(static_gpus), repr(simulated_gpus))
     if key not in _ALLOCATORS:
-        _ALLOCATORS[key] = GPUAllocator(make_inventory(backend, static_gpus, simulated_gpus))
+        options = {"static_gpus": static_gpus, "simulated_gpus": simulated_gpus}
+        _ALLOCATORS[key] = GPUAllocator(chosen.inventory(options.get(chosen.option) if chosen.option else None))
     return _ALLOCATORS[key]
+
+
+class BackendName(CaselessStrEnum):
+    """A spawner option naming a GPU backend: any registered one (:mod:`jupyterhub_gpu.gpus.backends`), in any
+    case; an unknown name is refused when the configuration is loaded, with the known names."""
+
+    def __init__(self, default_value="nvml", **kwargs):
+        super().__init__(backend_names(), default_value=default_value, **kwargs)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The registered backends' names, asked when a value is checked: a backend registered later counts."""
+        return backend_names()
+
+    @values.setter
+    def values(self, _names) -> None:
+        pass  # the registry is the one list of backends

@@ -11,6 +11,7 @@ import ipaddress
 import json
 import re
 
+from jupyterhub_gpu.gpus.backends import get_backend
 from jupyterhub_gpu.gpus.device import parse_share_uuid
 
 LABEL_PREFIX = "jupyterhub-gpu"
@@ -243,22 +244,14 @@ def visible_device_ids(unit_uuids: list[str]) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def make_device_requests(device_uuids: list[str]) -> list[dict]:
-    """Docker ``DeviceRequests`` naming exactly the assigned GPUs (none for CPU-only).
+def make_device_requests(device_uuids: list[str], gpu_backend: str = "nvml") -> list[dict]:
+    """Docker ``DeviceRequests`` naming exactly the assigned GPUs (none for CPU-only), as the GPU backend asks
+    for them (:meth:`jupyterhub_gpu.gpus.backends.GPUBackend.device_requests`: NVIDIA's ``gpu`` capability for
+    the backends of this package).
 
     ``device_uuids`` are what the container sees (:func:`visible_device_ids` of its units).
     """
-    if not device_uuids:
-        return []
-    return [
-        {
-            "Driver": "",
-            "Count": 0,
-            "DeviceIDs": list(device_uuids),
-            "Capabilities": [["gpu"]],
-            "Options": {},
-        }
-    ]
+    return get_backend(gpu_backend).device_requests(list(device_uuids))
 
 
 def make_labels(
@@ -297,6 +290,7 @@ def make_container_spec(
     network_mode: str,
     binds: dict[str, dict[str, str]],
     device_uuids: list[str],
+    gpu_backend: str = "nvml",
     include_device_requests: bool = True,
     mem_limit: int | None = None,
     cpu_limit: float | None = None,
@@ -309,7 +303,9 @@ def make_container_spec(
 
     The hardening (non-root user, no capabilities, no-new-privileges, limits) is
     applied over the admin's extras, and :func:`screen_extras` first takes out of
-    them everything that could weaken it. With ``include_device_requests=False`` (a
+    them everything that could weaken it. The GPUs (``device_uuids``, :func:`visible_device_ids` of the
+    units) are asked for by the device request of ``gpu_backend`` (:mod:`jupyterhub_gpu.gpus.backends`;
+    none for CPU-only). With ``include_device_requests=False`` (a
     test-only switch for hosts without the NVIDIA runtime) the device request is
     left out of the host config and recorded in the ``jupyterhub-gpu.device-requests``
     label instead. On a network other than the host's, ``publish_port`` publishes the
@@ -317,7 +313,7 @@ def make_container_spec(
     reaches the server at its address on the network.
     """
     uid, gid = parse_container_user(container_user)
-    device_requests = make_device_requests(device_uuids)
+    device_requests = make_device_requests(device_uuids, gpu_backend)
     labels = dict(labels)
     if device_requests and not include_device_requests:
         labels[f"{LABEL_PREFIX}.device-requests"] = json.dumps(device_requests, sort_keys=True)

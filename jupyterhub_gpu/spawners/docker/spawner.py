@@ -498,6 +498,7 @@ class GPUDockerSpawner(GPUSpawnerMixin, DockerSpawner):
             ),
             # a share's physical GPU (two shares of one GPU: the same GPU in both containers), a MIG slice's own
             device_uuids=visible_device_ids(session["devices"]),
+            gpu_backend=self.gpu_backend,
             include_device_requests=not self.omit_device_requests,
             mem_limit=profile.mem_limit,
             cpu_limit=profile.cpu_limit,

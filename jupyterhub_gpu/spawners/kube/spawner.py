@@ -5,7 +5,8 @@ A profile becomes a pod that asks the NVIDIA device plugin for ``gpu_count`` of
 node of the right GPU product, tolerates the GPU nodes' taint, mounts its
 owner's PVC at ``/home/jovyan/work`` and the shared datasets read-only, and runs
 as a non-root user with no privilege escalation and every capability dropped.
-The pieces come from the pure builders in :mod:`.objects`; KubeSpawner's
+The pieces come from the pure builders in :mod:`.objects`, a pod's moments from
+:mod:`.pods`, a profile's unit, form line and checks from :mod:`.profiles`; KubeSpawner's
 own ``get_pod_manifest()`` assembles them, and the result is checked again so
 that no admin extra can weaken it.
 
@@ -13,7 +14,7 @@ The device plugin, not the hub, picks the GPUs. The form's free/total counts
 and the wait queue come from :mod:`..assign.cluster` (the nodes' allocatable
 GPUs and the running pods, read through the Kubernetes API and cached).
 
-Shared GPUs (issue 17): a profile with ``mig: "1g.10gb"`` asks for one
+Shared GPUs (docs/kubernetes.md#shared-gpus-on-kubernetes): a profile with ``mig: "1g.10gb"`` asks for one
 ``nvidia.com/mig-1g.10gb`` on nodes of its ``gpu_model``'s product; one with
 ``gpu_share: 4`` for one replica of ``gpu_shared_resource`` (the GPU Operator's
 time-slicing). Their pods are told their memory cap and share
@@ -22,7 +23,6 @@ time-slicing). Their pods are told their memory cap and share
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
 from datetime import datetime
@@ -34,17 +34,13 @@ from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
 from jupyterhub_gpu.clock import isoformat, utcnow
-from jupyterhub_gpu.gpus.names import mig_request
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.cluster import (
     ClusterAllocator,
     fetch_with_kubernetes_asyncio,
-    replica_warnings,
     shared_cluster_allocator,
 )
-from jupyterhub_gpu.spawners.form import profile_line
 from jupyterhub_gpu.spawners.kube.objects import (
-    MIG_RESOURCE_PREFIX,
     SESSION_LABEL,
     SHARED_RESOURCE,
     SchemaError,
@@ -58,126 +54,19 @@ from jupyterhub_gpu.spawners.kube.objects import (
     resource_name_problem,
     validate_object,
 )
+from jupyterhub_gpu.spawners.kube.pods import pod_bound_at, pod_finished_at
+from jupyterhub_gpu.spawners.kube.profiles import (
+    describe_kube_profile,
+    kube_unit_problems,
+    start_replica_check,
+    unit_of,
+)
 from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
 from jupyterhub_gpu.spawners.profiles import Profile, ProfileError, parse_profiles
 from jupyterhub_gpu.spawners.startup import probe_and_check
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-def kube_time(value) -> datetime | None:
-    """A Kubernetes API time (RFC 3339, ``2026-12-01T08:00:00Z``) in UTC, or None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def pod_bound_at(pod: dict | None) -> datetime | None:
-    """When the scheduler bound the pod (the API's Pod JSON) to a node: from then on its GPUs are held.
-
-    The ``PodScheduled`` condition turns True at the binding; a pod without it (an old API server)
-    falls back to ``status.startTime``, set when the node's kubelet takes the pod. A pod still waiting
-    unscheduled (``PodScheduled`` False, ``Unschedulable``) has no such moment: None.
-    """
-    status = (pod or {}).get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled":
-            if condition.get("status") != "True":
-                return None
-            return kube_time(condition.get("lastTransitionTime"))
-    return kube_time(status.get("startTime"))
-
-
-def pod_finished_at(pod: dict | None, container: str = "notebook") -> datetime | None:
-    """When the pod's server container terminated (``state.terminated.finishedAt``), or None while it runs."""
-    status = (pod or {}).get("status") or {}
-    for c in status.get("containerStatuses") or []:
-        if c.get("name") == container:
-            return kube_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-    return None
-
-
-def unit_of(profile: Profile) -> dict:
-    """The allocator's keywords for one unit of a profile: ``{"share": 4}``, ``{"mig": "1g.10gb"}`` or none."""
-    return {"share": getattr(profile, "gpu_share", None), "mig": getattr(profile, "mig", None)}
-
-
-def describe_kube_profile(profile: Profile, counts: dict | None, currency: Currency, lang: str = "en") -> str:
-    """The form's one-line summary on Kubernetes, e.g. ``1× A100 40 GB — ¥0.25/min — 3 of 8 free``.
-
-    ``counts`` are the cluster allocator's (None for a CPU-only profile); the memory is what GPU
-    Feature Discovery reports for the nodes (a share's: its cap, ``share 1/4 of a T4 4 GB — … — 3 of 8
-    shares free``).
-    """
-    sized = counts and counts.get("unit", "gpu") != "mig"  # a slice's name says its memory
-    memory = f" {round(counts['memory_mib'] / 1024)} GB" if sized and counts.get("memory_mib") else ""
-    return profile_line(profile, currency, counts, profile.gpu_model, memory, "cluster", lang)
-
-
-def kube_unit_problems(profiles) -> list[str]:
-    """What the device plugin cannot give a profile's ``mig`` slice on Kubernetes (the hub refuses to start)."""
-    problems = []
-    for p in profiles:
-        mig = getattr(p, "mig", None)
-        if not mig:
-            continue
-        if "+" in mig:
-            # the device plugin advertises a +me instance under the plain slice's resource (no way to ask for one)
-            base = mig.split("+", 1)[0]
-            problems.append(
-                f"profile {p.slug!r}: 'mig' {mig!r} cannot be asked for on Kubernetes: the device plugin"
-                f" advertises such instances as {MIG_RESOURCE_PREFIX}{base}, together with the plain {base}"
-                f" ones; set 'mig' to {base!r}"
-            )
-        named = mig_request(p.gpu_model)[0]
-        if named and named != mig.lower():
-            problems.append(
-                f"profile {p.slug!r}: 'mig' is {mig!r} but 'gpu_model' {p.gpu_model!r} names the slice {named!r};"
-                f" name the GPU in 'gpu_model' (e.g. 'A100') and the slice in 'mig'"
-            )
-    return problems
-
-
-#: The hub-start replica checks in flight (kept so that the loop does not drop them).
-_START_CHECKS: set[asyncio.Task] = set()
-
-
-def start_replica_check(probe, profiles) -> asyncio.Task | None:
-    """At hub start, read the cluster once and log :func:`.replica_warnings` (in the background).
-
-    The startup check itself runs before the hub serves and must not wait on the
-    API server; a cluster that cannot be read is said so, and the spawns say it too.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None  # no event loop (a check run by hand): nothing to read the cluster with
-    allocator = probe.allocator
-    log = probe.log
-
-    async def check():
-        try:
-            snapshot = await allocator.inventory.get()
-        except Exception as e:  # never let this check break the hub
-            log.warning("jupyterhub-gpu: could not check the share and MIG profiles against the cluster: %s", e)
-            return
-        if snapshot is None:
-            log.warning(
-                "jupyterhub-gpu: could not check the share and MIG profiles against the cluster (%s)",
-                allocator.inventory.error,
-            )
-            return
-        for warning in replica_warnings(profiles, allocator):
-            log.warning("jupyterhub-gpu: %s", warning)
-
-    task = loop.create_task(check())
-    _START_CHECKS.add(task)
-    task.add_done_callback(_START_CHECKS.discard)
-    return task
 
 
 class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):

@@ -7,11 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from jupyterhub_gpu.gpus.backends import UnknownBackend, backend_names, get_backend
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
-from jupyterhub_gpu.gpus.inventory import BACKENDS, make_inventory, static_inventory
 from jupyterhub_gpu.gpus.names import model_matches
 from jupyterhub_gpu.gpus.nvml import nvml_inventory
 from jupyterhub_gpu.gpus.simulated import simulated_inventory
+from jupyterhub_gpu.gpus.static import static_inventory
 
 # -- model_matches ------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ def test_nvml_without_a_driver_raises_a_clear_error():
     assert "Is the NVIDIA driver installed?" in message
     assert "gpu_backend = 'static'" in message and "'simulated'" in message
     with pytest.raises(InventoryError, match="NVML could not start"):
-        make_inventory("nvml")
+        get_backend("nvml").inventory()
 
 
 class FakeNVMLError(Exception):
@@ -386,24 +387,26 @@ def test_nvml_duplicate_uuid():
         nvml_inventory(nvml)
 
 
-# -- make_inventory and GPUDevice ----------------------------------------------------
+# -- the backends' inventories and GPUDevice ------------------------------------------
 
 
-def test_make_inventory_backends():
-    assert BACKENDS == ("nvml", "static", "simulated")
-    assert make_inventory("simulated", simulated_gpus=SIM_SPEC) == simulated_inventory(SIM_SPEC)
+def test_the_backends_list_their_inventories():
+    assert {"nvml", "static", "simulated"} <= set(backend_names())
+    assert get_backend("simulated").inventory(SIM_SPEC) == simulated_inventory(SIM_SPEC)
     spec = [{"uuid": T4_UUID, "name": "Tesla T4", "memory_gb": 16}]
-    assert make_inventory("static", static_gpus=spec) == static_inventory(spec)
-    assert make_inventory("simulated") == []
+    assert get_backend("static").inventory(spec) == static_inventory(spec)
+    assert get_backend("Static").inventory(spec) == static_inventory(spec)  # any case, as gpu_backend
+    assert get_backend("simulated").inventory() == []
     with pytest.raises(InventoryError, match="static_gpus must be a non-empty list"):
-        make_inventory("static")
+        get_backend("static").inventory()
 
 
 @pytest.mark.parametrize("backend", ["cuda", "", "NVML ", None])
-def test_make_inventory_bad_backend(backend):
-    with pytest.raises(InventoryError) as info:
-        make_inventory(backend)
-    assert str(info.value) == f"gpu_backend must be one of nvml, static, simulated, got {backend!r}"
+def test_an_unknown_backend_is_refused_naming_the_known_ones(backend):
+    with pytest.raises(UnknownBackend) as info:
+        get_backend(backend)
+    assert str(info.value) == f"gpu_backend must be one of {', '.join(backend_names())}, got {backend!r}"
+    assert "nvml, simulated, static" in str(info.value)
 
 
 def test_gpu_device_to_dict_and_memory_gb():

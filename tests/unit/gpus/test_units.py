@@ -194,7 +194,7 @@ def test_bad_simulated_mig_is_refused(mig, message):
 
 def test_a_static_mig_instance_may_name_its_parent():
     from jupyterhub_gpu.gpus.device import InventoryError
-    from jupyterhub_gpu.gpus.inventory import static_inventory
+    from jupyterhub_gpu.gpus.static import static_inventory
 
     (mig,) = static_inventory(
         [{"uuid": "MIG-1234", "name": "NVIDIA A100-SXM4-40GB MIG 1g.10gb", "memory_gb": 10, "parent_uuid": "GPU-99"}]

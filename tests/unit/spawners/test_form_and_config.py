@@ -8,8 +8,8 @@ from html.parser import HTMLParser
 import pytest
 from traitlets.config import Config
 
-from jupyterhub_gpu.gpus.inventory import static_inventory
 from jupyterhub_gpu.gpus.simulated import simulated_inventory
+from jupyterhub_gpu.gpus.static import static_inventory
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
@@ -21,7 +21,7 @@ from jupyterhub_gpu.spawners.form import (
     queue_message,
     render_options_form,
 )
-from jupyterhub_gpu.spawners.kube.spawner import describe_kube_profile
+from jupyterhub_gpu.spawners.kube.profiles import describe_kube_profile
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from jupyterhub_gpu.spawners.profiles import parse_profiles
 from jupyterhub_gpu.spawners.startup import check_config

@@ -10,15 +10,13 @@ import asyncio
 
 import pytest
 
-from jupyterhub_gpu.spawners.assign.cluster import (
-    ClusterAllocator,
-    ClusterInventory,
+from jupyterhub_gpu.spawners.assign.cluster import ClusterAllocator, ClusterInventory, replica_warnings
+from jupyterhub_gpu.spawners.assign.cluster_snapshot import (
     ClusterSnapshot,
     NodeGPUs,
     cluster_counts,
     pod_requests,
     products_for,
-    replica_warnings,
     take_snapshot,
     unit_request,
 )

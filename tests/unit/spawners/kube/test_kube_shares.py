@@ -14,7 +14,7 @@ import logging
 import pytest
 from traitlets.log import get_logger
 
-from jupyterhub_gpu.spawners.kube import spawner as kube_spawner
+from jupyterhub_gpu.spawners.kube import profiles as kube_profiles
 from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 from tests.unit.spawners.kube.test_kube_spawner import (  # noqa: F401  (kubeconfig: KubeSpawner needs a client config)
     GIB,
@@ -298,7 +298,7 @@ async def test_the_hub_start_warns_of_a_share_count_the_nodes_do_not_have(tmp_pa
     logger.addHandler(records)
     try:
         startup_check(app)  # valid: the hub starts, and the cluster is read in the background
-        await asyncio.wait_for(asyncio.gather(*kube_spawner._START_CHECKS), 10)
+        await asyncio.wait_for(asyncio.gather(*kube_profiles._START_CHECKS), 10)
     finally:
         logger.removeHandler(records)
     assert len(records.messages) == 2, records.messages
@@ -325,7 +325,7 @@ async def test_the_hub_start_says_when_it_could_not_read_the_cluster_and_still_s
     logger.addHandler(records)
     try:
         assert GPUKubeSpawner.gpu_check_config(config(Unreachable())) == []  # no problem: the hub starts
-        await asyncio.wait_for(asyncio.gather(*kube_spawner._START_CHECKS), 10)
+        await asyncio.wait_for(asyncio.gather(*kube_profiles._START_CHECKS), 10)
     finally:
         logger.removeHandler(records)
     assert records.messages == [

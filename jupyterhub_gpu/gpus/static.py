@@ -1,19 +1,17 @@
-"""GPU inventory: which GPUs this host has, from NVML, from config, or simulated.
+"""The ``static`` backend: the GPUs an admin declares in ``static_gpus``, read by the servers with NVML.
 
-The three backends are chosen in one place, :func:`make_inventory`. A simulated
-inventory names every device "Simulated ..." so that no user can mistake it for
-real hardware.
+The doctor compares a static inventory with the GPUs NVML lists on the host
+(:attr:`StaticBackend.host_check`), so a copied configuration fails there, not at
+a student's first spawn.
 """
 
 from __future__ import annotations
 
 import re
 
+from jupyterhub_gpu.gpus.backends import GPUBackend
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError, check_unique
-from jupyterhub_gpu.gpus.nvml import nvml_inventory
-from jupyterhub_gpu.gpus.simulated import simulated_inventory
-
-BACKENDS = ("nvml", "static", "simulated")
+from jupyterhub_gpu.gpus.nvml import nvidia_device_requests
 
 
 def static_inventory(spec: list[dict]) -> list[GPUDevice]:
@@ -65,12 +63,16 @@ def static_inventory(spec: list[dict]) -> list[GPUDevice]:
     return devices
 
 
-def make_inventory(backend: str, static_gpus=None, simulated_gpus=None) -> list[GPUDevice]:
-    """The inventory for a backend name: the one place where the backend is chosen."""
-    if backend == "nvml":
-        return nvml_inventory()
-    if backend == "static":
-        return static_inventory(static_gpus or [])
-    if backend == "simulated":
-        return simulated_inventory(simulated_gpus or [])
-    raise InventoryError(f"gpu_backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+class StaticBackend(GPUBackend):
+    """Declared NVIDIA GPUs: the hub trusts the list, the servers read the GPUs with NVML."""
+
+    name = "static"
+    option = "static_gpus"
+    reader = "nvml"
+    host_check = "nvml"
+
+    def inventory(self, spec=None) -> list[GPUDevice]:
+        return static_inventory(spec or [])
+
+    def device_requests(self, device_ids: list[str]) -> list[dict]:
+        return nvidia_device_requests(device_ids)
