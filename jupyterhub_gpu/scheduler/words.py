@@ -18,8 +18,9 @@ from string import Formatter
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, Gpus, Grace, Period
 
-#: A number of GPUs of a model: the form for one and the form for more.
-GPUS_TEXTS = {"one": "1 {model}", "many": "{count} {model}s"}
+#: A number of GPUs of a model: the singular and the plural the catalog chooses between by the count (``1 T4``,
+#: ``4 T4s``; one form in Chinese, ``4 块 T4``).
+GPUS_TEXTS = {"one": "{count} {model}", "many": "{count} {model}s"}
 #: Durations in whole minutes (over an hour, to 5 minutes), and a grace under a minute in seconds.
 DURATION_TEXTS = {
     "min": "{n} min",
@@ -45,8 +46,7 @@ def an_before(model: str) -> bool:
 
 def gpus_words(count: int, model: str, lang: str = "en") -> str:
     """``1 T4``, ``4 T4s`` (``4 块 T4``)."""
-    _ = translator(lang)
-    return _(GPUS_TEXTS["one"], model=model) if count == 1 else _(GPUS_TEXTS["many"], count=count, model=model)
+    return translator(lang).plural(GPUS_TEXTS["one"], GPUS_TEXTS["many"], count, count=count, model=model)
 
 
 def duration_words(delta: timedelta, lang: str = "en") -> str:
