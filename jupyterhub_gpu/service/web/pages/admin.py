@@ -16,7 +16,6 @@ from jupyterhub_gpu.ledger.queries.schedule import (
 from jupyterhub_gpu.rules.overrides import AccessError, Override, apply_to_pricing, parse_override
 from jupyterhub_gpu.service.feeds.advice import summary as advice_summary
 from jupyterhub_gpu.service.web.actions.schedule import put_share
-from jupyterhub_gpu.service.web.api.channels import ChannelAccess
 from jupyterhub_gpu.service.web.api.queue import PREEMPTIONS_DAYS
 from jupyterhub_gpu.service.web.api.schedule import reservation_json, share_json
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, http_error_text
@@ -45,7 +44,7 @@ from jupyterhub_gpu.service.web.params import BadRequest, parse_budget, validate
 from jupyterhub_gpu.service.web.views import usage_csv
 
 
-class AdminView(ScheduleView, ChannelAccess):
+class AdminView(ScheduleView):
     """Everything: spend by group, user and profile, charts, utilization, culling, and the forms."""
 
     def show(

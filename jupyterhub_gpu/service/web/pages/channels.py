@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from tornado import web
 
+from jupyterhub_gpu.i18n import language_of
 from jupyterhub_gpu.service.domain.notices import DEFAULT_EVENTS, EVENT_NAMES, EVENTS
-from jupyterhub_gpu.service.web.api.channels import ChannelAccess
+from jupyterhub_gpu.service.web.actions.channels import add, listing, owner_name, remove, send_test
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE
 from jupyterhub_gpu.service.web.pages.base import PageHandler
 
@@ -13,14 +14,14 @@ from jupyterhub_gpu.service.web.pages.base import PageHandler
 
 
 def channel_block(page, owner_kind: str, owner: str, heading: str) -> dict:
-    """One owner's channels for ``channels.html`` (``page`` is a page that is also a :class:`ChannelAccess`)."""
-    listing = page.listing(owner_kind, owner)
+    """One owner's channels for ``channels.html``, as ``GET channels`` lists them to the page's reader."""
+    found = listing(page.ctx, page.caller, owner_kind, owner)
     _ = page._
     rows = [
         {**c, "event_names": ", ".join(_(EVENT_NAMES[e]) for e in c["events"]) or _("nothing")}
-        for c in listing["channels"]
+        for c in found["channels"]
     ]
-    return {"owner": owner_kind, "name": owner, "heading": heading, "channels": rows, "may_edit": listing["may_edit"]}
+    return {"owner": owner_kind, "name": owner, "heading": heading, "channels": rows, "may_edit": found["may_edit"]}
 
 
 def channel_section(page, title: str, blocks: list[dict], back: str, owner_kinds: str) -> dict:
@@ -46,10 +47,10 @@ def channel_section(page, title: str, blocks: list[dict], back: str, owner_kinds
     }
 
 
-class ChannelFormHandler(PageHandler, ChannelAccess):
+class ChannelFormHandler(PageHandler):
     """``POST channels``: add, remove or test a channel from the user or admin page (XSRF-checked by JupyterHub).
 
-    The same rules as the REST API (:class:`~.api.channels.ChannelAccess`); a refusal is an error page
+    The same functions as the REST API (:mod:`~..actions.channels`); a refusal is an error page
     with the reason (a URL Apprise cannot read: Apprise's, secrets blanked).
     """
 
@@ -65,19 +66,19 @@ class ChannelFormHandler(PageHandler, ChannelAccess):
             elif owner == "admins":
                 kind, name = "admin", ""
             elif owner == "group":
-                kind, name = "group", self._name("group", self.get_body_argument("group", "").strip())
+                kind, name = "group", owner_name("group", self.get_body_argument("group", "").strip())
             else:
                 raise web.HTTPError(400, f"owner must be user, admins or group, got {owner!r}")
             events = self.get_body_arguments("events")
             if not events:
                 raise web.HTTPError(400, self._("Choose at least one event."))
-            self.add(kind, name, self.get_body_argument("url", ""), events)
+            add(self.ctx, self.caller, kind, name, self.get_body_argument("url", ""), events, self.now())
             saved = "channel-added"
         elif action == "remove":
-            self.remove(channel_id)
+            remove(self.ctx, self.caller, channel_id)
             saved = "channel-removed"
         elif action == "test":
-            await self.send_test(channel_id)
+            await send_test(self.ctx, self.caller, channel_id, language_of(self))
             saved = "channel-tested"
         else:
             raise web.HTTPError(400, f"action must be add, remove or test, got {action!r}")

@@ -8,7 +8,6 @@ from tornado.log import app_log
 
 from jupyterhub_gpu.billing import applies_to
 from jupyterhub_gpu.service.hubapi import HubAPIError
-from jupyterhub_gpu.service.web.api.channels import ChannelAccess
 from jupyterhub_gpu.service.web.api.queue import PREEMPTIONS_DAYS
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ
 from jupyterhub_gpu.service.web.pages.base import BUDGET_COLUMNS, DAILY_COLUMNS
@@ -19,7 +18,7 @@ from jupyterhub_gpu.service.web.params import BadRequest, validate_subject
 from jupyterhub_gpu.service.web.views import usage_csv
 
 
-class UserPage(ScheduleView, ChannelAccess):
+class UserPage(ScheduleView):
     """A user's balance, spend in the window, sessions and daily chart; on one's own page, one's waiting requests
     and preemptions (the schedule: ``GET queue`` and ``GET preemptions`` as the user would read them)."""
 
