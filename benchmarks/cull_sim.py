@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from jupyterhub_gpu.money import parse_amount
-from jupyterhub_gpu.service.domain.culling import CullRule, parse_config
+from jupyterhub_gpu.rules.cullrules import CullRule, parse_config
 from jupyterhub_gpu.session import StopReason
 from jupyterhub_gpu.sim.replay import (
     BASELINES,

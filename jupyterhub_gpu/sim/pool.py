@@ -8,7 +8,7 @@ decisions:
 
 - a ``grant`` starts the session on its units; what the session then does comes from its :class:`Job`'s trace
   (one :class:`~.replay.TraceMinute` per minute, as the culling simulator's traces), and it ends when its user
-  stops it or when the service's cull rules (:func:`~jupyterhub_gpu.service.domain.culling.evaluate`, the
+  stops it or when the service's cull rules (:func:`~jupyterhub_gpu.rules.culling.evaluate`, the
   defaults unless told otherwise) stop it, whichever comes first;
 - a ``preempt`` or an ``end`` stops it at the decision's time: the work since its last checkpoint is lost
   (:func:`.checkpoint.resume_point`; all its GPU work so far without ``CheckpointAndResume``), and a job that
@@ -26,9 +26,10 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from jupyterhub_gpu.billing import billed_minutes
+from jupyterhub_gpu.rules.cullrules import CullRule, default_rules
 from jupyterhub_gpu.scheduler import (
     END,
     GRANT,
@@ -46,10 +47,9 @@ from jupyterhub_gpu.scheduler import (
     Snapshot,
     schedule,
 )
-from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES, CullRule, evaluate
 from jupyterhub_gpu.session import StopReason
 from jupyterhub_gpu.sim.checkpoint import resume_point
-from jupyterhub_gpu.sim.replay import TraceMinute, minute_signals
+from jupyterhub_gpu.sim.replay import TraceMinute, cull_length
 
 #: How many past sessions of a profile the wait estimate learns from (the most recent).
 HISTORY = 400
@@ -104,68 +104,6 @@ class Lab:
     tz: tzinfo | None = None
     #: the windows whose start is measured (served in full or not): (reservation id, start minute, end minute)
     class_windows: Sequence[tuple[str, int, int]] = ()
-
-
-# -- culling: what a session does if the scheduler lets it run ----------------------------------------------------
-
-
-def _first_possible_warning(minutes: Sequence[TraceMinute], rules: Sequence[CullRule]) -> int:
-    """A minute index before which no rule can warn (so its evaluation is ``none`` and may be skipped).
-
-    A rule warns once its condition has held for ``T - warn_minutes``; each run counted here is at least as
-    long as that rule's condition (it ignores what could restart the rule's clock sooner), so the bound is safe.
-    """
-    first = len(minutes)
-    for rule in rules:
-        lead = rule.minutes - rule.warn_minutes
-        if rule.kind == StopReason.MAX_AGE:
-            first = min(first, max(0, lead - 2))
-            continue
-        threshold = rule.util_threshold
-        run = 0
-        for i, m in enumerate(minutes):
-            gpu_busy = m.gpu_util is not None and m.gpu_util >= threshold
-            if rule.kind == StopReason.GPU_IDLE:
-                holds = not gpu_busy and not m.kernel_busy
-            elif rule.kind == StopReason.BUSY_GPU_IDLE:
-                holds = not gpu_busy
-            else:  # inactive
-                holds = not gpu_busy and not m.kernel_busy and not m.user_active
-            run = run + 1 if holds else 0
-            if run >= lead:
-                first = min(first, max(0, i - 2))
-                break
-    return first
-
-
-#: Where a simulated session starts, for the cull rules (any aware time: they judge relative times only).
-_EPOCH = datetime(2026, 1, 5, tzinfo=timezone.utc)
-
-
-def cull_length(minutes: Sequence[TraceMinute], rules: Sequence[CullRule] = DEFAULT_RULES) -> tuple[int, str | None]:
-    """How many minutes a session with this trace runs, and the cull rule that stops it (None: its user does).
-
-    The service's tick at the end of every minute, as :func:`.replay.replay_rules` runs it (the same result),
-    skipping the minutes in which no rule can warn yet.
-    """
-    n = len(minutes)
-    if not rules or not n:
-        return n, None
-    first = _first_possible_warning(minutes, rules)
-    if first >= n:
-        return n, None
-    signals = minute_signals(minutes, _EPOCH)
-    warned: datetime | None = None
-    for i in range(first, n - 1):
-        now = _EPOCH + timedelta(minutes=i + 1)
-        decision = evaluate(rules, _EPOCH, now, signals[: i + 1], has_gpu=True, warned=warned)
-        if decision.action == "warn":
-            warned = now
-        elif decision.action == "cancel":
-            warned = None
-        elif decision.action == "stop":
-            return i + 1, str(decision.rule.kind)
-    return n, None
 
 
 # -- the simulator ----------------------------------------------------------------------------------------------
@@ -276,10 +214,12 @@ class PoolSim:
         lab: Lab,
         jobs: Iterable[Job],
         policy: Policy,
-        rules: Sequence[CullRule] = DEFAULT_RULES,
+        rules: Sequence[CullRule] | None = None,
         lengths: Mapping[str, tuple[int, str | None]] | None = None,
     ):
-        self.lab, self.policy, self.rules = lab, policy, tuple(rules)
+        # None: the default rules, at the idle definition's threshold
+        self.lab, self.policy = lab, policy
+        self.rules = default_rules() if rules is None else tuple(rules)
         self.jobs = sorted(jobs, key=lambda j: (j.arrival, j.id))
         self.tiered = policy.preemption is not None
         self.half_life = getattr(policy.order, "half_life", None)
@@ -599,7 +539,7 @@ def simulate(
     lab: Lab,
     jobs: Iterable[Job],
     policy: Policy,
-    rules: Sequence[CullRule] = DEFAULT_RULES,
+    rules: Sequence[CullRule] | None = None,
     lengths: Mapping[str, tuple[int, str | None]] | None = None,
 ) -> Result:
     """Play ``jobs`` on ``lab`` under ``policy``; ``lengths`` (job id -> :func:`cull_length`) saves recomputing."""

@@ -5,7 +5,7 @@ entry per started minute of what the session would do if nothing stopped it.
 A policy decides, minute by minute, whether to stop it:
 
 - ``ours`` (or a JSON file of cull rules): the service's real
-  :func:`~jupyterhub_gpu.service.domain.culling.evaluate`, called at the end of every
+  :func:`~jupyterhub_gpu.rules.culling.evaluate`, called at the end of every
   minute as the service's tick would, with the warning it sent last; a warned
   user answers only through what the trace shows them doing.
 - ``idle-culler-T``: a model of jupyterhub-idle-culler with ``--timeout=T``:
@@ -22,9 +22,11 @@ A policy decides, minute by minute, whether to stop it:
 
 Billing is the real :func:`~jupyterhub_gpu.billing.billed_minutes`:
 every started minute until the stop (or the natural end). A minute is *idle*
-when its ``gpu_util`` is under 5%; a *false cull* is a culled session whose
-trace shows lost work after the stop (:func:`lost_work`): GPU utilization of 5%
-or more, or a kernel busy with a cell started after the stop. A kernel that was
+when its GPU did no work by the idle definition (:meth:`.idle.IdleRule.gpu_idle`:
+``gpu_util`` under 5%), whatever its kernel did: the waste the figures count is
+GPU time; a *false cull* is a culled session whose trace shows lost work after
+the stop (:func:`lost_work`): GPU work (5% or more), or a kernel busy with a cell
+started after the stop. A kernel that was
 busy at the stop and stays busy with its GPU idle is not work by itself (it is
 what ``busy_gpu_idle`` judges hung): such a stop is a false cull only if the GPU
 would have worked again.
@@ -36,16 +38,19 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
 from jupyterhub_gpu.billing import billed_minutes
-from jupyterhub_gpu.service.domain.culling import MinuteSignal, evaluate, gpu_memory_high, parse_config, rules_for
-from jupyterhub_gpu.session import IDLE_UTIL_PERCENT
+from jupyterhub_gpu.rules import idle
+from jupyterhub_gpu.rules.culling import evaluate
+from jupyterhub_gpu.rules.cullrules import CullRule, default_rules, parse_config, rules_for
+from jupyterhub_gpu.rules.signals import MinuteSignal, gpu_memory_high, minute_signals
+from jupyterhub_gpu.session import StopReason
 
-#: A minute under this GPU utilization (percent) is idle, for every policy's accounting.
 #: Price of one GPU-minute when none is given (3.00 per GPU-hour).
 DEFAULT_RATE = Decimal("0.05")
 ALWAYS_ON = "always-on"
@@ -76,16 +81,18 @@ class TraceMinute:
 
     @property
     def busy(self) -> bool:
-        """Real work this minute: a busy kernel, or the GPU at or above the idle threshold."""
-        return self.kernel_busy or (self.gpu_util is not None and self.gpu_util >= IDLE_UTIL_PERCENT)
+        """Real work this minute, by the idle definition: the GPU worked, or (where kernels count) a kernel was busy."""
+        return idle.IDLE.busy(self.gpu_util, self.kernel_busy)
 
     @property
     def idle(self) -> bool:
-        return self.gpu_util is not None and self.gpu_util < IDLE_UTIL_PERCENT
+        """A sampled minute whose GPU did no work (the figures' idle GPU-minute, whatever the kernel did)."""
+        return idle.IDLE.gpu_idle(self.gpu_util)
 
     @property
     def gpu_busy(self) -> bool:
-        return self.gpu_util is not None and self.gpu_util >= IDLE_UTIL_PERCENT
+        """The GPU worked this minute (at or above the idle threshold)."""
+        return idle.IDLE.gpu_worked(self.gpu_util)
 
 
 def lost_work(after) -> int:
@@ -283,20 +290,6 @@ def natural_minutes(session: TraceSession) -> int:
     return billed_minutes(session.started, session.natural_end)
 
 
-def minute_signals(minutes, started: datetime) -> list[MinuteSignal]:
-    """The cull rules' view of a run of trace minutes, the first at ``started`` (the pool simulator's too)."""
-    return [
-        MinuteSignal(
-            at=started + timedelta(minutes=i),
-            gpu_util=m.gpu_util,
-            gpu_mem_frac=m.gpu_mem_frac,
-            kernel_busy=m.kernel_busy,
-            user_active=m.user_active,
-        )
-        for i, m in enumerate(minutes)
-    ]
-
-
 def _signals(session: TraceSession) -> list[MinuteSignal]:
     return minute_signals(session.minutes, session.started)
 
@@ -351,6 +344,71 @@ def replay(session: TraceSession, policy: Policy, gpus: int = 1) -> Outcome:
         return replay_idle_culler(session, policy.timeout_s, policy.every_s)
     rules = rules_for(session.profile, (), policy.config)
     return replay_rules(session, rules, has_gpu=gpus > 0)
+
+
+# -- the pool simulator's culling: what a session does if the scheduler lets it run ---------------------------
+
+
+def _first_possible_warning(minutes: Sequence[TraceMinute], rules: Sequence[CullRule]) -> int:
+    """A minute index before which no rule can warn (so its evaluation is ``none`` and may be skipped).
+
+    A rule warns once its condition has held for ``T - warn_minutes``; each run counted here is at least as
+    long as that rule's condition (it ignores what could restart the rule's clock sooner), so the bound is safe.
+    """
+    first = len(minutes)
+    for rule in rules:
+        lead = rule.minutes - rule.warn_minutes
+        if rule.kind == StopReason.MAX_AGE:
+            first = min(first, max(0, lead - 2))
+            continue
+        threshold = rule.util_threshold
+        definition = idle.IDLE
+        run = 0
+        for i, m in enumerate(minutes):
+            gpu_busy = definition.gpu_worked(m.gpu_util, threshold)
+            if rule.kind == StopReason.GPU_IDLE:
+                holds = not definition.busy(m.gpu_util, m.kernel_busy, threshold)
+            elif rule.kind == StopReason.BUSY_GPU_IDLE:
+                holds = not gpu_busy
+            else:  # inactive
+                holds = not gpu_busy and not m.kernel_busy and not m.user_active
+            run = run + 1 if holds else 0
+            if run >= lead:
+                first = min(first, max(0, i - 2))
+                break
+    return first
+
+
+#: Where a simulated session starts, for the cull rules (any aware time: they judge relative times only).
+_EPOCH = datetime(2026, 1, 5, tzinfo=timezone.utc)
+
+
+def cull_length(minutes: Sequence[TraceMinute], rules: Sequence[CullRule] | None = None) -> tuple[int, str | None]:
+    """How many minutes a session with this trace runs, and the cull rule that stops it (None: its user does).
+
+    The service's tick at the end of every minute, as :func:`replay_rules` runs it (the same result),
+    skipping the minutes in which no rule can warn yet. ``rules``: None for the defaults (at the idle
+    definition's threshold), ``()`` for none.
+    """
+    rules = default_rules() if rules is None else rules
+    n = len(minutes)
+    if not rules or not n:
+        return n, None
+    first = _first_possible_warning(minutes, rules)
+    if first >= n:
+        return n, None
+    signals = minute_signals(minutes, _EPOCH)
+    warned: datetime | None = None
+    for i in range(first, n - 1):
+        now = _EPOCH + timedelta(minutes=i + 1)
+        decision = evaluate(rules, _EPOCH, now, signals[: i + 1], has_gpu=True, warned=warned)
+        if decision.action == "warn":
+            warned = now
+        elif decision.action == "cancel":
+            warned = None
+        elif decision.action == "stop":
+            return i + 1, str(decision.rule.kind)
+    return n, None
 
 
 # -- accounting -------------------------------------------------------------------------------
@@ -430,7 +488,7 @@ def report(
         "trace": trace,
         "sessions": len(sessions),
         "rate_per_gpu_minute": str(rate),
-        "idle_threshold_percent": IDLE_UTIL_PERCENT,
+        "idle_threshold_percent": idle.IDLE.util_percent,
         "policy": main,
         "baselines": results,
     }

@@ -63,8 +63,8 @@ from jupyterhub_gpu.scheduler import (
 )
 from jupyterhub_gpu.sim.checkpoint import STOP_SAVE_SECONDS
 from jupyterhub_gpu.sim.metrics import report
-from jupyterhub_gpu.sim.pool import Job, Lab, cull_length, simulate
-from jupyterhub_gpu.sim.replay import TraceMinute
+from jupyterhub_gpu.sim.pool import Job, Lab, simulate
+from jupyterhub_gpu.sim.replay import TraceMinute, cull_length
 
 # the culling simulator's session bodies (its builders are private to the package: one source of what a session does)
 from jupyterhub_gpu.sim.trace import TraceParams, _Session, _session

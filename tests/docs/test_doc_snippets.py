@@ -17,7 +17,7 @@ import pytest
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from jupyterhub_gpu.service.domain import culling
+from jupyterhub_gpu.rules import cullrules
 from jupyterhub_gpu.service.web.params import BadRequest, parse_budget
 from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 from tests.docs.docs_config import CLASSES, FAKE_ENV, probe, problems_of, run_snippet
@@ -102,9 +102,9 @@ def test_the_ready_configs_pass_the_same_checks(name, tmp_path, monkeypatch):
 
 def test_the_documented_default_cull_rules_are_the_code_s():
     (block,) = [b for b in blocks(ROOT / "docs" / "culling.md") if "DEFAULT_RULES = (" in b.body]
-    namespace = {"CullRule": culling.CullRule}
+    namespace = {"CullRule": cullrules.CullRule}
     exec(block.body, namespace)
-    assert namespace["DEFAULT_RULES"] == culling.DEFAULT_RULES
+    assert namespace["DEFAULT_RULES"] == cullrules.DEFAULT_RULES
 
 
 # -- options named in the prose --------------------------------------------------------------------------------

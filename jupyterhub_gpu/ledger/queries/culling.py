@@ -2,29 +2,23 @@
 
 :func:`load_culling_inputs` reads them in two plain queries (minutes counted in SQL), as the values
 :mod:`jupyterhub_gpu.service.domain.savings` estimates from (:class:`SessionFacts`,
-:class:`MinuteCounts`).
+:class:`~jupyterhub_gpu.rules.idle.MinuteCounts`), the idle minutes by the one definition of them
+(:meth:`~jupyterhub_gpu.rules.idle.IdleRule.idle_in_tenths`, turned into SQL).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import case, func, or_, select
 
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.session import IDLE_UTIL_PERCENT, SessionFacts
-
-
-@dataclass(frozen=True)
-class MinuteCounts:
-    """A session's sampled minutes in the window, and of those the idle ones."""
-
-    sampled: int = 0
-    idle: int = 0
+from jupyterhub_gpu.rules import idle
+from jupyterhub_gpu.rules.idle import MinuteCounts
+from jupyterhub_gpu.session import SessionFacts
 
 
 def load_culling_inputs(
@@ -35,8 +29,8 @@ def load_culling_inputs(
     Two plain queries: the sessions that started before ``until`` and had not
     stopped before ``since``; then, per chunk of the reported GPU sessions (the
     primary key's index), their sampled and idle minutes in the window, counted
-    in SQL (a minute is idle when its mean utilization is under
-    ``IDLE_UTIL_PERCENT`` and no kernel was busy).
+    in SQL (a minute is idle as :data:`.idle.IDLE` defines it: its mean utilization under the threshold
+    and, where kernels count, no kernel busy).
     """
 
     s = SessionRecord
@@ -81,13 +75,13 @@ def load_culling_inputs(
     ids = [f.id for f in facts if f.gpu_count and (group is None or f.pool == group)]
     u = UsageMinute
     sampled = func.sum(case((u.samples > 0, 1), else_=0))
-    # mean utilization under the threshold: Σ(tenths) / 10 / samples < IDLE_UTIL_PERCENT, in integers
-    quiet = and_(u.samples > 0, u.utilization_tenths_sum < 10 * IDLE_UTIL_PERCENT * u.samples, u.busy_kernels_max == 0)
-    idle = func.sum(case((quiet, 1), else_=0))
+    # the idle definition's own test of a minute's sums, given the columns: its SQL
+    quiet = idle.IDLE.idle_in_tenths(u.utilization_tenths_sum, u.samples, u.busy_kernels_max)
+    idle_minutes = func.sum(case((quiet, 1), else_=0))
     counts = {}
     with ledger.engine.connect() as db:
         for i in range(0, len(ids), 500):
-            chunk = select(u.session_id, sampled, idle).where(
+            chunk = select(u.session_id, sampled, idle_minutes).where(
                 u.session_id.in_(ids[i : i + 500]), u.minute < naive_utc(until)
             )
             if since is not None:

@@ -22,31 +22,12 @@ from jupyterhub_gpu.clock import naive_utc
 from jupyterhub_gpu.gpus.device import parse_share_uuid
 from jupyterhub_gpu.ledger.models import SessionRecord, UsageMinute
 from jupyterhub_gpu.ledger.store import Ledger, activity_forward
+from jupyterhub_gpu.rules import idle
+from jupyterhub_gpu.rules.samples import Sample, SampleError
 
 #: Caps on one session's minute row: a server samples every few seconds and pushes every 30 s.
 MAX_SAMPLES_PER_MINUTE = 6000
 MAX_PUSHES_PER_MINUTE = 600
-
-
-class SampleError(ValueError):
-    """A sample body that cannot be used; the message says why."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    session_id: str
-    sampled_until: datetime
-    samples: int
-    utilization_avg: float
-    memory_used_max_mib: int
-    memory_total_mib: int
-    kernels: int
-    busy_kernels: int
-    last_kernel_activity: datetime | None
-    last_activity: datetime | None
-    #: per GPU ``(uuid, utilization, memory used max)``, and on a shared GPU or MIG slice (issue 17)
-    #: ``(..., scope, processes, shared_by, memory_known)`` (each None where the server did not say)
-    gpus: tuple[tuple, ...]
 
 
 @dataclass(frozen=True)
@@ -108,13 +89,6 @@ def _merge_shared(
         g["shared_by_max"] = max(g.get("shared_by_max", shared_by), shared_by)
     if memory_known is False:  # the server could not measure its own memory (a share in a container): say so
         g["memory_unknown"] = True
-
-
-def memory_unknown(minute) -> bool:
-    """Whether a minute row's memory is no measurement: a server pushed that it could not measure its own
-    (``memory_unknown`` of a GPU: a share read in a container, issue 17)."""
-    gpus = minute.gpus or ""
-    return '"memory_unknown"' in gpus and any(g.get("memory_unknown") for g in json.loads(gpus).values())
 
 
 def record_samples(ledger: Ledger, pushes: Sequence[Push]) -> list[UsageMinute | SampleError]:
@@ -205,9 +179,12 @@ def sessions_minutes(ledger: Ledger, since: Mapping[str, datetime | None]) -> di
 
 
 def gpu_busy_marks(
-    ledger: Ledger, session_ids: Sequence[str], since: datetime, util_percent: float
+    ledger: Ledger, session_ids: Sequence[str], since: datetime
 ) -> dict[str, tuple[datetime | None, datetime | None]]:
-    """session id -> (its last sampled minute, its last minute at or above ``util_percent``), from ``since`` on.
+    """session id -> (its last sampled minute, its last minute whose GPUs worked), from ``since`` on.
+
+    A minute's GPUs worked as the idle definition says (:meth:`~jupyterhub_gpu.rules.idle.IdleRule.worked_in_tenths`:
+    its mean utilization at the threshold or above), whatever its kernels did.
 
     One aggregate query for many sessions (the service's ``/metrics`` asks it at each scrape): one row per
     session whatever the sessions' lengths. Minutes are naive UTC, as stored; None: no such minute.
@@ -215,7 +192,7 @@ def gpu_busy_marks(
     found: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(session_ids, (None, None))
     if not found:
         return found
-    busy = UsageMinute.utilization_tenths_sum >= util_percent * 10 * UsageMinute.samples
+    busy = idle.IDLE.worked_in_tenths(UsageMinute.utilization_tenths_sum, UsageMinute.samples)
     query = (
         select(
             UsageMinute.session_id,

@@ -47,8 +47,8 @@ rule stops a server because its money ran out, not because it was idle.
 
 **The billed idle share.** Billed GPU-minutes in the window (per started minute,
 counting each minute in the window where it begins; running sessions up to
-``now``), and of those the idle GPU-minutes: minutes whose pushed samples show
-a mean GPU utilization under :data:`.session.IDLE_UTIL_PERCENT` and no busy kernel, times
+``now``), and of those the idle GPU-minutes: minutes idle by the one definition
+(:data:`jupyterhub_gpu.rules.idle.IDLE`: a mean GPU utilization under 5% and no busy kernel), times
 ``gpu_count``. Minutes without a sample are not counted as idle (they are
 reported as unsampled), so the share is a lower bound when samples are missing.
 
@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jupyterhub_gpu.billing import billed_minutes, minutes_in_window, minutes_so_far
-from jupyterhub_gpu.ledger.queries.culling import MinuteCounts
+from jupyterhub_gpu.rules.idle import MinuteCounts
 from jupyterhub_gpu.session import CULL_REASONS, SessionFacts, StopReason
 
 #: How long a culled server is assumed to have kept running when its user does not come back.

@@ -19,17 +19,15 @@ from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.sessions import last_language
 from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger, make_engine
 from jupyterhub_gpu.money import Currency, to_micros
+from jupyterhub_gpu.rules.advice import Advice, ProfileOption, SessionUsage
+from jupyterhub_gpu.rules.advice_text import advice_text
+from jupyterhub_gpu.rules.culling import Decision, evaluate
+from jupyterhub_gpu.rules.cullrules import CullRule
+from jupyterhub_gpu.rules.signals import MinuteSignal
 from jupyterhub_gpu.service.channels import configured_channel
-from jupyterhub_gpu.service.domain.advice import (
-    Advice,
-    ProfileOption,
-    SessionUsage,
-    advice_message,
-    advice_text,
-    digest_text,
-)
+from jupyterhub_gpu.service.domain.advice import advice_message, digest_text
 from jupyterhub_gpu.service.domain.alerts import BudgetAlert, budget_message
-from jupyterhub_gpu.service.domain.culling import CullRule, Decision, MinuteSignal, cull_message, evaluate
+from jupyterhub_gpu.service.domain.culling import cull_message
 from jupyterhub_gpu.service.domain.jobs import run_notice
 from jupyterhub_gpu.service.domain.notices import AlertSettings, ChannelConfig, Message
 from jupyterhub_gpu.service.notify import (

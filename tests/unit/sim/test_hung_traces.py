@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES
+from jupyterhub_gpu.rules.cullrules import DEFAULT_RULES
 from jupyterhub_gpu.sim.replay import TraceMinute, lost_work, parse_session, resolve_policy, simulate
 from jupyterhub_gpu.sim.trace import HUNG_KINDS, TraceParams, generate
 

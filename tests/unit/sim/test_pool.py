@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyterhub_gpu.rules.cullrules import DEFAULT_RULES
 from jupyterhub_gpu.scheduler import (
     POLICIES,
     PREEMPTIBLE,
@@ -17,7 +18,6 @@ from jupyterhub_gpu.scheduler import (
     Reservation,
     decayed_usage,
 )
-from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES
 from jupyterhub_gpu.sim import __main__ as cli
 from jupyterhub_gpu.sim.metrics import percentile, report
 from jupyterhub_gpu.sim.pool import (
@@ -28,10 +28,9 @@ from jupyterhub_gpu.sim.pool import (
     Job,
     Lab,
     PoolSim,
-    cull_length,
     simulate,
 )
-from jupyterhub_gpu.sim.replay import TraceMinute, parse_session, replay_rules
+from jupyterhub_gpu.sim.replay import TraceMinute, cull_length, parse_session, replay_rules
 from jupyterhub_gpu.sim.semester import SemesterParams, lab_and_jobs, run_semester
 from jupyterhub_gpu.sim.trace import TraceParams, generate
 

@@ -13,8 +13,8 @@ from jupyterhub_gpu.scheduler import POLICIES, PREEMPTIBLE
 from jupyterhub_gpu.sim import __main__ as cli
 from jupyterhub_gpu.sim.checkpoint import epoch_ends, resume_point
 from jupyterhub_gpu.sim.metrics import group_shares, report
-from jupyterhub_gpu.sim.pool import PREEMPTED, Job, Lab, cull_length, simulate
-from jupyterhub_gpu.sim.replay import TraceMinute
+from jupyterhub_gpu.sim.pool import PREEMPTED, Job, Lab, simulate
+from jupyterhub_gpu.sim.replay import TraceMinute, cull_length
 from jupyterhub_gpu.sim.semester import LOADS, WEEK_MINUTES, demand, lab_and_jobs, load_params
 
 TIER = POLICIES["fair-share+tier+reservations"]

@@ -12,17 +12,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from jupyterhub_gpu.i18n import translator
-from jupyterhub_gpu.service.domain.culling import (
-    DEFAULT_RULES,
-    MEMORY_MOVE_FRACTION,
-    MESSAGES,
-    CullRule,
-    MinuteSignal,
-    evaluate,
-    most_lenient,
-    parse_config,
-    parse_rule,
-)
+from jupyterhub_gpu.rules.culling import MEMORY_MOVE_FRACTION, MESSAGES, evaluate
+from jupyterhub_gpu.rules.cullrules import DEFAULT_RULES, CullRule, most_lenient, parse_config, parse_rule
+from jupyterhub_gpu.rules.signals import MinuteSignal
 from jupyterhub_gpu.session import CULL_REASONS, StopReason
 
 UTC = timezone.utc

@@ -8,21 +8,18 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jupyterhub_gpu.billing import billed_minutes
-from jupyterhub_gpu.service.domain.culling import (
+from jupyterhub_gpu.rules.culling import MESSAGES, Decision, evaluate
+from jupyterhub_gpu.rules.cullrules import (
     DEFAULT_RULES,
-    MESSAGES,
     CullRule,
-    Decision,
-    MinuteSignal,
-    evaluate,
-    gpu_memory_high,
-    memory_notice,
     most_lenient,
     parse_config,
     parse_rule,
     parse_rules,
     rules_for,
 )
+from jupyterhub_gpu.rules.signals import MinuteSignal, gpu_memory_high
+from jupyterhub_gpu.service.domain.culling import memory_notice
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)

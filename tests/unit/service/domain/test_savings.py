@@ -13,10 +13,10 @@ from jupyterhub_gpu.billing import minutes_in_window
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
 from jupyterhub_gpu.ledger.queries.samples import record_sample
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.domain.samples import Sample
+from jupyterhub_gpu.rules.idle import MinuteCounts
+from jupyterhub_gpu.rules.samples import Sample
 from jupyterhub_gpu.service.domain.savings import (
     DEFAULT_HORIZON,
-    MinuteCounts,
     culling_report,
     estimate_saving,
     next_starts,
