@@ -1,4 +1,4 @@
-"""A student who wants free GPU time against the budgets (issue 14, sections 1-2, looked at as an adversary).
+"""A student who wants free GPU time against the budgets, looked at as an adversary (docs/service.md, "Budgets").
 
 Each test reproduces a way out of a budget that worked, through the real code
 path: the real GPULocalSpawner of a JupyterHub User (its pre-spawn hook, the

@@ -1,4 +1,4 @@
-"""Budgets across period boundaries and budget rules that behave the same everywhere (issue 14, sections 1-2).
+"""Budgets across period boundaries and budget rules that behave the same everywhere (docs/service.md, "Budgets").
 
 Real ledger (sqlite), real tick (:func:`enforce_budgets`), real alerts
 (:func:`alerts.deliver`, Lab notices) and the real hub client against a small

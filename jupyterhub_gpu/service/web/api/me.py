@@ -54,10 +54,10 @@ class MeHandler(BaseHandler):
         )
 
     def units(self, records) -> list[dict]:
-        """Per session, its part of a GPU (issue 17): ``share`` ("1/4" for a time-sliced share, "mig:1g.10gb" for
-        a MIG slice, None for whole GPUs), ``memory_limit_mib`` (the cap: a share's GPU memory over the share
-        count, a slice's memory, from the published profile, never from a server's report) and ``shared_by``
-        (how many open sessions of the ledger hold a share of the same GPU, this one included)."""
+        """Per session, its part of a GPU (docs/admin.md, "Shared GPUs"): ``share`` ("1/4" for a time-sliced
+        share, "mig:1g.10gb" for a MIG slice, None for whole GPUs), ``memory_limit_mib`` (the cap: a share's GPU
+        memory over the share count, a slice's memory, from the published profile, never from a server's report)
+        and ``shared_by`` (how many open sessions of the ledger hold a share of the same GPU, this one included)."""
         none = {"share": None, "memory_limit_mib": None, "shared_by": None}
         # the catalogue only where a unit may be part of a GPU: a share's or slice's uuid, or a cluster's resource
         # placeholder (which the published profile explains); whole GPUs on a host cost no read
@@ -69,7 +69,7 @@ class MeHandler(BaseHandler):
         capped = [capped_unit(r, options) for r in records]
         if not any(capped):
             return [dict(none) for _ in records]
-        # a slice named by its profile's mig, or (profiles of before issue 17) inside its gpu_model
+        # a slice named by its profile's mig, or (profiles published before ``mig`` was kept) inside its gpu_model
         memory = {o.slug: (o.memory_mib, o.mig or _slice_in(o.gpu_model)) for o in options}
         counts = {o.slug: o.gpu_share for o in options}
         shares = [
