@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop k8s-build-early lint format venv catalogs docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image k8s-hub-image image clean docs
+.PHONY: help demo test test-quick test-contract test-lab test-docker test-k8s k8s-setup k8s-stop k8s-build-early lint format venv catalogs messages docker-setup postgres-setup browser-setup prometheus-setup test-image tf-test-image k8s-hub-image image clean docs
 
 help:
 	@echo "make demo        set everything up and run the embedded demo at http://127.0.0.1:8000"
@@ -21,6 +21,7 @@ help:
 	@echo "make test-k8s    the k8s layer alone: builds (cached) and starts the one-node test cluster, then its tests"
 	@echo "make k8s-stop    stop the test cluster and remove its state"
 	@echo "make lint        ruff check and format check"
+	@echo "make messages    extract the texts into jupyterhub_gpu/locale/ (docs/translating.md)"
 	@echo "make docs        the documentation site in docs/_build/html (Sphinx; a warning fails it; part of make test)"
 	@echo "make image       build the GPU single-user image jupyterhub-gpu/tensorflow:2.15 (docs/images.md)"
 
@@ -28,9 +29,18 @@ venv: $(VENV)/.installed catalogs
 
 # the message catalogs' .mo files (gitignored): pip install compiles them too (hatch_build.py); this keeps a
 # checkout's in step with a .po just edited
-CATALOGS := $(patsubst %.po,%.mo,$(wildcard jupyterhub_gpu/locale/*/LC_MESSAGES/*.po))
+# (and each language's Lab catalog, *_lab.po, to the jupyterhub_gpu.json JupyterLab serves)
+LAB_CATALOGS := $(wildcard jupyterhub_gpu/locale/*/LC_MESSAGES/*_lab.po)
+CATALOGS := $(patsubst %.po,%.mo,$(filter-out $(LAB_CATALOGS),$(wildcard jupyterhub_gpu/locale/*/LC_MESSAGES/*.po))) \
+	$(patsubst %_lab.po,%.json,$(LAB_CATALOGS))
 catalogs: $(CATALOGS)
+# the catalog template from the sources and templates, and each language's .po brought in step with it
+# (docs/translating.md)
+messages: $(VENV)/.installed
+	$(BIN)/python tools/messages.py
 %.mo: %.po $(VENV)/.installed
+	$(BIN)/python hatch_build.py --stale
+%.json: %_lab.po $(VENV)/.installed
 	$(BIN)/python hatch_build.py --stale
 
 $(VENV)/.installed: pyproject.toml constraints.txt labextension/package.json labextension/yarn.lock images/tensorflow/overrides.json

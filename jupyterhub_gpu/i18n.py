@@ -73,13 +73,14 @@ class Translator:
         self.lang = lang if lang in LANGUAGES else SOURCE_LANGUAGE
         self._catalog = translations(self.lang)
 
-    def __call__(self, text: str, **values) -> str:
+    def __call__(self, text: str, /, **values) -> str:
         out = self._catalog.gettext(text)
         return out.format(**values) if values else out
 
-    def plural(self, singular: str, plural: str, n: int, **values) -> str:
-        """The form for the count ``n`` (the catalog's plural rule: one form in Chinese, two in English)."""
-        out = self._catalog.ngettext(singular, plural, n)
+    def plural(self, singular: str, plural: str, count: int, /, **values) -> str:
+        """The form for ``count`` (the catalog's plural rule: one form in Chinese, two in English), formatted;
+        the count is a value too where the text shows it (``_.plural("{n} minute", "{n} minutes", n, n=n)``)."""
+        out = self._catalog.ngettext(singular, plural, count)
         return out.format(**values) if values else out
 
     def context(self, context: str, text: str) -> str:

@@ -17,6 +17,7 @@ from jupyterhub_gpu.cli.jobs import cmd_job
 from jupyterhub_gpu.cli.schedule import cmd_queue, cmd_reservations, cmd_shares
 from jupyterhub_gpu.doctor.options import add_doctor_parser
 from jupyterhub_gpu.env import CLI_URL
+from jupyterhub_gpu.i18n import LANGUAGES
 
 DEFAULT_URL = "http://127.0.0.1:8000/services/gpu/"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -167,9 +168,7 @@ def _queue_options(parser: argparse.ArgumentParser, top: bool) -> None:
     default = None if top else argparse.SUPPRESS
     parser.add_argument("--user", type=name_type, default=default, help="one user's requests (admins, instructors)")
     parser.add_argument("--group", type=name_type, default=default, help="one group's requests (its instructors)")
-    parser.add_argument(
-        "--lang", choices=("en", "zh-CN"), default=default, help="the language of the status and reasons"
-    )
+    parser.add_argument("--lang", choices=LANGUAGES, default=default, help="the language of the status and reasons")
     parser.add_argument(
         "--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print the API's JSON"
     )
@@ -289,7 +288,7 @@ def make_parser() -> argparse.ArgumentParser:
     _queue_options(qlist, top=False)
     qpre = queue_commands.add_parser("preemptions", help="preemption records of the last 30 days")
     qpre.add_argument("--user", type=name_type, default=argparse.SUPPRESS, help="another user's (admins)")
-    qpre.add_argument("--lang", choices=("en", "zh-CN"), default=argparse.SUPPRESS, help="the language of the reasons")
+    qpre.add_argument("--lang", choices=LANGUAGES, default=argparse.SUPPRESS, help="the language of the reasons")
     qpre.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
     _connection_options(qpre, top=False)
     # subcommands that do not call the service go below, each with set_defaults(run=...) (see API_COMMANDS)

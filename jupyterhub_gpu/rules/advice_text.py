@@ -41,11 +41,8 @@ def advice_text(row, currency: Currency, lang: str = "en") -> str:
                 busy=busy,
             )
         )
-        parts.append(
-            _("1 GPU would have done.")
-            if row.suggested_gpu_count == 1
-            else _("{count} GPUs would have done.", count=row.suggested_gpu_count)
-        )
+        count = row.suggested_gpu_count
+        parts.append(_.plural("{count} GPU would have done.", "{count} GPUs would have done.", count, count=count))
     else:
         parts.append(
             _(

@@ -27,12 +27,12 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from jupyterhub_gpu.env import LANGUAGE, language_from_env
-from jupyterhub_gpu.i18n import LANGUAGES
+from jupyterhub_gpu.i18n import LANGUAGES, locale_of
 
 #: The JupyterLab plugin whose ``locale`` setting is the Lab's display language.
 TRANSLATION_PLUGIN = "@jupyterlab/translation-extension:plugin"
-#: Our languages as JupyterLab's locales (its language packs are named ``zh_CN``; English needs none).
-LAB_LOCALES = {"en": "en", "zh-CN": "zh_CN"}
+#: Our languages as JupyterLab's locales (its language packs are named ``zh_CN``, as our catalogs; English needs none).
+LAB_LOCALES = {code: locale_of(code) for code in LANGUAGES}
 #: The file jupyterlab_server reads from every ``labconfig`` directory of the Jupyter config path.
 OVERRIDES_FILE = Path("labconfig", "default_setting_overrides.json")
 

@@ -1,114 +1,59 @@
-"""The message catalogue: every text the package shows has its Chinese, with the same placeholders.
+"""The message catalogs: every text the package shows has its translation, with the same placeholders.
 
-The texts are found in the source, as written: ``_("...")`` calls in Python and in every template
-of the package (the usage pages, the spawn form, the hub's pages), and the spawners' texts worded
-later (``Phrase("...")``, their errors ``OptionsError("...")``, ``AllocationError("...")``, ...).
-A text built at run time (an f-string, ``+``, ``.format``) cannot be looked up, and would put what a
-user wrote in the place of the text: none may be passed.
+The texts are extracted from the sources and templates with Babel (``tools/messages.py``, the same
+extraction that writes ``jupyterhub_gpu/locale/jupyterhub_gpu.pot``): ``_("...")`` and ``_.plural(...)`` calls
+in Python and in every template of the package (the usage pages, the spawn form, the hub's pages), the
+tables of texts they look up, and the spawners' texts worded later (``Phrase("...")``, ``OptionsError("...")``,
+...). A text built at run time (an f-string, ``+``, ``.format``) cannot be looked up, and would put what a
+user wrote in the place of the text: none may be passed. Each language's ``.po`` must compile, translate
+every text, keep each text's placeholders (in every plural form), and say how its plurals go.
 """
 
 from __future__ import annotations
 
 import ast
-import re
+import importlib.util
+import io
 import string
 from pathlib import Path
 
 import pytest
+from babel.messages.mofile import write_mo
+from babel.messages.plurals import get_plural
 from babel.messages.pofile import read_po
 
 from jupyterhub_gpu import i18n
-from jupyterhub_gpu.service.domain import alerts, culling
-from jupyterhub_gpu.session import StopReason
+from jupyterhub_gpu.rules import culling
+from jupyterhub_gpu.service.domain import alerts
 
-PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
-
-
-def catalog(locale: str) -> dict[str, str]:
-    """A catalog's singular texts as written in its .po: {msgid: msgstr}."""
-    with (PACKAGE / "locale" / locale / "LC_MESSAGES" / "jupyterhub_gpu.po").open("rb") as f:
-        return {m.id: m.string for m in read_po(f) if m.id and isinstance(m.id, str) and not m.context}
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "jupyterhub_gpu"
+_spec = importlib.util.spec_from_file_location("messages", ROOT / "tools" / "messages.py")
+messages = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(messages)
 
 
-ZH_CN = catalog("zh_CN")
-EN = catalog("en")
-
-#: calls whose first argument is a catalogue text: ``_``, ``self._``, ``translator(lang)``, and the spawners'
-#: texts worded when shown (jupyterhub_gpu/spawners/messages.py and its error classes)
-WORDED = {"Phrase", "UserError", "OptionsError", "AllocationError", "QueueTimeout", "QueueCancelled"}
-TEMPLATE_TEXT = re.compile(r"""\b_\(\s*(?:"((?:[^"\\]|\\.)+)"|'((?:[^'\\]|\\.)+)')""")
-#: codes the pages pass through _() as values (stop reasons, budget scopes, periods and units)
-CODES = {reason.value for reason in StopReason} | {"user", "group", "week", "month", "term", "money", "gpu_hours"}
-
-
-def is_text_call(call: ast.Call) -> bool:
-    f = call.func
-    if isinstance(f, ast.Name):
-        return f.id == "_" or f.id in WORDED
-    if isinstance(f, ast.Attribute):
-        return f.attr == "_"
-    return isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == "translator"
-
-
-def module_constants(tree: ast.Module) -> dict[str, ast.expr]:
-    return {
-        t.id: node.value
-        for node in tree.body
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
-        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-        if isinstance(t, ast.Name)
-    }
-
-
-def python_texts() -> tuple[set[str], list[str]]:
-    """(the texts passed, the places where a text is built at run time)."""
-    trees = {
-        path: ast.parse(path.read_text()) for path in sorted(PACKAGE.rglob("*.py")) if "migrations" not in path.parts
-    }
-    shared = {}
-    for tree in trees.values():
-        shared.update(module_constants(tree))
-    texts, built = set(), []
-    for path, tree in trees.items():
-        # a module's own names first: several modules have a MESSAGES table of their own
-        constants = {**shared, **module_constants(tree)}
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and is_text_call(node) and node.args):
-                continue
-            arg = node.args[0]
-            where = f"{path.relative_to(PACKAGE)}:{node.lineno}"
-            if isinstance(arg, ast.Name) and arg.id in constants:
-                arg = constants[arg.id]  # a module's named text (MISSING_IMAGE_MESSAGE, TOKEN_REFUSED)
-            if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name) and arg.value.id in constants:
-                table = constants[arg.value.id]  # a table of texts (NO_SUCH_GPU[where], EVENT_NAMES[e])
-                if isinstance(table, ast.Dict):
-                    texts.update(v.value for v in table.values if isinstance(v, ast.Constant))
-                continue
-            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                texts.add(arg.value)
-            elif isinstance(arg, (ast.JoinedStr, ast.BinOp)) or (
-                isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format"
-            ):
-                built.append(where)
-    return texts, built
-
-
-def template_texts() -> set[str]:
-    texts = set()
-    for path in sorted(PACKAGE.rglob("*.html")):
-        for double, single in TEMPLATE_TEXT.findall(path.read_text()):
-            texts.add(
-                (double or single).encode().decode("unicode_escape") if "\\" in (double or single) else double or single
-            )
-    return texts
+def read_catalog(locale: str):
+    with (i18n.LOCALE_DIR / locale / "LC_MESSAGES" / f"{i18n.DOMAIN}.po").open("rb") as f:
+        return read_po(f, locale=locale, abort_invalid=True)
 
 
 def placeholders(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
 
 
-TEXTS, BUILT = python_texts()
-ALL_TEXTS = TEXTS | template_texts() | CODES
+def key(message_id) -> str:
+    """A catalog entry's key: its msgid (a plural entry's singular)."""
+    return message_id[0] if isinstance(message_id, (list, tuple)) else message_id
+
+
+EXTRACTED = messages.extract()
+#: every text the package passes to its translator: msgid -> the entry (plural entries hold both forms)
+TEXTS = {key(m.id): m for m in EXTRACTED if m.id}
+#: what no call names but the catalogs word: JupyterHub's own texts, the codes shown through _()
+OTHERS = messages.other_texts()
+TRANSLATED = [locale for locale in (i18n.locale_of(code) for code in i18n.LANGUAGES) if locale != "en"]
+CATALOGS = {locale: read_catalog(locale) for locale in (*TRANSLATED, "en")}
 
 
 def test_texts_are_found_in_every_part_that_shows_them():
@@ -116,35 +61,107 @@ def test_texts_are_found_in_every_part_that_shows_them():
     for sample in (
         "My usage",
         "Billing is per started minute, from the moment the server starts until it stops.",
-        "Waiting for a free {model} — position {position} of {length}",
         "Unknown profile {slug}.",
-        "No {model} became free within {limit}; nothing was started. Try again later or choose another profile.",
         "Budget used up: {used} of {limit} ({whose}) spent in {period}; {reset}.",
         "no such GPU in the cluster",
         "This profile's image is not available on the server yet; the admin has been told.",
+        "Sign in",  # a hub page's template
     ):
-        assert sample in ALL_TEXTS, sample
-    assert len(ALL_TEXTS) > 150
+        assert sample in TEXTS, sample
+    assert len(TEXTS) > 150
 
 
-def test_every_text_has_its_chinese():
-    missing = sorted(t for t in ALL_TEXTS if t not in ZH_CN)
-    assert not missing, missing
+def test_plural_texts_are_found_as_pairs():
+    """A text with a count is one catalog entry with its plural: "1 minutes" cannot be written."""
+    for singular, plural in (
+        ("{n} minute", "{n} minutes"),
+        ("in {n} second", "in {n} seconds"),
+        ("{minutes} minute billed, {cost}", "{minutes} minutes billed, {cost}"),
+        ("{count} GPU would have done.", "{count} GPUs would have done."),
+    ):
+        assert TEXTS[singular].id == (singular, plural)
+
+
+@pytest.mark.parametrize("locale", TRANSLATED)
+def test_every_text_has_its_translation(locale):
+    catalog = CATALOGS[locale]
+    missing = []
+    for text, entry in sorted({**TEXTS, **dict.fromkeys(OTHERS)}.items()):
+        found = catalog.get(text)
+        plural = bool(entry and entry.pluralizable)
+        if found is None or found.pluralizable != plural or not all(found.string if plural else [found.string]):
+            missing.append(text)
+    assert not missing, f"{locale}: no translation (or not as a plural entry) for {missing}"
+
+
+@pytest.mark.parametrize("locale", [*TRANSLATED, "en"])
+def test_each_translation_keeps_the_placeholders_of_its_text(locale):
+    """Every form of every translation names exactly the placeholders of its English (both of a plural's)."""
+    wrong = []
+    for message in CATALOGS[locale]:
+        if not message.id:
+            continue
+        ids = list(message.id) if message.pluralizable else [message.id]
+        forms = [s for s in (message.string if message.pluralizable else [message.string]) if s]
+        expected = placeholders(ids[0])
+        if any(placeholders(text) != expected for text in ids + forms):
+            wrong.append(ids[0])
+        if not message.pluralizable and message.string and not message.string.strip():
+            wrong.append(ids[0])
+    assert not wrong, f"{locale}: placeholders differ from the English in {wrong}"
+
+
+@pytest.mark.parametrize("locale", [*TRANSLATED, "en"])
+def test_each_catalog_compiles_and_says_how_its_plurals_go(locale):
+    catalog = CATALOGS[locale]
+    assert catalog.num_plurals == get_plural(locale).num_plurals
+    assert all(len(m.string) == catalog.num_plurals for m in catalog if m.id and m.pluralizable)
+    compiled = io.BytesIO()
+    write_mo(compiled, catalog)
+    assert len(compiled.getvalue()) > 100
+    # and the package reads the compiled one: its own words for its language
+    code = i18n.code_of(locale)
+    assert i18n.translator(code).context(i18n.LANGUAGE_NAME_CONTEXT, "English") == i18n.LANGUAGE_NAMES[code]
 
 
 def test_no_text_is_built_at_run_time():
     """What a user or admin wrote (a slug, a group, a display name) is a value of a text, never the text."""
-    assert not BUILT, BUILT
+    calls = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "migrations" not in path.parts
+        for tree in [ast.parse(path.read_text())]
+        for line, kind, _ in messages.python_calls(
+            tree, {**messages.shared_constants(), **messages.module_constants(tree)}
+        )
+        if kind == "built"
+    ]
+    assert not calls, calls
 
 
-@pytest.mark.parametrize("text", sorted(ZH_CN))
-def test_the_chinese_has_the_placeholders_of_the_english(text):
-    assert placeholders(ZH_CN[text]) == placeholders(text)
-    assert ZH_CN[text].strip(), "an empty translation"
+def test_the_languages_are_the_catalogs_present():
+    """Adding a language is adding its catalog: LANGUAGES are English and one per .po (docs/translating.md)."""
+    present = sorted(p.parents[1].name for p in i18n.LOCALE_DIR.glob(f"*/LC_MESSAGES/{i18n.DOMAIN}.po"))
+    assert sorted(i18n.locale_of(code) for code in i18n.LANGUAGES) == present
+    assert i18n.LANGUAGES[0] == "en" and "zh-CN" in i18n.LANGUAGES
+    assert i18n.LANGUAGE_NAMES == {"en": "English", "zh-CN": "简体中文"}
 
 
-def test_english_names_of_codes_have_no_placeholders_to_lose():
-    assert all(placeholders(en) == placeholders(code) for code, en in EN.items())
+def test_the_english_catalog_names_only_codes():
+    """English texts are their own words: the English catalog holds the codes shown through _() (stop reasons,
+    units), so that a stop reason reads "GPU idle" and not "gpu_idle"."""
+    _ = i18n.translator("en")
+    assert _("gpu_idle") == "GPU idle" and _("stopped") == "stopped by user" and _("My usage") == "My usage"
+    entries = [m for m in CATALOGS["en"] if m.id and not m.context]
+    assert entries and all(not m.pluralizable and not placeholders(m.id) and m.string for m in entries)
+
+
+def test_plurals_follow_the_count_in_each_language():
+    en, zh = i18n.translator("en"), i18n.translator("zh-CN")
+    assert [en.plural("{n} minute", "{n} minutes", n, n=n) for n in (1, 2, 0)] == ["1 minute", "2 minutes", "0 minutes"]
+    assert [zh.plural("{n} minute", "{n} minutes", n, n=n) for n in (1, 2)] == ["1 分钟", "2 分钟"]
+    assert culling._duration(1) == "1 minute" and culling._duration(120) == "2 hours"
+    assert culling._duration(60, "zh-CN") == "1 小时"
 
 
 def test_simulated_stays_visible_in_chinese():
@@ -159,10 +176,11 @@ def test_a_value_is_not_formatted_again():
     assert _("Unknown profile {slug}.", slug="'{0}{slug}'") == "未知的配置 '{0}{slug}'。"
 
 
-#: the modules that word notices, mails and advice (issue 19): every text of theirs goes through the catalogue
+#: the modules that word notices, mails and advice: every text of theirs goes through the catalog
 MESSAGE_MODULES = (
     "service/domain/alerts.py",
     "service/domain/culling.py",
+    "rules/culling.py",
     "service/domain/jobs.py",
     "service/domain/advice.py",
     "service/domain/notices.py",
@@ -178,37 +196,43 @@ def test_notice_mail_and_advice_texts_are_found_by_themselves():
         "You are using your server again: it will not be stopped.",  # culling.MESSAGES (another module's MESSAGES)
         "Idle stop cancelled",
         "Job {job} ({notebook}) was cancelled: {billed}. Output: ~/{output}, log: ~/{log}.",  # jobs.JOB_TEXTS
-        "{minutes} minutes billed, {cost}",
         "The {profile} profile ({rate}/min instead of {current}/min) would likely have served.",
         "GPU right-sizing for {group}: {amount} could have been saved ({first} to {last})",
     ):
         assert sample in TEXTS, sample
 
 
-def test_notice_modules_look_up_only_texts_the_test_can_read():
+def test_notice_modules_look_up_only_texts_the_extraction_can_read():
     """In the message modules, a text looked up is a literal or a module's table of literals: a variable would
-    hide an English text without its Chinese from the catalogue check."""
+    hide an English text without its Chinese from the catalog check."""
     hidden = []
     for name in MESSAGE_MODULES:
-        tree = ast.parse((PACKAGE / name).read_text())
-        constants = module_constants(tree)
+        path = PACKAGE / name
+        if not path.exists():
+            continue
+        tree = ast.parse(path.read_text())
+        constants = {**messages.shared_constants(), **messages.module_constants(tree)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and is_text_call(node) and node.args:
-                arg = node.args[0]
-                table = isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name) and arg.value.id in constants
-                named = isinstance(arg, ast.Name) and arg.id in constants
-                if not (isinstance(arg, ast.Constant) or table or named):
+            if isinstance(node, ast.Call) and node.args and messages.is_text_call(node):
+                args = node.args[:2] if messages.is_text_call(node) == "plural" else node.args[:1]
+                if any(messages.texts_of(arg, constants) is None for arg in args):
                     hidden.append(f"{name}:{node.lineno}")
     assert not hidden, hidden
 
 
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
 def test_every_message_table_is_worded_in_each_language(lang):
-    """Each entry of the alerts' and the cull rules' tables has its wording in each language (English: itself)."""
+    """Each entry of the alerts' and the cull rules' tables has its wording in each language (English: itself);
+    the entries that are one plural's forms are worded through it."""
     _ = i18n.translator(lang)
+    plurals = {form for m in TEXTS.values() if m.pluralizable for form in m.id}
     for table in (alerts.MESSAGES, culling.MESSAGES):
         for text in table.values():
-            worded = _(text, **dict.fromkeys(placeholders(text), "X"))
-            assert worded.strip() and (lang == "en") == (
-                worded == text.format(**dict.fromkeys(placeholders(text), "X"))
-            )
+            values = dict.fromkeys(placeholders(text), "X")
+            english = text.format(**values)
+            if text in plurals:
+                (entry,) = [m for m in TEXTS.values() if m.pluralizable and text in m.id]
+                worded = _.plural(*entry.id, 2 if text == entry.id[1] else 1, **values)
+            else:
+                worded = _(text, **values)
+            assert worded.strip() and (lang == "en") == (worded == english), text

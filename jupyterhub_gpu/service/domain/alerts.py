@@ -64,8 +64,8 @@ def parse_thresholds(values, what: str = "alert_thresholds") -> tuple[int, ...]:
     return tuple(sorted({t for t in values if t < 100}))
 
 
-#: Every string a user, instructor or admin reads, in English: the message catalogue's ids (their Chinese is in
-#: :data:`jupyterhub_gpu.i18n.ZH_CN`); ``budget.*`` and ``grace.*`` fill the other templates.
+#: Every string a user, instructor or admin reads, in English: the message catalogs' ids (their Chinese is in
+#: jupyterhub_gpu/locale/zh_CN/); ``budget.*`` and ``grace.*`` fill the other templates.
 MESSAGES: dict[str, str] = {
     "budget.own": "your budget",
     "budget.user": "the personal budget of {user}",
@@ -73,9 +73,9 @@ MESSAGES: dict[str, str] = {
     "amount.gpu_hours": "{hours} GPU-hours",
     "period": "{start} to {end}",
     "grace.now": "now",
-    "grace.second": "in 1 second",
+    "grace.second": "in {n} second",  # the plural catalog entries of these pairs: translator's .plural
     "grace.seconds": "in {n} seconds",
-    "grace.minute": "in 1 minute",
+    "grace.minute": "in {n} minute",
     "grace.minutes": "in {n} minutes",
     "subject.80": "[GPU] {user} has used {threshold}% of {budget}",
     "subject.95": "[GPU] {user} has used {threshold}% of {budget}",
@@ -206,9 +206,9 @@ def _grace(seconds: int, lang: str = "en") -> str:
     if seconds <= 0:
         return _(MESSAGES["grace.now"])
     if seconds % 60:
-        return _(MESSAGES["grace.second"]) if seconds == 1 else _(MESSAGES["grace.seconds"], n=seconds)
+        return _.plural(MESSAGES["grace.second"], MESSAGES["grace.seconds"], seconds, n=seconds)
     minutes = seconds // 60
-    return _(MESSAGES["grace.minute"]) if minutes == 1 else _(MESSAGES["grace.minutes"], n=minutes)
+    return _.plural(MESSAGES["grace.minute"], MESSAGES["grace.minutes"], minutes, n=minutes)
 
 
 def _fields(alert: BudgetAlert, own: bool, lang: str = "en") -> dict[str, object]:

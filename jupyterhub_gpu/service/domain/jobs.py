@@ -186,10 +186,8 @@ def run_message(session: RunSession, job: RunJob | None, currency, lang: str = "
     _ = translator(lang)
     cost = currency.format(from_micros(session.cost_micros or 0), locale=lang)
     minutes = session.minutes or 0
-    billed = (
-        _("1 minute billed, {cost}", cost=cost)
-        if minutes == 1
-        else _("{minutes} minutes billed, {cost}", minutes=minutes, cost=cost)
+    billed = _.plural(
+        "{minutes} minute billed, {cost}", "{minutes} minutes billed, {cost}", minutes, minutes=minutes, cost=cost
     )
     server = session.server_name or _("(default)")
     if job is None and session.stop_reason == StopReason.PLATEAU:

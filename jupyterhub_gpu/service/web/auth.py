@@ -28,7 +28,7 @@ SCOPE_USAGE_READ = "custom:gpu-usage:read"  # read everyone's usage
 SCOPE_BUDGETS_WRITE = "custom:gpu-budgets:write"  # set and delete budgets
 SCOPE_METRICS_READ = "custom:gpu-metrics:read"  # scrape /metrics
 
-#: What a refused caller is told (the pages show them in the reader's language: jupyterhub_gpu/i18n.py).
+#: What a refused caller is told (the pages show them in the reader's language: the catalogs of jupyterhub_gpu/locale/).
 TOKEN_REFUSED = (
     "The token was refused: JupyterHub does not know it (mistyped, expired or revoked). Make a new one on the"
     " hub's token page ({url}) and send it as 'Authorization: token ...'."
