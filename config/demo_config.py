@@ -131,8 +131,8 @@ c.JupyterHub.services = [
             "--currency=CNY",
             "--timezone=Asia/Shanghai",
             # the GPUs reservations are checked against (the simulated inventory above)
-            "--GPUService.gpu_pool=T4=2",
-            "--GPUService.gpu_pool=A100=1",
+            "--Scheduling.gpu_pool=T4=2",
+            "--Scheduling.gpu_pool=A100=1",
         ],
         "oauth_no_confirm": True,
         "oauth_client_allowed_scopes": sorted(c.JupyterHub.custom_scopes),

@@ -11,7 +11,7 @@ import asyncio
 import smtplib
 import socket
 import ssl
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import apprise
@@ -36,26 +36,11 @@ class Endpoint:
 
 
 def alert_settings(service) -> AlertSettings:
-    """The service's alert settings from its traits, as :meth:`GPUService.initialize` builds them.
+    """The service's alert settings (``c.Notify``, ``c.LegacyMail``), as :meth:`GPUService.initialize` builds them.
 
-    Each :class:`AlertSettings` field takes the trait of its name; ``channels`` are the service's checked
-    ``notify_*`` channels and ``timeout`` its ``notify_timeout``. ValueError names a refused setting.
+    ValueError names a refused setting.
     """
-    values = {}
-    for f in fields(AlertSettings):
-        if f.init and service.has_trait(f.name):
-            value = getattr(service, f.name)
-            if isinstance(value, list):
-                value = tuple(value)
-            elif isinstance(value, dict) and f.name == "instructor_emails":
-                value = {group: tuple(v) for group, v in value.items()}
-            values[f.name] = value
-    names = {f.name for f in fields(AlertSettings)}
-    if "channels" in names and hasattr(service, "_configured_channels"):
-        values["channels"] = service._configured_channels()
-    if "timeout" in names and service.has_trait("notify_timeout"):
-        values["timeout"] = service.notify_timeout
-    return AlertSettings(**values)
+    return service.make_alert_settings()
 
 
 def _url_host(url: str) -> tuple[str, int]:
@@ -123,7 +108,7 @@ def send_test(settings: AlertSettings, channel) -> str:
         event="digest",
     )
     if getattr(channel, "legacy_mail", False) and not settings.admin_emails:
-        raise ValueError("no GPUService.admin_emails to send the test mail to")
+        raise ValueError("no LegacyMail.admin_emails to send the test mail to")
     notifier = Notifier(None, settings, stored=False)
     try:
         asyncio.run(notifier.test(channel, message))

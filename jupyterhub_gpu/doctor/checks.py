@@ -340,7 +340,7 @@ def check_named_servers(setup: Setup) -> Iterator[Result]:
     """Named servers for notebook jobs, and room for them under the per-user limit."""
     hub = setup.need_hub()
     service = setup.need_service()
-    jobs = service.max_concurrent_jobs
+    jobs = service.jobs.max_concurrent
     if not hub.allow_named_servers:
         yield Result(
             "named-servers",
@@ -499,8 +499,7 @@ def check_alerts(setup: Setup) -> Iterator[Result]:
             "alerts",
             WARN,
             "no alert channel: budget and culling warnings reach students in JupyterLab only",
-            "add Apprise URLs: c.GPUService.notify_admin_urls, notify_group_urls, notify_user_url_template"
-            " (docs/alerts.md)",
+            "add Apprise URLs: c.Notify.admin_urls, group_urls, user_url_template (docs/alerts.md)",
         )
         return
     for channel in configured:
@@ -520,7 +519,7 @@ def check_alerts(setup: Setup) -> Iterator[Result]:
                 "alerts",
                 FAIL,
                 f"{target.label}: {target.host}:{target.port} unreachable: {type(e).__name__}: {e}",
-                "check the host and port in its URL (or GPUService.smtp_host/smtp_port, webhook_url), and that this"
+                "check the host and port in its URL (or LegacyMail.smtp_host/smtp_port, webhook_url), and that this"
                 " host may connect there",
             )
             continue

@@ -116,6 +116,7 @@ def load_service(argv: list[str], config_file: str | None, cwd: str | None = Non
             os.chdir(cwd)
         service.parse_command_line(list(argv))
         service.load_service_config()
+        service.load_settings()
         path = Path(os.path.abspath(service.config_file))
     finally:
         os.chdir(here)

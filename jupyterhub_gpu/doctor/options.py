@@ -50,7 +50,7 @@ def add_doctor_parser(commands) -> argparse.ArgumentParser:
         "--send-test",
         action="store_true",
         help="also send a test message through each configured alert channel (the deprecated mail settings' to"
-        " GPUService.admin_emails)",
+        " LegacyMail.admin_emails)",
     )
     doctor.add_argument(
         "--timeout", type=seconds_type, default=10.0, metavar="SECONDS", help="for each connection (default: 10)"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import math
 import os
 import secrets
 import signal
 import traceback
+from copy import deepcopy
 from datetime import timedelta
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jupyterhub.services.auth import HubOAuth
 from tornado.httpserver import HTTPServer
 from tornado.web import Application as WebApplication
-from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, Union, default, validate
+from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Application
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
@@ -30,11 +30,22 @@ from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import check_currency_code, check_currency_symbol
 from jupyterhub_gpu.rules.advice import WEEKDAYS, AdviceError, AdviceSettings
 from jupyterhub_gpu.rules.cullrules import parse_config
-from jupyterhub_gpu.service.channels import DEFAULT_USER_SCHEMES, check_mail_url, configured_channel
-from jupyterhub_gpu.service.domain.alerts import parse_thresholds
+from jupyterhub_gpu.service.channels import check_mail_url, configured_channel
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.notify import Notifier, check_language
+from jupyterhub_gpu.service.settings import (
+    DEPRECATED,
+    SETTINGS_CLASSES,
+    Advice,
+    Budgets,
+    Culling,
+    Jobs,
+    LegacyMail,
+    Notify,
+    Scheduling,
+    move_deprecated,
+)
 from jupyterhub_gpu.service.tick import TickContext, TickHealth, TickState, run_announcer, run_tick
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.params import MAX_BODY_BYTES
@@ -52,19 +63,23 @@ def _line_in(error: BaseException, path: str) -> str:
     return f", line {lines[-1]}" if lines else ""
 
 
-def _unknown_options(config, options, path: str) -> list[str]:
+def _unknown_options(config, path: str) -> list[str]:
     """What ``config`` sets that the service does not read: a misspelt option or section is not ignored."""
+    groups = {cls.__name__: cls.class_traits(config=True) for cls in SETTINGS_CLASSES}
+    groups["GPUService"] = {**GPUService.class_traits(config=True), **dict.fromkeys(DEPRECATED)}
     problems = []
     for section in config:
-        if section not in ("GPUService", "Application"):
+        if section != "Application" and section not in groups:
             problems.append(
                 f"c.{section} in {path} is not read by the gpu service: its options are c.GPUService.<option>"
+                f" and c.<group>.<option> for the groups {', '.join(sorted(g for g in groups if g != 'GPUService'))}"
             )
-    for name in sorted(config.get("GPUService", {})):
-        if name not in options:
-            near = difflib.get_close_matches(name, list(options), n=1)
-            hint = f"did you mean GPUService.{near[0]}?" if near else "--help-all lists them"
-            problems.append(f"GPUService.{name} (in {path}) is not an option of the gpu service; {hint}")
+    for section, options in groups.items():
+        for name in sorted(config.get(section, {})):
+            if name not in options:
+                near = difflib.get_close_matches(name, list(options), n=1)
+                hint = f"did you mean {section}.{near[0]}?" if near else "--help-all lists them"
+                problems.append(f"{section}.{name} (in {path}) is not an option of the gpu service; {hint}")
     return problems
 
 
@@ -176,409 +191,10 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
-    alert_thresholds = List(
-        default_value=[80, 95],
-        help="""
-        Budget percentages that send a warning: whole numbers from 1 to 99 (the 100%
-        notice, before the stop, is always sent). Anything else stops the service at
-        start-up with a message naming the value.
-
-            c.GPUService.alert_thresholds = [50, 80, 95]
-        """,
-    ).tag(config=True)
-    budget_grace_seconds = Float(
-        300,
-        help="""
-        Seconds between the 100% notice and the stop of an over-budget server.
-
-            c.GPUService.budget_grace_seconds = 300
-        """,
-    ).tag(config=True)
-
-    notify_admin_urls = List(
-        help="""
-        The admins' alert channels: Apprise URLs (https://appriseit.com/services/), each a string or
-        ``{"url": ..., "events": [...]}``; events from budget.80, budget.95, budget.100, cull,
-        preemption, job, digest (default: budget.95, budget.100, preemption). See docs/alerts.md.
-
-            c.GPUService.notify_admin_urls = [
-                "mailtos://gpu:secret@smtp.example.edu?from=gpu@example.edu&to=gpu-admin@example.edu",
-                {"url": "dingtalk://TOKEN/", "events": ["budget.100", "preemption"]},
-            ]
-        """,
-    ).tag(config=True)
-    notify_group_urls = Dict(
-        help="""
-        Each group's alert channels (a course's chat for its instructors and students, its
-        instructors' mail): group name -> a list of Apprise URLs or ``{"url": ..., "events": [...]}``
-        (default events: budget.80, budget.95, budget.100, digest). Admins add more on the admin page.
-
-            c.GPUService.notify_group_urls = {"cs231n": ["wecombot://BOT_KEY"]}
-        """,
-    ).tag(config=True)
-    notify_user_url_template = Union(
-        [Unicode(), Dict()],
-        default_value="",
-        help="""
-        A channel for every user: an Apprise URL with ``{username}`` (or ``{"url": ..., "events": [...]}``;
-        default events: budget.80, budget.95, budget.100, cull, preemption, job); empty for none.
-        Users add their own channels on their usage page besides.
-
-            c.GPUService.notify_user_url_template = (
-                "mailtos://gpu:secret@smtp.example.edu?from=gpu@example.edu&to={username}@example.edu"
-            )
-        """,
-    ).tag(config=True)
-    notify_user_schemes = List(
-        Unicode(),
-        default_value=list(DEFAULT_USER_SCHEMES),
-        help="""
-        The Apprise schemes users may add for themselves on their usage page (empty: none).
-        The default holds only services whose host is fixed by the service (Telegram, DingTalk,
-        WeCom, Feishu, Lark, Slack, Discord, PushPlus, ServerChan, WxPusher, Pushover): a URL names
-        a token, never a host. A scheme that names a host (json, ntfys, mmost, matrix, mailto...)
-        added here gets its hosts checked: resolved, and refused when loopback, private, link-local,
-        multicast or otherwise not public (again at each send); see notify_user_hosts.
-
-            c.GPUService.notify_user_schemes = ["tgram", "dingtalk", "wecombot", "ntfys"]
-        """,
-    ).tag(config=True)
-    notify_user_hosts = List(
-        Unicode(),
-        help="""
-        Host names (as written in a URL) users' channels may reach although they are inside the
-        lab's network, e.g. the lab's own ntfy or Mattermost server; every other host of a user's
-        URL must resolve to public addresses only.
-
-            c.GPUService.notify_user_hosts = ["ntfy.lab.example.edu"]
-        """,
-    ).tag(config=True)
-    notify_user_mail_url = Unicode(
-        "",
-        help="""
-        The lab's mail server for users' own addresses: a mailto:// or mailtos:// URL with its login
-        and sender and no recipient. When set, a user adds "an e-mail address" (alice@example.edu) as
-        a channel, sent through this server (never a server of the user's choosing); empty for none.
-
-            c.GPUService.notify_user_mail_url = "mailtos://gpu:PASSWORD@smtp.example.edu?from=gpu@example.edu"
-        """,
-    ).tag(config=True)
-    notify_timeout = Float(
-        10,
-        help="""
-        Seconds one delivery to one channel may take (channels are sent to at once; a slow one
-        delays no other, and after a failure it waits before it is tried again).
-
-            c.GPUService.notify_timeout = 10
-        """,
-    ).tag(config=True)
-
-    smtp_host = Unicode(
-        "",
-        help="""
-        Deprecated (docs/alerts.md): use notify_admin_urls, notify_group_urls and
-        notify_user_url_template. SMTP server for alert mail (sent through Apprise); empty for no mail.
-
-            c.GPUService.smtp_host = "smtp.example.edu"
-        """,
-    ).tag(config=True)
-    smtp_port = Int(
-        25,
-        help="""
-        SMTP port.
-
-            c.GPUService.smtp_port = 587
-        """,
-    ).tag(config=True)
-    smtp_starttls = Bool(
-        False,
-        help="""
-        Upgrade the SMTP connection with STARTTLS (certificate verified) before anything else.
-
-            c.GPUService.smtp_starttls = True
-        """,
-    ).tag(config=True)
-    smtp_username = Unicode(
-        "",
-        help="""
-        SMTP login (set with smtp_password, or neither).
-
-            c.GPUService.smtp_username = "gpu-alerts"
-        """,
-    ).tag(config=True)
-    smtp_password = Unicode(
-        "",
-        help="""
-        SMTP password (set with smtp_username, or neither).
-
-            c.GPUService.smtp_password = os.environ["GPU_SMTP_PASSWORD"]
-        """,
-    ).tag(config=True)
-    mail_from = Unicode(
-        "jupyterhub-gpu@localhost",
-        help="""
-        Sender of alert mail.
-
-            c.GPUService.mail_from = "gpu@example.edu"
-        """,
-    ).tag(config=True)
-    user_email_template = Unicode(
-        "",
-        help="""
-        A user's address from their name; empty: students get no mail.
-
-            c.GPUService.user_email_template = "{username}@mails.example.edu.cn"
-        """,
-    ).tag(config=True)
-    instructor_emails = Dict(
-        help="""
-        Group name -> instructor addresses, for alerts and the weekly right-sizing digest.
-
-            c.GPUService.instructor_emails = {"cs231n": ["ta@example.edu"]}
-        """
-    ).tag(config=True)
-    admin_emails = List(
-        Unicode(),
-        help="""
-        Admin addresses, for alerts.
-
-            c.GPUService.admin_emails = ["gpu-admin@example.edu"]
-        """,
-    ).tag(config=True)
-    webhook_url = Unicode(
-        "",
-        help="""
-        Deprecated (docs/alerts.md): use notify_admin_urls. URL that receives alerts and notices as
-        Apprise JSON POSTs with the documented fields; empty for none.
-
-            c.GPUService.webhook_url = "https://hooks.example.edu/gpu"
-        """,
-    ).tag(config=True)
-    webhook_format = Unicode(
-        "json",
-        help="""
-        Deprecated (docs/alerts.md): "json" (Apprise's JSON with the documented fields) or "slack"
-        (webhook_url is a Slack or Mattermost webhook, sent through Apprise's plugin for it).
-
-            c.GPUService.webhook_format = "slack"
-        """,
-    ).tag(config=True)
-
-    cull_rules = Dict(
-        None,
-        allow_none=True,
-        help="""
-        Idle culling rules (docs/culling.md): a default list, and lists per profile
-        and per group. None: the defaults (GPU under 5% for 30 minutes, no activity
-        for 15 minutes, 24 hours at most; each warned 5–30 minutes before). Use
-        ``{"default": []}`` to turn culling off.
-
-            c.GPUService.cull_rules = {
-                "default": [{"kind": "gpu_idle", "minutes": 30, "warn_minutes": 5, "util_threshold": 5}],
-                "profiles": {"a100": [{"kind": "gpu_idle", "minutes": 15, "warn_minutes": 5}]},
-                "groups": {"thesis": [{"kind": "max_age", "minutes": 4320, "warn_minutes": 60}]},
-            }
-        """,
-    ).tag(config=True)
-
-    max_concurrent_jobs = Int(
-        2,
-        help="""
-        How many notebook jobs (docs/jobs.md) one user may have starting or running at once;
-        a further ``POST jobs`` is answered 429. The hub needs ``allow_named_servers``.
-
-            c.GPUService.max_concurrent_jobs = 2
-        """,
-    ).tag(config=True)
-    job_time_limit_minutes = Int(
-        24 * 60,
-        help="""
-        The time limit of a notebook job that does not give one (minutes).
-
-            c.GPUService.job_time_limit_minutes = 24 * 60
-        """,
-    ).tag(config=True)
-    job_time_limit_max_minutes = Int(
-        7 * 24 * 60,
-        help="""
-        The longest time limit a notebook job may ask for (minutes).
-
-            c.GPUService.job_time_limit_max_minutes = 7 * 24 * 60
-        """,
-    ).tag(config=True)
-
-    gpu_pool = Dict(
-        value_trait=Int(),  # so that the command line's --GPUService.gpu_pool=T4=4 gives a number
-        help="""
-        The lab's GPUs by model, for the schedule (docs/scheduling.md): a class
-        reservation is refused when it would need more GPUs of a model than this at
-        any moment. Empty: the service does not know the pool and refuses bookings.
-
-            c.GPUService.gpu_pool = {"T4": 4, "A100": 4}
-        """,
-    ).tag(config=True)
-
-    reservation_max_hours = Float(
-        4,
-        help="""
-        The longest an instructor's group may hold GPUs of one model without a
-        break (hours). The group's bookings of the model that overlap, touch or
-        lie less than an hour apart count as one hold, so six adjacent 4-hour
-        bookings are a 24-hour hold; every window of a weekly booking is measured
-        as it really is in the lab's time zone (an hour longer on the night the
-        clocks go back). Admins are not limited, but their bookings count in the
-        group's holds. A booking past it is refused (400; 409 when the group's
-        other bookings make it so) naming this setting (docs/scheduling.md).
-
-            c.GPUService.reservation_max_hours = 4
-        """,
-    ).tag(config=True)
-    reservation_max_gpu_hours_per_week = Float(
-        None,
-        allow_none=True,
-        help="""
-        The GPU-hours (GPUs x hours, every model together) an instructor's group
-        may have booked in one week of the lab's calendar (Monday 00:00 to Monday
-        00:00 in c.GPUService.timezone, as weekly budgets count), in every week a
-        weekly booking repeats in; a window across Monday midnight counts in each
-        week for its part. Admins are not limited, but their bookings count.
-        None (the default): no limit.
-
-            c.GPUService.reservation_max_gpu_hours_per_week = 40  # e.g. 4 GPUs for 10 hours a week
-        """,
-    ).tag(config=True)
-    reservation_max_pool_fraction = Float(
-        1.0,
-        help="""
-        The part of each model's GPUs (c.GPUService.gpu_pool) an instructor's
-        group may hold at one moment, above 0 and at most 1: with 0.5 and 4 T4s
-        a group may book at most 2 T4s at once (rounded down). Admins are not
-        limited, but their bookings count. 1 (the default): the whole pool.
-
-            c.GPUService.reservation_max_pool_fraction = 0.5
-        """,
-    ).tag(config=True)
-    reservation_notice_hours = Float(
-        24,
-        help="""
-        How far ahead an instructor must book (hours from now to the window's
-        start), so that students on the group's GPUs are not pushed off at short
-        notice. Admins are not limited. A sooner start is refused with a 400.
-
-            c.GPUService.reservation_notice_hours = 24
-        """,
-    ).tag(config=True)
-
-    @validate("reservation_max_hours", "reservation_notice_hours")
-    def _valid_reservation_limits(self, proposal):
-        value = proposal.value
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"GPUService.{proposal.trait.name} must be a positive number of hours, got {value!r}")
-        return value
-
-    @validate("reservation_max_gpu_hours_per_week")
-    def _valid_weekly_gpu_hours(self, proposal):
-        value = proposal.value
-        if value is not None and (not math.isfinite(value) or value <= 0):
-            raise ValueError(
-                f"GPUService.reservation_max_gpu_hours_per_week must be a positive number of GPU-hours, or None"
-                f" for no limit, got {value!r}"
-            )
-        return value
-
-    @validate("reservation_max_pool_fraction")
-    def _valid_pool_fraction(self, proposal):
-        value = proposal.value
-        if not math.isfinite(value) or not 0 < value <= 1:
-            raise ValueError(
-                "GPUService.reservation_max_pool_fraction must be a part of the pool above 0 and at most 1"
-                f" (0.5: half of each model's GPUs), got {value!r}"
-            )
-        return value
-
-    @validate("gpu_pool")
-    def _valid_gpu_pool(self, proposal):
-        for model, count in proposal.value.items():
-            if not isinstance(model, str) or not model.strip() or len(model) > 64:
-                raise ValueError(f"gpu_pool: a GPU model must be a name of at most 64 characters, got {model!r}")
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise ValueError(f"gpu_pool: the count of {model} GPUs must be a whole number, got {count!r}")
-        return proposal.value
-
-    @validate("max_concurrent_jobs", "job_time_limit_minutes", "job_time_limit_max_minutes")
-    def _valid_job_limits(self, proposal):
-        if proposal.value < 1:
-            raise ValueError(f"{proposal.trait.name} must be at least 1, got {proposal.value}")
-        return proposal.value
-
-    advice_headroom_percent = Int(
-        20,
-        help="""
-        Right-sizing advice (docs/advice.md): the GPU memory a cheaper profile must have
-        over a session's observed peak, in percent (memory use varies between runs of
-        the same notebook; 20% leaves room for that).
-
-            c.GPUService.advice_headroom_percent = 20
-        """,
-    ).tag(config=True)
-    advice_min_minutes = Int(
-        15,
-        help="""
-        Sessions shorter than this many billed minutes get no right-sizing advice (too short to judge).
-
-            c.GPUService.advice_min_minutes = 15
-        """,
-    ).tag(config=True)
-    advice_live_after_minutes = Int(
-        30,
-        help="""
-        A running session gets live right-sizing advice (in JupyterLab) once it has run this many minutes.
-
-            c.GPUService.advice_live_after_minutes = 30
-        """,
-    ).tag(config=True)
-    advice_profile_memory_gb = Dict(
-        help="""
-        GPU memory per GPU (GB) of profiles whose model name does not say it and whose
-        servers have not reported it yet (known models and MIG slices are recognised).
-
-            c.GPUService.advice_profile_memory_gb = {"v100": 32}
-        """,
-    ).tag(config=True)
-    advice_digest_weekday = Unicode(
-        "",
-        help="""
-        Send each group's ``instructor_emails`` a weekly right-sizing digest on this day
-        ("monday" ... "sunday", at ``advice_digest_hour`` in the lab's time zone); empty: no digest.
-
-            c.GPUService.advice_digest_weekday = "monday"
-        """,
-    ).tag(config=True)
-    advice_digest_hour = Int(
-        8,
-        help="""
-        The local hour at which the weekly right-sizing digest is sent.
-
-            c.GPUService.advice_digest_hour = 8
-        """,
-    ).tag(config=True)
-
-    @validate("advice_digest_weekday")
-    def _valid_weekday(self, proposal):
-        value = proposal.value.strip().lower()
-        if value and value not in WEEKDAYS:
-            raise ValueError(f"advice_digest_weekday must be empty or one of {', '.join(WEEKDAYS)}, got {value!r}")
-        return value
-
-    @validate("advice_digest_hour")
-    def _valid_hour(self, proposal):
-        if not 0 <= proposal.value <= 23:
-            raise ValueError(f"advice_digest_hour must be an hour from 0 to 23, got {proposal.value}")
-        return proposal.value
-
-    @validate("cull_rules")
-    def _valid_cull_rules(self, proposal):
-        parse_config(proposal.value, "GPUService.cull_rules")
+    @validate("tick_interval", "reconcile_interval")
+    def _valid_positive(self, proposal):
+        if proposal.value <= 0:
+            raise ValueError(f"{proposal.trait.name} must be positive, got {proposal.value}")
         return proposal.value
 
     @validate("currency")
@@ -596,16 +212,6 @@ class GPUService(Application):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"timezone must be an IANA name such as 'Asia/Shanghai', got {proposal.value!r}") from None
         return proposal.value
-
-    @validate("tick_interval", "reconcile_interval", "budget_grace_seconds")
-    def _valid_positive(self, proposal):
-        if proposal.value <= 0:
-            raise ValueError(f"{proposal.trait.name} must be positive, got {proposal.value}")
-        return proposal.value
-
-    @validate("alert_thresholds")
-    def _valid_thresholds(self, proposal):
-        return list(parse_thresholds(proposal.value, "GPUService.alert_thresholds"))
 
     @default("log_level")
     def _log_level(self):
@@ -633,7 +239,7 @@ class GPUService(Application):
         except Exception as e:
             raise ValueError(f"the config file {path}{_line_in(e, path)} failed: {type(e).__name__}: {e}") from None
         config.merge(self.cli_config)  # the command line wins over the file, as in traitlets
-        unknown = _unknown_options(config, self.class_traits(config=True), path)
+        unknown = _unknown_options(config, path)
         if unknown:
             raise ValueError("; ".join(unknown))
         self.update_config(config)
@@ -643,42 +249,13 @@ class GPUService(Application):
         try:
             super().initialize(argv)
             self.load_service_config()
+            self.load_settings()
+            self.alert_settings = self.make_alert_settings()
+            self.cull_config = parse_config(self.culling.rules, "Culling.rules")
+            self.advice_settings = self.make_advice_settings()
         except (TraitError, ValueError) as e:
             # a setting's own validation names the setting and what it accepts: say that, not a traceback
             self.log.critical("jupyterhub-gpu service configuration error: %s", e)
-            self.exit(1)
-        try:
-            self.alert_settings = AlertSettings(
-                smtp_host=self.smtp_host,
-                smtp_port=self.smtp_port,
-                smtp_starttls=self.smtp_starttls,
-                smtp_username=self.smtp_username,
-                smtp_password=self.smtp_password,
-                mail_from=self.mail_from,
-                user_email_template=self.user_email_template,
-                instructor_emails={g: tuple(v) for g, v in self.instructor_emails.items()},
-                admin_emails=tuple(self.admin_emails),
-                webhook_url=self.webhook_url,
-                webhook_format=self.webhook_format,
-                timeout=self.notify_timeout,
-                channels=self._configured_channels(),
-                user_schemes=tuple(self.notify_user_schemes),
-                user_hosts=tuple(self.notify_user_hosts),
-                user_mail_url=check_mail_url(self.notify_user_mail_url) if self.notify_user_mail_url else "",
-            )
-        except ValueError as e:
-            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
-            self.exit(1)
-        self.cull_config = parse_config(self.cull_rules, "GPUService.cull_rules")
-        try:
-            self.advice_settings = AdviceSettings(
-                headroom_percent=self.advice_headroom_percent,
-                min_minutes=self.advice_min_minutes,
-                live_after_minutes=self.advice_live_after_minutes,
-                profile_memory_gb=dict(self.advice_profile_memory_gb),
-            )
-        except AdviceError as e:
-            self.log.critical("jupyterhub-gpu service configuration error: GPUService.%s", e)
             self.exit(1)
         self.ledger = Ledger(self.db_url)
         self.take_lab_settings()
@@ -695,58 +272,135 @@ class GPUService(Application):
         self.tick_context = self.make_tick_context()
         self.tick_state = TickState(health=TickHealth(interval=self.tick_interval))
 
+    def load_settings(self) -> None:
+        """Read the groups of settings (:mod:`.settings`) from the loaded config, the deprecated names moved first.
+
+        A refused value raises (TraitError or ValueError naming the option) before anything is started.
+        """
+        self._move_deprecated(self.config)
+        try:
+            self.budgets = Budgets(parent=self)
+            self.notify = Notify(parent=self)
+            self.legacy_mail = LegacyMail(parent=self)
+            self.culling = Culling(parent=self)
+            self.jobs = Jobs(parent=self)
+            self.scheduling = Scheduling(parent=self)
+            self.advice = Advice(parent=self)
+        except (TraitError, ValueError) as e:
+            # a value set under its deprecated name is refused under that name, in the words it always had
+            message = str(e)
+            for old in self._deprecated_used:
+                group, new = DEPRECATED[old]
+                message = message.replace(f"{group}.{new}", f"GPUService.{old}")
+            raise type(e)(message) from None
+
+    _deprecated_used: set[str] = set()
+
+    def _move_deprecated(self, config) -> None:
+        """Move the deprecated ``GPUService.<option>`` names of ``config`` to their groups, each warned once."""
+        flat = set(config.get("GPUService", {}))
+        for warning in move_deprecated(config):
+            if warning not in self._deprecated_warned:
+                self._deprecated_warned = self._deprecated_warned | {warning}
+                self.log.warning("jupyterhub-gpu service: %s", warning)
+        self._deprecated_used = self._deprecated_used | (flat & set(DEPRECATED))
+
+    _deprecated_warned: set[str] = set()
+
+    def update_config(self, config) -> None:
+        """traitlets' ``update_config``, with the deprecated names moved first (so none is "not recognized")."""
+        if any(name in DEPRECATED for name in config.get("GPUService", {})):
+            config = deepcopy(config)
+            self._move_deprecated(config)
+        super().update_config(config)
+
+    def make_alert_settings(self) -> AlertSettings:
+        """The gateway's settings from ``c.Notify`` and ``c.LegacyMail`` (ValueError naming a refused one)."""
+        mail, notify = self.legacy_mail, self.notify
+        return AlertSettings(
+            smtp_host=mail.smtp_host,
+            smtp_port=mail.smtp_port,
+            smtp_starttls=mail.smtp_starttls,
+            smtp_username=mail.smtp_username,
+            smtp_password=mail.smtp_password,
+            mail_from=mail.mail_from,
+            user_email_template=mail.user_email_template,
+            instructor_emails={g: tuple(v) for g, v in mail.instructor_emails.items()},
+            admin_emails=tuple(mail.admin_emails),
+            webhook_url=mail.webhook_url,
+            webhook_format=mail.webhook_format,
+            timeout=notify.timeout,
+            channels=self._configured_channels(),
+            user_schemes=tuple(notify.user_schemes),
+            user_hosts=tuple(notify.user_hosts),
+            user_mail_url=check_mail_url(notify.user_mail_url) if notify.user_mail_url else "",
+        )
+
+    def make_advice_settings(self) -> AdviceSettings:
+        """Right-sizing advice's settings from ``c.Advice`` (ValueError naming a refused one)."""
+        advice = self.advice
+        try:
+            return AdviceSettings(
+                headroom_percent=advice.headroom_percent,
+                min_minutes=advice.min_minutes,
+                live_after_minutes=advice.live_after_minutes,
+                profile_memory_gb=dict(advice.profile_memory_gb),
+            )
+        except AdviceError as e:
+            raise ValueError(f"Advice.{e}") from None
+
     @property
     def tick_health(self) -> TickHealth:
         return self.tick_state.health
 
     def make_tick_context(self) -> TickContext:
         """The one context of the tick's passes, from the configured settings (as :meth:`make_web_app`'s)."""
-        weekday = self.advice_digest_weekday
+        weekday = self.advice.digest_weekday
         return TickContext(
             ledger=self.ledger,
             hub=self.hub,
             notifier=self.notifier,
             tz=self.tz,
             currency=self.currency_info,
-            alert_thresholds=tuple(self.alert_thresholds),
-            budget_grace=timedelta(seconds=self.budget_grace_seconds),
+            alert_thresholds=tuple(self.budgets.alert_thresholds),
+            budget_grace=timedelta(seconds=self.budgets.grace_seconds),
             alert_channels=self.notifier.channels,
             cull_rules=self.cull_config,
             advice_settings=self.advice_settings,
             digest_weekday=WEEKDAYS.index(weekday) if weekday else None,
-            digest_hour=self.advice_digest_hour,
+            digest_hour=self.advice.digest_hour,
             reconcile_interval=timedelta(seconds=self.reconcile_interval),
         )
 
     def _configured_channels(self) -> tuple:
-        """The ``notify_*`` channels, each checked by Apprise (ValueError naming the setting otherwise)."""
+        """The ``c.Notify`` channels, each checked by Apprise (ValueError naming the setting otherwise)."""
+        notify = self.notify
         channels = [
-            configured_channel(spec, "admin", "", f"GPUService.notify_admin_urls[{i}]")
-            for i, spec in enumerate(self.notify_admin_urls)
+            configured_channel(spec, "admin", "", f"Notify.admin_urls[{i}]") for i, spec in enumerate(notify.admin_urls)
         ]
-        for group, specs in self.notify_group_urls.items():
+        for group, specs in notify.group_urls.items():
             if not isinstance(group, str) or not group:
-                raise ValueError(f"GPUService.notify_group_urls: group names must be non-empty strings, got {group!r}")
+                raise ValueError(f"Notify.group_urls: group names must be non-empty strings, got {group!r}")
             for i, spec in enumerate([specs] if isinstance(specs, (str, dict)) else specs):
-                what = f"GPUService.notify_group_urls[{group!r}][{i}]"
+                what = f"Notify.group_urls[{group!r}][{i}]"
                 channels.append(configured_channel(spec, "group", group, what))
-        if self.notify_user_url_template:
-            spec = self.notify_user_url_template
+        if notify.user_url_template:
+            spec = notify.user_url_template
             url = spec if isinstance(spec, str) else spec.get("url", "")
             if "{username}" not in str(url):
                 raise ValueError(
-                    "GPUService.notify_user_url_template must hold {username}, e.g."
+                    "Notify.user_url_template must hold {username}, e.g."
                     " 'mailtos://smtp.example.edu?from=gpu@example.edu&to={username}@example.edu'"
                 )
-            channels.append(configured_channel(spec, "user", "{username}", "GPUService.notify_user_url_template"))
+            channels.append(configured_channel(spec, "user", "{username}", "Notify.user_url_template"))
         return tuple(channels)
 
     def _warn_deprecated_alert_settings(self) -> None:
         for channel in self.alert_settings.legacy_channels():
             names = "smtp_host, mail_from" if channel.claim == "email" else "webhook_url, webhook_format"
             self.log.warning(
-                "GPUService.%s are deprecated: they are sent through Apprise as %s %s; write them as"
-                " notify_admin_urls / notify_group_urls / notify_user_url_template (docs/alerts.md)",
+                "LegacyMail.%s are deprecated: they are sent through Apprise as %s %s; write them as"
+                " c.Notify.admin_urls / group_urls / user_url_template (docs/alerts.md)",
                 names,
                 channel.service,
                 channel.masked,

@@ -29,6 +29,7 @@ from jupyterhub_gpu.serverext.extension import GPUStats
 from jupyterhub_gpu.serverext.startup import StartupScript
 from jupyterhub_gpu.serverext.stopwhendone import GPUStopWhenDone
 from jupyterhub_gpu.service.app import GPUService
+from jupyterhub_gpu.service.settings import DEPRECATED, SETTINGS_CLASSES
 from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
 from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
@@ -55,6 +56,7 @@ CLASSES = {
         GPUStats,
         GPUStopWhenDone,
         StartupScript,
+        *SETTINGS_CLASSES,  # the gpu service's settings by concern (c.Budgets, c.Notify, ...)
     )
 }
 
@@ -108,13 +110,16 @@ def problems_of(config: Config, workdir: Path) -> list[str]:
             problems.append(f"c.{section}: no such configurable class in jupyterhub or jupyterhub-gpu")
             continue
         known = cls.class_traits(config=True)
+        if cls is GPUService:
+            known = {**known, **dict.fromkeys(DEPRECATED)}  # the flat names of earlier releases still work
         for name in config[section]:
             if name not in known:
                 problems.append(f"c.{section}.{name}: {section} has no such option")
         if issubclass(cls, GPUSpawnerMixin):
             problems += _spawner_problems(config, cls)
-        elif cls is GPUService:
-            problems += _service_problems(config, workdir)
+        elif cls is GPUService or cls in SETTINGS_CLASSES:
+            if not any(p.startswith("c.GPUService:") for p in problems):  # the service reads all its sections
+                problems += _service_problems(config, workdir)
         else:
             try:
                 obj = probe(cls, config)
@@ -158,7 +163,8 @@ def _service_problems(config: Config, workdir: Path) -> list[str]:
     saved = os.environ.copy()
     os.environ.update(FAKE_ENV)
     try:
-        service.update_config(Config({"GPUService": config["GPUService"]}))
+        sections = ("GPUService", *(cls.__name__ for cls in SETTINGS_CLASSES))
+        service.update_config(Config({name: config[name] for name in sections if name in config}))
         service.initialize([f"--GPUService.db_url=sqlite:///{workdir / 'ledger.sqlite'}"])
     except SystemExit:
         return [f"c.GPUService: the service refused to start: {' / '.join(said.messages) or '(nothing logged)'}"]

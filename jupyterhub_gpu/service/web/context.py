@@ -42,16 +42,16 @@ class WebContext:
     notifier: Notifier | None = None
     #: How the ticks went (their counts and the last good one, in ``/metrics``); None outside the service.
     tick_health: TickHealth | None = None
-    #: The lab's GPUs by model (``c.GPUService.gpu_pool``): what a reservation is checked against; empty: unknown.
+    #: The lab's GPUs by model (``c.Scheduling.gpu_pool``): what a reservation is checked against; empty: unknown.
     gpu_pool: Mapping[str, int] = field(default_factory=dict)
-    #: The longest an instructor's group may hold a model without a break (``c.GPUService.reservation_max_hours``);
+    #: The longest an instructor's group may hold a model without a break (``c.Scheduling.reservation_max_hours``);
     #: admins are not limited.
     reservation_max_hours: float = 4.0
     #: The GPU-hours an instructor's group may book in a week (``reservation_max_gpu_hours_per_week``); None: any.
     reservation_max_gpu_hours_per_week: float | None = None
     #: The part of a model's pool an instructor's group may hold at once (``reservation_max_pool_fraction``).
     reservation_max_pool_fraction: float = 1.0
-    #: How far ahead an instructor must book (``c.GPUService.reservation_notice_hours``); admins are not limited.
+    #: How far ahead an instructor must book (``c.Scheduling.reservation_notice_hours``); admins are not limited.
     reservation_notice_hours: float = 24.0
 
     @property
@@ -70,14 +70,14 @@ class WebContext:
             currency=service.currency_info,
             prefix=service.prefix,
             advice_settings=service.advice_settings,
-            max_concurrent_jobs=service.max_concurrent_jobs,
-            job_time_limit_minutes=service.job_time_limit_minutes,
-            job_time_limit_max_minutes=service.job_time_limit_max_minutes,
+            max_concurrent_jobs=service.jobs.max_concurrent,
+            job_time_limit_minutes=service.jobs.time_limit_minutes,
+            job_time_limit_max_minutes=service.jobs.time_limit_max_minutes,
             notifier=service.notifier,
             tick_health=service.tick_health,
-            gpu_pool=dict(service.gpu_pool),
-            reservation_max_hours=service.reservation_max_hours,
-            reservation_notice_hours=service.reservation_notice_hours,
-            reservation_max_gpu_hours_per_week=service.reservation_max_gpu_hours_per_week,
-            reservation_max_pool_fraction=service.reservation_max_pool_fraction,
+            gpu_pool=dict(service.scheduling.gpu_pool),
+            reservation_max_hours=service.scheduling.reservation_max_hours,
+            reservation_notice_hours=service.scheduling.reservation_notice_hours,
+            reservation_max_gpu_hours_per_week=service.scheduling.reservation_max_gpu_hours_per_week,
+            reservation_max_pool_fraction=service.scheduling.reservation_max_pool_fraction,
         )

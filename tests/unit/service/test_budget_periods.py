@@ -361,6 +361,7 @@ def test_any_accepted_threshold_is_delivered(ledger, hub):
 @pytest.mark.parametrize("threshold", [[0], [150], ["x"], [80.5]])
 def test_the_service_does_not_start_with_bad_thresholds(tmp_path, monkeypatch, capsys, threshold):
     from jupyterhub_gpu.service.app import GPUService
+    from jupyterhub_gpu.service.settings import Budgets
 
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "config.py"
@@ -372,7 +373,7 @@ def test_the_service_does_not_start_with_bad_thresholds(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert "configuration error: GPUService.alert_thresholds must be whole percentages from 1 to 99" in err
     assert not (tmp_path / "ledger.sqlite").exists()  # nothing was started
-    assert GPUService().alert_thresholds == [80, 95]
+    assert Budgets().alert_thresholds == [80, 95]  # the setting moved to c.Budgets; nothing changed it
 
 
 def test_one_poisoned_budget_does_not_stop_the_tick_for_the_others(ledger, hub):

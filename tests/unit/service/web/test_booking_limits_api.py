@@ -201,13 +201,13 @@ def test_the_service_does_not_start_with_bad_booking_limits(tmp_path, monkeypatc
 def test_the_booking_limits_reach_the_handlers():
     """The defaults keep today's bookings (4 hours, no weekly limit, the whole pool); the settings reach the
     handlers' context."""
-    from jupyterhub_gpu.service.app import GPUService
+    from jupyterhub_gpu.service.settings import Scheduling
 
-    service = GPUService()
+    scheduling = Scheduling()  # the settings' group (c.Scheduling; c.GPUService.<name> of old still works)
     defaults = (
-        service.reservation_max_hours,
-        service.reservation_max_gpu_hours_per_week,
-        service.reservation_max_pool_fraction,
+        scheduling.reservation_max_hours,
+        scheduling.reservation_max_gpu_hours_per_week,
+        scheduling.reservation_max_pool_fraction,
     )
     assert defaults == (4, None, 1)
     configured = SimpleNamespace(
@@ -215,14 +215,14 @@ def test_the_booking_limits_reach_the_handlers():
         tick_health=None,
         tz=SHANGHAI,
         prefix="/services/gpu/",
-        max_concurrent_jobs=1,
-        job_time_limit_minutes=1,
-        job_time_limit_max_minutes=1,
-        gpu_pool={"T4": 4},
-        reservation_max_hours=6,
-        reservation_notice_hours=12,
-        reservation_max_gpu_hours_per_week=40,
-        reservation_max_pool_fraction=0.5,
+        jobs=SimpleNamespace(max_concurrent=1, time_limit_minutes=1, time_limit_max_minutes=1),
+        scheduling=SimpleNamespace(
+            gpu_pool={"T4": 4},
+            reservation_max_hours=6,
+            reservation_notice_hours=12,
+            reservation_max_gpu_hours_per_week=40,
+            reservation_max_pool_fraction=0.5,
+        ),
     )
     ctx = WebContext.from_service(configured)
     assert (ctx.reservation_max_hours, ctx.reservation_max_gpu_hours_per_week, ctx.reservation_max_pool_fraction) == (
