@@ -72,9 +72,11 @@ export function adviceText(
         formatGB(advice.peak_memory_mib),
         advice.busy_percent
       ),
-      advice.suggested_gpu_count === 1
-        ? tr.__('1 GPU would have done.')
-        : tr.__('%1 GPUs would have done.', advice.suggested_gpu_count)
+      tr._n(
+        '%1 GPU would have done.',
+        '%1 GPUs would have done.',
+        advice.suggested_gpu_count
+      )
     );
   } else {
     parts.push(

@@ -1,34 +1,39 @@
 /**
- * Translation: JupyterLab's translator for the "jupyterhub_gpu" domain, plus a built-in
- * Simplified Chinese catalog.
+ * Translation: JupyterLab's translator for the "jupyterhub_gpu" domain.
  *
  * JupyterLab's language is the one source: it opens in the language the user chose for the
  * spawn (the server extension makes that its default, docs/user.md) and changes with
- * Settings → Language. JupyterLab serves translations only for locales that have a language
- * pack installed, and a language pack covers only the domains it ships. So the Chinese
- * strings of this extension live in the bundle itself (`zh_CN.ts`): when JupyterLab's
- * language is Simplified Chinese, the built-in catalog answers first; every other case goes
- * through `trans.__()` of the "jupyterhub_gpu" domain, so a language pack that does ship
- * this domain still works.
+ * Settings → Language. The words are in the package's gettext catalogs
+ * (`jupyterhub_gpu/locale/<lang>/LC_MESSAGES/jupyterhub_gpu_lab.po`), which the Python build
+ * compiles to `jupyterhub_gpu.json` beside them; the package's `jupyterlab.locale` entry point
+ * lets JupyterLab serve that JSON with the language's translations, so `translator.load()` of
+ * this domain answers in the reader's language, plurals included. Adding a language is adding
+ * its catalog (docs/translating.md).
  */
 import type { ITranslator } from '@jupyterlab/translation';
-
-import { ZH_CN } from './zh_CN';
 
 /** The gettext domain of this extension's strings. */
 export const DOMAIN = 'jupyterhub_gpu';
 
-/** What views use to translate: `__()` with `%1`-style placeholders, like `trans.__()`. */
+/** What views use to translate: `__()` and `_n()` with `%1`-style placeholders, like `trans`. */
 export interface ILocalizer {
   /** The BCP 47 language in use, e.g. "en" or "zh-CN". */
   readonly language: string;
   /** Translate `msgid` and fill in `%1`, `%2`, …; `%%` is a literal percent sign. */
   __(msgid: string, ...args: Array<string | number>): string;
+  /** The form of `msgid`/`msgid_plural` for the count `n`, which fills `%1` (`args` fill `%2`, …). */
+  _n(
+    msgid: string,
+    msgid_plural: string,
+    n: number,
+    ...args: Array<string | number>
+  ): string;
 }
 
 /** The part of a JupyterLab `TranslationBundle` that is used here. */
 export interface IBundle {
   __(msgid: string, ...args: any[]): string;
+  _n(msgid: string, msgid_plural: string, n: number, ...args: any[]): string;
 }
 
 /**
@@ -44,41 +49,33 @@ export function strfmt(fmt: string, ...args: Array<string | number>): string {
     .replace(/%% /g, '%');
 }
 
-/** The built-in catalog for a language code, or null when there is none. */
-export function builtinCatalog(
-  language: string
-): Readonly<Record<string, string>> | null {
-  const code = language.replace('_', '-').toLowerCase();
-  // Simplified Chinese; zh-TW and zh-HK use Traditional characters and are not covered.
-  if (['zh', 'zh-cn', 'zh-sg', 'zh-hans', 'zh-hans-cn'].includes(code)) {
-    return ZH_CN;
-  }
-  return null;
-}
-
-/** An `ILocalizer` over an optional JupyterLab bundle and the built-in catalogs. */
+/** An `ILocalizer` over JupyterLab's bundle of this domain (none: the English msgids). */
 export class Localizer implements ILocalizer {
   constructor(bundle: IBundle | null, language: string) {
     this._bundle = bundle;
     this.language = language;
-    this._catalog = builtinCatalog(language);
   }
 
   readonly language: string;
 
   __(msgid: string, ...args: Array<string | number>): string {
-    const translated = this._catalog?.[msgid];
-    if (translated !== undefined) {
-      return strfmt(translated, ...args);
-    }
-    if (this._bundle) {
-      return this._bundle.__(msgid, ...args);
-    }
-    return strfmt(msgid, ...args);
+    return this._bundle
+      ? this._bundle.__(msgid, ...args)
+      : strfmt(msgid, ...args);
+  }
+
+  _n(
+    msgid: string,
+    msgid_plural: string,
+    n: number,
+    ...args: Array<string | number>
+  ): string {
+    return this._bundle
+      ? this._bundle._n(msgid, msgid_plural, n, ...args)
+      : strfmt(n === 1 ? msgid : msgid_plural, n, ...args);
   }
 
   private _bundle: IBundle | null;
-  private _catalog: Readonly<Record<string, string>> | null;
 }
 
 /**

@@ -192,6 +192,13 @@ def test_the_wheel_carries_the_lab_extension_and_the_server_extension_config(bui
     # what the code reads at run time that is not Python
     assert "jupyterhub_gpu/service/web/openapi.yaml" in names
     assert "jupyterhub_gpu/spawners/templates/options_form.html" in names
+    # the words, compiled at build time from the .po catalogs: the server's gettext catalog, and the JSON that
+    # JupyterLab serves to the Lab extension (its jupyterlab.locale entry point names the package)
+    assert "jupyterhub_gpu/locale/zh_CN/LC_MESSAGES/jupyterhub_gpu.mo" in names
+    assert "jupyterhub_gpu/locale/zh_CN/LC_MESSAGES/jupyterhub_gpu.json" in names
+    metadata = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    entry_points = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert re.search(r"^\[jupyterlab\.locale\]\njupyterhub_gpu = jupyterhub_gpu$", entry_points, re.M), entry_points
 
 
 def test_the_sdist_carries_the_built_lab_extension(built):

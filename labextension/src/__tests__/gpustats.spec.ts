@@ -3,12 +3,10 @@ jest.mock('../handler', () => ({ requestAPI: jest.fn() }));
 import { GpuStats } from '../gpustats';
 import { StatsModel } from '../model';
 import { DEFAULT_SETTINGS } from '../settings';
+import { translatorIn } from './helpers';
 
-/** JupyterLab's translator, in Simplified Chinese, with no catalog of its own. */
-const translator: any = {
-  languageCode: 'zh-CN',
-  load: () => ({ __: (msgid: string) => msgid })
-};
+/** JupyterLab's translator, in Simplified Chinese, with this extension's catalog. */
+const translator = translatorIn('zh-CN');
 
 function makeGpuStats(): GpuStats {
   const model = new StatsModel({

@@ -1,12 +1,52 @@
 /**
  * Test helpers: a stats answer like the server's, and English/Chinese localizers.
  */
-import { Localizer } from '../i18n';
+import * as fs from 'fs';
+import * as path from 'path';
+
+import { Gettext } from '@jupyterlab/translation/lib/gettext';
+
+import { DOMAIN, Localizer } from '../i18n';
 import type { IStatsState } from '../model';
 import type { IStats } from '../types';
 
+/** The folder of the package's catalogs (the Python build compiles each `*_lab.po` to JSON there). */
+export const LOCALE = path.resolve(__dirname, '../../../jupyterhub_gpu/locale');
+
+/**
+ * The bundle JupyterLab makes for this domain in `locale` (e.g. "zh_CN"): its own Gettext, loaded
+ * with the JSON the build compiled, as `TranslationManager.load()` does.
+ */
+export function catalogBundle(locale: string): Gettext {
+  const file = path.join(LOCALE, locale, 'LC_MESSAGES', 'jupyterhub_gpu.json');
+  if (!fs.existsSync(file)) {
+    throw new Error(
+      `${file} is missing: run "make catalogs" (it compiles the .po files)`
+    );
+  }
+  const data = JSON.parse(fs.readFileSync(file, 'utf-8'));
+  const language = locale.replace('_', '-');
+  const bundle = new Gettext({ domain: DOMAIN, locale: language });
+  bundle.loadJSON(
+    { ...data, '': { ...data[''], pluralForms: data[''].plural_forms } },
+    DOMAIN
+  );
+  return bundle;
+}
+
 export const en = new Localizer(null, 'en');
-export const zh = new Localizer(null, 'zh-CN');
+export const zh = new Localizer(catalogBundle('zh_CN'), 'zh-CN');
+
+/** JupyterLab's translator in a language: this domain's bundle from the catalog, or English's. */
+export function translatorIn(languageCode: string): any {
+  return {
+    languageCode,
+    load: () =>
+      languageCode === 'en'
+        ? new Gettext({ domain: DOMAIN })
+        : catalogBundle(languageCode.replace('-', '_'))
+  };
+}
 
 /** The example answer of the stats API, with overrides. */
 export function makeStats(overrides: Partial<IStats> = {}): IStats {

@@ -19,6 +19,10 @@ jest.mock('@jupyterlab/settingregistry', () => mockTokens('ISettingRegistry'));
 jest.mock('@jupyterlab/statedb', () => mockTokens('IStateDB'));
 jest.mock('@jupyterlab/statusbar', () => mockTokens('IStatusBar'));
 jest.mock('@jupyterlab/translation', () => mockTokens('ITranslator'));
+// gettext (the tests' catalog bundle) needs only the default language of its tokens module
+jest.mock('@jupyterlab/translation/lib/tokens', () => ({
+  DEFAULT_LANGUAGE_CODE: 'en'
+}));
 jest.mock('@jupyterlab/ui-components', () => ({
   LabIcon: class {
     constructor(options: object) {
@@ -61,6 +65,7 @@ import { CommandIDs } from '../commands';
 import { requestAPI } from '../handler';
 import plugins from '../index';
 import { IGpuStats } from '../tokens';
+import { translatorIn } from './helpers';
 
 class FakeShell extends Widget {
   add = jest.fn();
@@ -89,10 +94,7 @@ async function start(
   const changed = new Signal<unknown, void>({});
   const settings = { composite, changed };
   const registry = { load: jest.fn().mockResolvedValue(settings) };
-  const translator = {
-    languageCode,
-    load: () => ({ __: (msgid: string) => msgid })
-  };
+  const translator = translatorIn(languageCode);
   const services: Array<[any, unknown]> = [
     [ITranslator, translator],
     [IStatusBar, statusBar],
