@@ -1,4 +1,4 @@
-"""The GPU memory cap of a shared GPU or a MIG slice, applied inside each kernel (issue 17).
+"""The GPU memory cap of a shared GPU or a MIG slice, applied inside each kernel.
 
 A server on a time-sliced share of a GPU sees the whole physical GPU: nothing in hardware stops one
 notebook from taking all of its memory and failing its neighbours' kernels. The spawner writes the

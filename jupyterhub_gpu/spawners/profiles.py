@@ -87,7 +87,7 @@ class Profile:
     #: how many servers share one physical GPU (2..16; a whole GPU is None), or the MIG slice ("1g.10gb")
     gpu_share: int | None = None
     mig: str | None = None
-    #: the cheaper tier (issue 16): may be stopped after a notice to free its GPU for a full-price request;
+    #: the cheaper tier: may be stopped after a notice to free its GPU for a full-price request;
     #: ``price_factor`` is what its configured prices were multiplied by (the prices above are the factored ones)
     preemptible: bool = False
     price_factor: Decimal = Decimal(1)

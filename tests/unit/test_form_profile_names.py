@@ -1,6 +1,6 @@
 """The spawn form says each profile's name once: its line does not repeat what the display name says.
 
-Issue 30: under "1× T4" the line read "1× T4 16 GB — ¥0.05/min — 3 of 4 free", and the Chinese form,
+Before: under "1× T4" the line read "1× T4 16 GB — ¥0.05/min — 3 of 4 free", and the Chinese form,
 under "1 块 T4", read "1× T4 16 GB — ¥0.05/分钟 — …": the English name again.
 """
 

@@ -1,4 +1,4 @@
-"""Units of issue 17: a whole GPU, a MIG instance or a time-sliced share, and the readings of a shared GPU."""
+"""Units: a whole GPU, a MIG instance or a time-sliced share, and the readings of a shared GPU."""
 
 from __future__ import annotations
 

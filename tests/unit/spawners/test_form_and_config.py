@@ -473,7 +473,7 @@ def test_the_kubernetes_form_line_says_the_same_as_the_hosts_in_cluster_words():
     assert describe_kube_profile(PROFILES["cpu-paid"], None, CNY) == "CPU only — CN¥0.01/min"
 
 
-# -- issue 17: shares and MIG slices in the form and at hub start ---------------------------------
+# -- shares and MIG slices in the form and at hub start ---------------------------------
 
 SHARED = profiles_by_slug(
     [

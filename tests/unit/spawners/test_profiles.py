@@ -609,7 +609,7 @@ def test_a_huge_value_is_named_not_echoed(students):
     assert flood.endswith("…. Only 'profile', 'pool' and 'resume' may be given.")
 
 
-# -- issue 17: gpu_share and mig ---------------------------------------------------
+# -- gpu_share and mig ------------------------------------------------------------
 
 
 def test_gpu_share_and_mig_are_parsed():

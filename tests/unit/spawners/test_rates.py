@@ -1,4 +1,4 @@
-"""One rate from its parts (issue 14 s3): the spawner charges what ``GET pricing`` and the admin form say.
+"""One rate from its parts: the spawner charges what ``GET pricing`` and the admin form say.
 
 The profiles are published to a real ledger as the hub publishes them
 (``asdict`` of the parsed profiles), and an admin's edit is applied on both

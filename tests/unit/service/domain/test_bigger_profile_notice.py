@@ -1,4 +1,4 @@
-"""The "GPU memory high" notice names the next bigger profile the user may use, with its price (issue 19, part 6)."""
+"""The "GPU memory high" notice names the next bigger profile the user may use, with its price."""
 
 from __future__ import annotations
 

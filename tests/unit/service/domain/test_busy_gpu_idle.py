@@ -1,4 +1,4 @@
-"""The ``busy_gpu_idle`` cull rule: a kernel that stays busy while its GPU does nothing (issue 19, part 6).
+"""The ``busy_gpu_idle`` cull rule: a kernel that stays busy while its GPU does nothing.
 
 Its decisions at the boundaries of its horizon, what resets it (any minute of GPU work: utilization or
 memory that moves), what does not (a busy kernel, idle-kernel minutes in between), what is the other

@@ -1,6 +1,6 @@
 """Reports that add up: per-group savings count each session once, and the usage CSV sums like the page.
 
-A student in two groups pays from one pool (issue 14, section 2); the right-sizing
+A student in two groups pays from one pool; the right-sizing
 advice and the culling report per group must count that session once, for the
 group that paid, so that the groups' rows add up to the total (as the spend and
 the admin page's group totals do). A session crossing the report's window is

@@ -1,4 +1,4 @@
-"""A server on a share (or MIG slice) whose own memory reaches 90% of the cap gets a Lab notice at once (issue 17)."""
+"""A server on a share (or MIG slice) whose own memory reaches 90% of the cap gets a Lab notice at once."""
 
 from __future__ import annotations
 

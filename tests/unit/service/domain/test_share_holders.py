@@ -1,4 +1,4 @@
-"""How many open sessions hold a share of one GPU: from the ledger's unit uuids, never from a server (issue 17)."""
+"""How many open sessions hold a share of one GPU: from the ledger's unit uuids, never from a server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Culling on a shared GPU or MIG slice judges each server on its own figures (issue 17).
+"""Culling on a shared GPU or MIG slice judges each server on its own figures.
 
 The samples go the real way: parsed and bounded as the samples endpoint does (:func:`parse_sample`), merged
 into a real sqlite ledger's minute rows, read back as the tick's minute signals and judged by the real tick

@@ -291,7 +291,7 @@ async def test_a_two_gpu_request_at_the_head_is_not_overtaken():
     assert len(await small) == 1
 
 
-# -- shared GPUs (issue 17): time-sliced replicas and MIG slices ------------------------------------
+# -- shared GPUs: time-sliced replicas and MIG slices ------------------------------------
 
 SHARED = "nvidia.com/gpu.shared"
 

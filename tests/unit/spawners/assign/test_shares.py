@@ -1,4 +1,4 @@
-"""Shared GPUs on a host (issue 17): time-sliced shares and MIG instances, on a real event loop."""
+"""Shared GPUs on a host: time-sliced shares and MIG instances, on a real event loop."""
 
 from __future__ import annotations
 

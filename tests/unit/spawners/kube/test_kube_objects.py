@@ -319,7 +319,7 @@ def test_enforce_pod_policy_overrides_admin_extras():
 
 
 def test_enforce_pod_policy_removes_every_way_out_of_the_pod():
-    """issue 14 section 7: shared process namespace, hostPath, the token, and the rest of the class."""
+    """What extras may not weaken: shared process namespace, hostPath, the token, and the rest of the class."""
     pod_sc, container_sc = make_security_contexts(uid=1000, gid=100, fs_gid=100)
     resources = make_resources(gpu_resource="nvidia.com/gpu", gpu_count=1, cpu_limit=None, mem_limit=None)
     weak_context = {
@@ -407,7 +407,7 @@ def test_validate_object_rejects_what_the_api_would(spec, message):
 
 
 async def test_the_kube_spawner_pod_keeps_no_way_out_whatever_the_extras():
-    """The same through the real GPUKubeSpawner and KubeSpawner's own manifest code (issue 14 section 7)."""
+    """The same through the real GPUKubeSpawner and KubeSpawner's own manifest code."""
     from tests.unit.spawners.kube.test_kube_spawner import (
         CONTAINER_SECURITY,
         MOUNTS,

@@ -1,4 +1,4 @@
-"""Shared GPUs on Kubernetes (issue 17): time-sliced shares and MIG slices through GPUKubeSpawner.
+"""Shared GPUs on Kubernetes: time-sliced shares and MIG slices through GPUKubeSpawner.
 
 As in test_kube_spawner.py, the spawner is the real GPUKubeSpawner of a real JupyterHub ``User``,
 with KubeSpawner's own manifest code; only the API server stands in (the inventory's fetch returns
