@@ -77,10 +77,12 @@ def _merge_shared(
     shared_by: int | None = None,
     memory_known: bool | None = None,
 ):
-    """A shared GPU's figures of one push into its GPU's entry of the minute (issue 17): the whole GPU's scope
-    wins over "own" (the minute is only as precise as its least precise push), the most own processes (0 only if
-    no push saw one) and the most servers sharing, and ``memory_unknown`` once a push could not measure the
-    server's own memory. A whole GPU's push (all None) adds nothing, so its rows stay as they were."""
+    """A shared GPU's figures of one push into its GPU's entry of the minute (docs/admin.md, "Shared GPUs").
+
+    The whole GPU's scope wins over "own" (the minute is only as precise as its least precise push), the most
+    own processes (0 only if no push saw one) and the most servers sharing, and ``memory_unknown`` once a push
+    could not measure the server's own memory. A whole GPU's push (all None) adds nothing, so its rows stay
+    as they were."""
     if scope is not None:
         g["scope"] = "gpu" if "gpu" in (scope, g.get("scope")) else scope
     if processes is not None:
@@ -210,7 +212,7 @@ def gpu_busy_marks(
 
 
 def share_holders(ledger: Ledger, parents: Sequence[str]) -> dict[str, int]:
-    """physical GPU uuid -> how many open sessions of the ledger hold a share of it (issue 17).
+    """physical GPU uuid -> how many open sessions of the ledger hold a share of it.
 
     A share's uuid names its GPU (``<parent>/share-<i>-of-<k>``, :func:`~jupyterhub_gpu.gpus.device.share_uuid`),
     and the ledger keeps each session's unit uuids as the spawner assigned them: this is the hub's
