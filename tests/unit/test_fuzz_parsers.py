@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from jupyterhub_gpu.billing import PERIODS, UNITS, period_window
 from jupyterhub_gpu.money import to_micros
-from jupyterhub_gpu.service.domain.culling import KINDS, CullRule, parse_config
-from jupyterhub_gpu.service.domain.samples import SAMPLE_FIELDS, SampleError, parse_sample
+from jupyterhub_gpu.rules.cullrules import KINDS, CullRule, parse_config
+from jupyterhub_gpu.rules.samples import SAMPLE_FIELDS, SampleError, parse_sample
 from jupyterhub_gpu.service.web.params import (
     BUDGET_FIELDS,
     CULLING_PARAMS,

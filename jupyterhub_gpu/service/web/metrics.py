@@ -33,12 +33,12 @@ from jupyterhub_gpu.clock import aware_utc, utcnow
 from jupyterhub_gpu.ledger.queries.samples import gpu_busy_marks
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import MICROS
-from jupyterhub_gpu.service.domain.statuses import current_statuses
+from jupyterhub_gpu.rules import idle
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import TickHealth
 from jupyterhub_gpu.service.web.auth import SCOPE_METRICS_READ, BaseHandler
 from jupyterhub_gpu.service.web.context import WebContext
-from jupyterhub_gpu.session import IDLE_UTIL_PERCENT, StopReason
+from jupyterhub_gpu.session import StopReason
 
 NAMESPACE = "jupyterhub_gpu"
 log = logging.getLogger("jupyterhub_gpu.service")
@@ -145,7 +145,7 @@ class LedgerCollector:
         yield from self._budgets(now)
 
     def _gpu_idle(self, now, sessions, profiles):
-        """Seconds since each running GPU session's GPUs last averaged IDLE_UTIL_PERCENT in a minute, and the
+        """Seconds since each running GPU session's GPUs last worked in a minute (:data:`.idle.IDLE`), and the
         GPUs by profile whose latest sampled minute was at or above it (busy now).
 
         Counted from the end of that minute, or from the session's start (at most IDLE_HORIZON back) when
@@ -154,14 +154,14 @@ class LedgerCollector:
         busy = Counter(dict.fromkeys(profiles, 0))
         family = GaugeMetricFamily(
             f"{NAMESPACE}_session_gpu_idle_seconds",
-            f"Seconds since a running GPU session's GPUs last averaged {IDLE_UTIL_PERCENT}% utilization in a minute"
-            f" (at most {int(IDLE_HORIZON.total_seconds())}), for sessions whose server sends samples",
+            f"Seconds since a running GPU session's GPUs last averaged {idle.IDLE.util_percent}% utilization"
+            f" in a minute (at most {int(IDLE_HORIZON.total_seconds())}), for sessions whose server sends samples",
             labels=["user", "server", "profile"],
         )
         horizon = now - IDLE_HORIZON
         for i in range(0, len(sessions), IDS_PER_QUERY):
             chunk = sessions[i : i + IDS_PER_QUERY]
-            marks = gpu_busy_marks(self.ledger, [s.id for s in chunk], horizon, IDLE_UTIL_PERCENT)
+            marks = gpu_busy_marks(self.ledger, [s.id for s in chunk], horizon)
             for s in chunk:
                 last_sampled, last_busy = marks[s.id]
                 if last_sampled is None or aware_utc(last_sampled) + timedelta(minutes=1) < now - SAMPLED_WITHIN:
@@ -174,8 +174,8 @@ class LedgerCollector:
         yield family
         busy_gpus = GaugeMetricFamily(
             f"{NAMESPACE}_busy_gpus",
-            f"GPUs of running sessions whose latest sampled minute averaged {IDLE_UTIL_PERCENT}% utilization or more,"
-            " by profile (the busy part of active_gpus)",
+            f"GPUs of running sessions whose latest sampled minute averaged {idle.IDLE.util_percent}% utilization"
+            " or more, by profile (the busy part of active_gpus)",
             labels=["profile"],
         )
         for profile in sorted(busy):
@@ -193,7 +193,7 @@ class LedgerCollector:
         remaining = GaugeMetricFamily(
             f"{NAMESPACE}_budget_remaining", "Budget left in the current period, in its unit", labels=labels
         )
-        for status in current_statuses(self.ledger, self.ledger.budget_rules(), now, self.tz):
+        for status in self.ledger.statuses_of(self.ledger.budget_rules(), now, self.tz):
             rule = status.rule
             values = [rule.scope, rule.subject, rule.unit]
             limit.add_metric(values, float(status.limit))

@@ -21,9 +21,10 @@ from jupyterhub_gpu.ledger.models import JobRecord, SessionRecord
 from jupyterhub_gpu.ledger.queries.advice import advice_of
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import DEFAULT_LOCALE, Currency, MoneyError, from_micros, to_micros
-from jupyterhub_gpu.service.domain.advice import advice_json
+from jupyterhub_gpu.rules import idle
 from jupyterhub_gpu.service.domain.savings import CullingReport, Tally
-from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT
+from jupyterhub_gpu.service.feeds.advice import advice_json
+from jupyterhub_gpu.session import CULL_REASONS
 
 CSV_COLUMNS = (
     "id",
@@ -108,7 +109,7 @@ def session_json(
     their reader's language) in the session's own currency.
 
     ``advice`` is its right-sizing advice
-    (:func:`~jupyterhub_gpu.service.domain.advice.advice_json`), None when it has none.
+    (:func:`~jupyterhub_gpu.service.feeds.advice.advice_json`), None when it has none.
     ``minutes_in_window`` and ``cost_in_window`` are the part of it inside ``window``
     (``since``, ``until``): a minute counts in the window in which it starts, as
     budgets count it, so the reports of consecutive windows add up to the charge.
@@ -366,7 +367,7 @@ def culling_json(report: CullingReport, currency: str) -> dict:
             "until": isoformat(report.until) if report.until else None,
             "counted_until": isoformat(report.counted_until),
             "horizon_hours": _hours_number(report.horizon),
-            "idle_util_percent": IDLE_UTIL_PERCENT,
+            "idle_util_percent": idle.IDLE.util_percent,
         },
         "group": report.group,
         "currency": currency,
