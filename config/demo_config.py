@@ -140,7 +140,7 @@ c.JupyterHub.services = [
     }
 ]
 c.JupyterHub.allow_named_servers = True  # notebook jobs run in named servers job-<id>
-# at most 4 named servers a user (notebook jobs count: GPUService.max_concurrent_jobs is 2), docs/admin.md
+# at most 4 named servers a user (notebook jobs count: c.Jobs.max_concurrent is 2), docs/admin.md
 c.JupyterHub.named_server_limit_per_user = 4
 c.JupyterHub.load_roles = [
     {

@@ -148,7 +148,7 @@ c.JupyterHub.services = [
     }
 ]
 c.JupyterHub.allow_named_servers = True  # notebook jobs run in named servers job-<id>
-c.JupyterHub.named_server_limit_per_user = 4  # notebook jobs count (max_concurrent_jobs is 2); docs/admin.md
+c.JupyterHub.named_server_limit_per_user = 4  # notebook jobs count (c.Jobs.max_concurrent is 2); docs/admin.md
 c.JupyterHub.load_roles = [
     {
         "name": "gpu-service",

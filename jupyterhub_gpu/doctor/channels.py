@@ -1,7 +1,7 @@
 """Where the configured alert channels connect, reached without sending; and a test message through the gateway.
 
-The channels are the service's own (:meth:`AlertSettings.apprise_channels`: the ``notify_*`` Apprise URLs
-and the deprecated mail and webhook settings); people see them as :func:`~jupyterhub_gpu.service.channels.describe`
+The channels are the service's own (:meth:`AlertSettings.apprise_channels`: the ``c.Notify`` Apprise URLs
+and the deprecated ``c.LegacyMail`` settings); people see them as :func:`~jupyterhub_gpu.service.channels.describe`
 shows them (secrets hidden). A test message goes through the gateway's :meth:`Notifier.test`.
 """
 

@@ -355,7 +355,7 @@ def check_named_servers(setup: Setup) -> Iterator[Result]:
         yield Result(
             "named-servers",
             WARN,
-            f"named_server_limit_per_user is {limit}, under max_concurrent_jobs {jobs}: jobs are refused before that",
+            f"named_server_limit_per_user is {limit}, under Jobs.max_concurrent {jobs}: jobs are refused before that",
             f"c.JupyterHub.named_server_limit_per_user = {jobs + 2} (jobs count, docs/admin.md)",
         )
         return

@@ -94,7 +94,7 @@ OVERSIZED_MIN_SESSIONS = 3
 
 @dataclass(frozen=True)
 class AdviceSettings:
-    """The thresholds of the advice (``GPUService.advice_*``)."""
+    """The thresholds of the advice (``c.Advice``; its errors name the option without the group)."""
 
     headroom_percent: int = DEFAULT_HEADROOM_PERCENT
     min_minutes: int = DEFAULT_MIN_MINUTES
@@ -110,11 +110,9 @@ class AdviceSettings:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise AdviceError(f"advice_{name} must be a whole number from {low} to {high}, got {value!r}")
+                raise AdviceError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
         if not isinstance(self.profile_memory_gb, dict):
-            raise AdviceError(
-                f"advice_profile_memory_gb must be a dict of profile -> GB, got {self.profile_memory_gb!r}"
-            )
+            raise AdviceError(f"profile_memory_gb must be a dict of profile -> GB, got {self.profile_memory_gb!r}")
         for slug, gb in self.profile_memory_gb.items():
             if (
                 isinstance(gb, bool)
@@ -122,9 +120,7 @@ class AdviceSettings:
                 or not 0 < gb <= 4096
                 or not isinstance(slug, str)
             ):
-                raise AdviceError(
-                    f"advice_profile_memory_gb[{slug!r}] must be a number of GB from 0 to 4096, got {gb!r}"
-                )
+                raise AdviceError(f"profile_memory_gb[{slug!r}] must be a number of GB from 0 to 4096, got {gb!r}")
 
 
 # -- the profile catalogue ----------------------------------------------------------------------
@@ -178,7 +174,7 @@ def compute_ratio(current_model: str, candidate_model: str) -> float | None:
 def catalogue(pricing: Sequence[dict], settings: AdviceSettings) -> list[ProfileOption]:
     """The profiles the hub published (``Ledger.pricing()``) with their GPU memory per GPU.
 
-    Memory comes from ``advice_profile_memory_gb`` first, then from the hub's
+    Memory comes from ``c.Advice.profile_memory_gb`` first, then from the hub's
     GPU inventory (``gpu_memory_mib`` of the published profile: the smallest GPU
     of its model), then from the model or profile name (a MIG slice ``1g.5gb``,
     ``A100-80GB``, or a known model such as ``T4``). A profile of part of a GPU

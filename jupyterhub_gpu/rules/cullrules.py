@@ -2,7 +2,7 @@
 
 A rule (:class:`CullRule`) is a kind (the stop reason of the servers it stops), a time ``T`` (``minutes``), a
 warning lead (``warn_minutes``) and, for the GPU rules, a utilization threshold whose default is the idle
-definition's (:data:`.idle.IDLE`). :func:`parse_config` reads the service's ``cull_rules`` (a default list,
+definition's (:data:`.idle.IDLE`). :func:`parse_config` reads the service's ``c.Culling.rules`` (a default list,
 per-profile and per-group lists), :func:`rules_for` picks a session's. What a rule decides is
 :mod:`.culling`; docs/culling.md explains each kind and the defaults.
 """

@@ -255,14 +255,14 @@ class GPUService(Application):
             self.advice_settings = self.make_advice_settings()
         except (TraitError, ValueError) as e:
             # a setting's own validation names the setting and what it accepts: say that, not a traceback
-            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
+            self.log.critical("jupyterhub-gpu service configuration error: %s", self._as_written(str(e)))
             self.exit(1)
         self.ledger = Ledger(self.db_url)
         self.take_lab_settings()
         try:
             self.notifier = Notifier(self.ledger, self.alert_settings, default_language=self.default_language)
         except ValueError as e:
-            self.log.critical("jupyterhub-gpu service configuration error: %s", e)
+            self.log.critical("jupyterhub-gpu service configuration error: %s", self._as_written(str(e)))
             self.exit(1)
         self._warn_deprecated_alert_settings()
         self.hub = HubClient.from_env()
@@ -287,14 +287,16 @@ class GPUService(Application):
             self.scheduling = Scheduling(parent=self)
             self.advice = Advice(parent=self)
         except (TraitError, ValueError) as e:
-            # a value set under its deprecated name is refused under that name, in the words it always had
-            message = str(e)
-            for old in self._deprecated_used:
-                group, new = DEPRECATED[old]
-                message = message.replace(f"{group}.{new}", f"GPUService.{old}")
-            raise type(e)(message) from None
+            raise type(e)(self._as_written(str(e))) from None
 
     _deprecated_used: set[str] = set()
+
+    def _as_written(self, message: str) -> str:
+        """``message`` with each option set under its deprecated name named so: refused in the words it always had."""
+        for old in self._deprecated_used:
+            group, new = DEPRECATED[old]
+            message = message.replace(f"{group}.{new}", f"GPUService.{old}")
+        return message
 
     def _move_deprecated(self, config) -> None:
         """Move the deprecated ``GPUService.<option>`` names of ``config`` to their groups, each warned once."""
@@ -418,7 +420,7 @@ class GPUService(Application):
         await run_announcer(self.tick_context)(session, job, channel)
 
     async def tick(self) -> None:
-        """One metering tick (:func:`.tick.run_tick`); failures are logged and the next tick tries again."""
+        """One metering tick (:func:`.tick.metering.run_tick`); failures are logged and the next tick tries again."""
         await run_tick(self.tick_context, self.tick_state, utcnow(), self.log)
 
     async def run(self) -> None:

@@ -29,7 +29,7 @@ from jupyterhub_gpu.service.domain.notices import ChannelConfig, parse_events, v
 
 #: Schemes that act on the service's own machine (desktop pop-ups, syslog, USB lights): never a channel.
 LOCAL_SCHEMES = frozenset({"windows", "macosx", "dbus", "kde", "qt", "glib", "gnome", "syslog", "blink1", "dot"})
-#: What users may add for themselves unless the admins say otherwise (``GPUService.notify_user_schemes``):
+#: What users may add for themselves unless the admins say otherwise (``c.Notify.user_schemes``):
 #: services whose plugin connects to a host of its own (the URL names a token, a key, a chat, never a host
 #: or a mail server), so that a user's URL cannot make the service connect inside the lab's network.
 DEFAULT_USER_SCHEMES = (
@@ -139,7 +139,7 @@ def describe(url: str, schemes: Iterable[str] | None = None, template: bool = Fa
     if len(url) > MAX_URL_LENGTH:
         raise ChannelError(f"The URL is longer than {MAX_URL_LENGTH} characters.")
     if "{username}" in url and not template:
-        raise ChannelError("Only notify_user_url_template may hold {username}.")
+        raise ChannelError("Only Notify.user_url_template may hold {username}.")
     sample = url.replace("{username}", "student") if template else url
     scheme = scheme_of(sample)
     if not scheme:
@@ -221,7 +221,7 @@ def check_host(host: str, trusted: Iterable[str] = ()) -> None:
         if refused:
             raise ChannelError(
                 f"The host {host!r} is {refused} address ({info[4][0]}): a user's channel may not reach the"
-                " lab's own network (an admin may trust a host by name in GPUService.notify_user_hosts)."
+                " lab's own network (an admin may trust a host by name in Notify.user_hosts)."
             )
 
 
@@ -277,7 +277,7 @@ def is_address(text) -> bool:
     return isinstance(text, str) and "://" not in text and "@" in text
 
 
-def check_mail_url(url: str, what: str = "GPUService.notify_user_mail_url") -> str:
+def check_mail_url(url: str, what: str = "Notify.user_mail_url") -> str:
     """The lab's mail server for users' addresses: a mailto(s):// URL naming no recipient; ValueError otherwise."""
     if scheme_of(url) not in ("mailto", "mailtos"):
         raise ValueError(
@@ -299,7 +299,7 @@ def claim_of(url: str) -> str:
     return "ap" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:14]
 
 
-def configured_channel(spec, owner_kind: str, owner: str = "", what: str = "notify_admin_urls") -> ChannelConfig:
+def configured_channel(spec, owner_kind: str, owner: str = "", what: str = "Notify.admin_urls") -> ChannelConfig:
     """A configured channel from ``"URL"`` or ``{"url": "URL", "events": [...]}``; ValueError naming ``what``."""
     if isinstance(spec, str):
         url, events = spec, None
@@ -331,7 +331,7 @@ def described(channel: ChannelConfig) -> ChannelConfig:
         try:
             service, masked = describe(channel.url)
         except ChannelError as e:
-            setting = "GPUService.smtp_host" if channel.claim == "email" else "GPUService.webhook_url"
+            setting = "LegacyMail.smtp_host" if channel.claim == "email" else "LegacyMail.webhook_url"
             raise ChannelError(f"{setting}: {e}") from None
         channel = replace(channel, service=service, masked=masked)
     SCRUBBER.learn(channel.url, channel.masked)

@@ -496,7 +496,7 @@ class Notifier:
         """Send a test message to one channel now, backoff or not; DeliveryError (secrets blanked) if refused."""
         url = expand(channel, message, self.settings.user_mail_url)
         if url is None:
-            raise DeliveryError("the lab sends no mail to users' addresses now (GPUService.notify_user_mail_url)")
+            raise DeliveryError("the lab sends no mail to users' addresses now (Notify.user_mail_url)")
         await self.send_to(Target(channel, url), message)
 
     def close(self) -> None:

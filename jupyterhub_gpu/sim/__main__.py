@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
         "--policy",
         default=OURS,
         help=f"{OURS} (the default rules), {', '.join(BASELINES)}, idle-culler-SECONDS[/EVERY],"
-        " or a JSON file: a list of rules or a whole cull_rules config (default: %(default)s)",
+        " or a JSON file: a list of rules or a whole c.Culling.rules config (default: %(default)s)",
     )
     p.add_argument(
         "--rate-per-gpu-minute",

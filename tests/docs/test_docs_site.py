@@ -15,6 +15,7 @@ import yaml
 from sphinx.errors import ExtensionError
 
 from jupyterhub_gpu.service.app import GPUService
+from jupyterhub_gpu.service.settings import SETTINGS_CLASSES
 from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
 from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
@@ -43,12 +44,15 @@ def test_the_configuration_page_documents_the_spawners_and_the_service():
         GPUKubeSpawner,
         GPULocalSpawner,
         GPUService,
+        *SETTINGS_CLASSES,  # the service's settings by concern (c.Budgets, c.Notify, ...)
     }
     # the mixin's options are set through the three spawners, and the entry points name exactly those
     assert blocks["jupyterhub_gpu.spawners.mixin.GPUSpawnerMixin"]["shared"].replace(" ", "").split(",") == SHARED
 
 
-@pytest.mark.parametrize("cls", [GPUSpawnerMixin, GPUDockerSpawner, GPUKubeSpawner, GPULocalSpawner, GPUService])
+@pytest.mark.parametrize(
+    "cls", [GPUSpawnerMixin, GPUDockerSpawner, GPUKubeSpawner, GPULocalSpawner, GPUService, *SETTINGS_CLASSES]
+)
 def test_every_own_option_is_there_with_its_type_default_and_help(cls):
     shared = SHARED if cls is GPUSpawnerMixin else []
     markdown = gpu_docs.options_markdown(cls, 3, shared)

@@ -679,7 +679,7 @@ def test_the_deprecated_settings_map_onto_apprise_urls_or_stop_the_service_with_
     assert "digest" not in webhook.events  # the webhook never carried the digest
     json_hook = Notifier(ledger, AlertSettings(webhook_url="https://hooks.example.edu/gpu?x=1")).configured[0]
     assert json_hook.url == "jsons://hooks.example.edu/gpu?x=1" and json_hook.service == "JSON"
-    with pytest.raises(ChannelError, match=r"GPUService\.webhook_url: Apprise cannot use this URL"):
+    with pytest.raises(ChannelError, match=r"LegacyMail\.webhook_url: Apprise cannot use this URL"):
         Notifier(ledger, AlertSettings(webhook_url="https://chat.example.edu/hooks/gpu", webhook_format="slack"))
 
 
@@ -803,7 +803,7 @@ async def test_the_channel_every_user_has_is_not_filled_with_an_unsafe_name(smtp
 def test_a_refused_channel_setting_names_its_keys_never_its_values():
     url = "mailtos://gpu:Pa55wordNeverShown@smtp.example.edu?to=a@example.edu"
     with pytest.raises(ValueError) as refused:
-        configured_channel({"url": url, "event": ["budget.100"]}, "admin", "", "GPUService.notify_admin_urls[0]")
+        configured_channel({"url": url, "event": ["budget.100"]}, "admin", "", "Notify.admin_urls[0]")
     assert "['event', 'url']" in str(refused.value) and "Pa55word" not in str(refused.value)
     with pytest.raises(ValueError) as refused:
         configured_channel(["mailtos://gpu:Pa55wordNeverShown@x"], "admin")

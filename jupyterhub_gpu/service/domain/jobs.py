@@ -12,7 +12,7 @@ hub with the server's own token. The ledger records the stop as
 Only a job's own server may report on it: the runner's reports must come with
 that server's token (``servers!server=USER/job-<id>``); another server of the
 same user, or the user's own token, gets a 403, so it cannot end a job that still
-runs (which would free a ``max_concurrent_jobs`` slot and lift its time limit).
+runs (which would free a ``c.Jobs.max_concurrent`` slot and lift its time limit).
 A server that reported its job's end but is still running a margin later is
 stopped by the tick. The hub keeps names beginning with ``job-`` for the servers
 this service starts (the spawner refuses a user's own), and a finished-run
@@ -24,8 +24,8 @@ reason becomes ``stop_when_done``) and stops itself.
 
 Each finished run is announced once, with its cost, in JupyterLab and by email
 and webhook where those are set up (:func:`run_notice`, sent by the metering
-tick's :func:`..tick.announce_finished_runs`). The tick also ends jobs the runner
-could not end itself (:func:`..tick.enforce_jobs`): over their time limit
+tick's :func:`..tick.jobs.announce_finished_runs`). The tick also ends jobs the runner
+could not end itself (:func:`..tick.jobs.enforce_jobs`): over their time limit
 (stopped, ``job_time_limit``), or whose server went away.
 
 Here are the rules and the messages; the tick (:mod:`..tick`) ends jobs through

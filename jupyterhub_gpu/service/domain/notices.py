@@ -13,9 +13,9 @@ Two kinds of channel carry notices (:data:`CHANNELS`):
 
 - ``lab``: a notice in the ledger that the JupyterLab extension polls (always on);
 - ``apprise``: every Apprise URL that wants the message's event (:func:`wants`): the
-  admins' (``GPUService.notify_admin_urls``), the groups' (``notify_group_urls`` and
-  those admins add on the pages), each user's (``notify_user_url_template`` and those
-  users add for themselves), and the deprecated ``smtp_*``/``webhook_*`` settings
+  admins' (``c.Notify.admin_urls``), the groups' (``c.Notify.group_urls`` and
+  those admins add on the pages), each user's (``c.Notify.user_url_template`` and those
+  users add for themselves), and the deprecated ``c.LegacyMail`` settings
   mapped onto Apprise URLs (:meth:`AlertSettings.legacy_channels`).
 """
 
@@ -78,7 +78,7 @@ def parse_events(value, owner_kind: str, what: str = "events") -> tuple[str, ...
 class ChannelConfig:
     """One channel from the configuration or the ledger: an Apprise URL, whose it is, and the events it gets.
 
-    ``url`` may hold ``{username}`` (a channel for every user, from ``notify_user_url_template``); it keeps
+    ``url`` may hold ``{username}`` (a channel for every user, from ``c.Notify.user_url_template``); it keeps
     the far end's secrets and is never shown: pages, API answers and logs show ``masked``. ``configured``
     channels come from the config file (read-only on the pages); others from the ledger (``stored_id``).
     ``claim`` names the channel in ``gpu_alerts`` (at most 16 characters).
@@ -233,14 +233,14 @@ class AlertSettings:
     webhook_format: str = "json"
     #: Seconds for one delivery to one channel (an SMTP conversation, an HTTP request).
     timeout: float = 10.0
-    #: The configured Apprise channels (``notify_admin_urls``, ``notify_group_urls``,
-    #: ``notify_user_url_template``), checked by the gateway (:func:`..notify.configured_channels`).
+    #: The configured Apprise channels (``c.Notify.admin_urls``, ``group_urls``,
+    #: ``user_url_template``), each checked when the service starts (:func:`..channels.configured_channel`).
     channels: tuple[ChannelConfig, ...] = ()
-    #: The Apprise schemes a user may add for themselves (``GPUService.notify_user_schemes``).
+    #: The Apprise schemes a user may add for themselves (``c.Notify.user_schemes``).
     user_schemes: tuple[str, ...] = ()
-    #: Hosts users' channels may reach though internal (``GPUService.notify_user_hosts``).
+    #: Hosts users' channels may reach though internal (``c.Notify.user_hosts``).
     user_hosts: tuple[str, ...] = ()
-    #: The lab's mail server as a ``mailto(s)://`` URL without recipients (``GPUService.notify_user_mail_url``):
+    #: The lab's mail server as a ``mailto(s)://`` URL without recipients (``c.Notify.user_mail_url``):
     #: users add "an e-mail address" sent through it; "" = users cannot add mail.
     user_mail_url: str = field(default="", repr=False)
 

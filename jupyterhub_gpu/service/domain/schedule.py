@@ -2,7 +2,7 @@
 
 The hub's scheduler (:mod:`jupyterhub_gpu.scheduler`, run by the hub's wait queue) decides; the ledger keeps
 what it decided (:mod:`jupyterhub_gpu.ledger.queries.schedule`: the stop orders and the queue it publishes);
-the tick carries the orders out (:func:`..tick.enforce_schedule`) and the REST API shows the queue
+the tick carries the orders out (:func:`..tick.scheduling.enforce_schedule`) and the REST API shows the queue
 (:mod:`..web.api.queue`). Here are the words:
 
 - :func:`order_message`: the notice of a stop order, sent at once through the gateway: a ``preempted`` server

@@ -213,7 +213,7 @@ def test_jobs_without_named_servers_fail(tmp_path):
 def test_a_named_server_limit_under_the_jobs_is_a_warning(tmp_path):
     extra = "c.JupyterHub.named_server_limit_per_user = 1\n"
     result = one(doctor(tmp_path, extra, only=[checks.check_named_servers]), "named-servers", WARN)
-    assert "under max_concurrent_jobs 2" in result.message
+    assert "under Jobs.max_concurrent 2" in result.message
 
 
 def test_a_service_currency_differing_from_the_spawners_fails_naming_both(tmp_path):

@@ -2,7 +2,7 @@
 API's ``channels`` and the usage pages' channel form alike.
 
 - a user reads, adds, changes, removes and tests only their own channels; the schemes they may add are
-  ``GPUService.notify_user_schemes``;
+  ``c.Notify.user_schemes``;
 - a group's channels and the admins' are read with ``custom:gpu-usage:read`` (a group's also by its
   instructors, ``custom:gpu-usage:read!group=NAME``) and written and tested with ``custom:gpu-budgets:write``;
 - another user's channels are read with ``custom:gpu-usage:read`` and removed (not changed, not tested)
@@ -206,7 +206,7 @@ def add(ctx: WebContext, caller: Caller, owner_kind: str, owner: str, url, event
         schemes = settings.user_schemes if settings is not None else ()
         mail = settings is not None and bool(settings.user_mail_url)
         if not schemes and not mail:
-            raise web.HTTPError(403, "The admins allow no channels of your own here (notify_user_schemes).")
+            raise web.HTTPError(403, "The admins allow no channels of your own here (Notify.user_schemes).")
         if len(channels_of(ctx.ledger, "user", owner)) >= MAX_OWN_CHANNELS:
             raise web.HTTPError(400, f"You have {MAX_OWN_CHANNELS} channels already: remove one first.")
         if is_address(url):  # an e-mail address: through the lab's own mail server, never a server of theirs

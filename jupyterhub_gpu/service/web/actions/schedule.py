@@ -4,7 +4,7 @@ usage pages' forms alike.
 
 A booking keeps N GPUs of a model for a group in a window, once or weekly until a day. Admins
 (``custom:gpu-budgets:write``) book for any group, any window; an instructor, for the groups of their
-``custom:gpu-usage:read!group=NAME`` scopes, starting at least ``c.GPUService.reservation_notice_hours`` from
+``custom:gpu-usage:read!group=NAME`` scopes, starting at least ``c.Scheduling.reservation_notice_hours`` from
 now and within the group's booking limits (:class:`~jupyterhub_gpu.scheduler.bookings.BookingLimits`), which
 bind the group's bookings together, so that an instructor cannot take the pool for long or at short notice,
 nor split a booking to get past them. It is checked alone first (its fields, the pool, the group, the limits),
@@ -47,13 +47,13 @@ from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_REA
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.params import BadRequest, parse_reservation, parse_share
 
-#: The defaults of ``c.GPUService.reservation_max_hours`` and ``reservation_notice_hours`` (a context without them);
+#: The defaults of ``c.Scheduling.reservation_max_hours`` and ``reservation_notice_hours`` (a context without them);
 #: the GPU-hours a week and the part of the pool are not limited unless set.
 DEFAULT_MAX_HOURS = 4.0
 DEFAULT_NOTICE_HOURS = 24.0
 
 NO_POOL = (
-    "The gpu service does not know the lab's GPUs, so it cannot check a booking: set c.GPUService.gpu_pool"
+    "The gpu service does not know the lab's GPUs, so it cannot check a booking: set c.Scheduling.gpu_pool"
     " (for example {'T4': 4, 'A100': 4}) in the service's configuration and restart it"
 )
 
@@ -119,7 +119,7 @@ def check_notice(ctx: WebContext, draft: Draft, now: datetime) -> None:
         raise web.HTTPError(
             400,
             f"The reservation cannot be made: it starts {draft.start.astimezone(ctx.tz):%Y-%m-%d %H:%M}, and"
-            f" an instructor must book at least {notice:g} hours ahead (c.GPUService.reservation_notice_hours),"
+            f" an instructor must book at least {notice:g} hours ahead (c.Scheduling.reservation_notice_hours),"
             f" so not before {earliest.astimezone(ctx.tz):%Y-%m-%d %H:%M}; an administrator can book sooner",
         )
 
@@ -218,7 +218,7 @@ class BookingLimitError(ReservationError):
 
 
 def booking_limits(ctx) -> BookingLimits:
-    """The lab's limits on an instructor's bookings (``c.GPUService.reservation_max_hours``, ...)."""
+    """The lab's limits on an instructor's bookings (``c.Scheduling.reservation_max_hours``, ...)."""
     return BookingLimits.from_settings(
         _hours(ctx, "reservation_max_hours", DEFAULT_MAX_HOURS),
         getattr(ctx, "reservation_max_gpu_hours_per_week", None),
@@ -291,12 +291,12 @@ def limit_text(p: LimitProblem, tz) -> str:
         if p.alone and p.single_window:
             return (
                 f"its window on {_span(p.start, p.end, tz)} lasts {_number(p.amount)} hours{clock}{more}, and"
-                f" {longest} (c.GPUService.reservation_max_hours); an administrator can book a longer one"
+                f" {longest} (c.Scheduling.reservation_max_hours); an administrator can book a longer one"
             )
         by = "its windows" if p.alone else f"with {p.group}'s other {p.model} bookings ({_bookings(p.others)}) it"
         return (
             f"{by} holds {p.model} GPUs without a break for {_number(p.amount)} hours{clock},"
-            f" {_span(p.start, p.end, tz)}{more}, and {longest} (c.GPUService.reservation_max_hours; a group's"
+            f" {_span(p.start, p.end, tz)}{more}, and {longest} (c.Scheduling.reservation_max_hours; a group's"
             f" bookings less than {HOLD_GAP // timedelta(minutes=1)} minutes apart count as one hold); an"
             " administrator can book a longer one"
         )
@@ -311,13 +311,13 @@ def limit_text(p: LimitProblem, tz) -> str:
             )
         return (
             f"{what}, and an instructor may book at most {_number(p.allowed)} GPU-hours a week for a group"
-            " (c.GPUService.reservation_max_gpu_hours_per_week); an administrator can book more"
+            " (c.Scheduling.reservation_max_gpu_hours_per_week); an administrator can book more"
         )
     by = "" if p.alone else f" (with {_bookings(p.others)})"
     return (
         f"on {_span(p.start, p.end, tz)}{more}, {p.group} would hold {_number(p.amount)} of the pool's {p.pool}"
         f" {p.model} GPUs at once{by}, and an instructor may book at most {_number(p.allowed)} of them for a group"
-        f" at once ({_number(100 * p.share)}% of the pool, c.GPUService.reservation_max_pool_fraction); an"
+        f" at once ({_number(100 * p.share)}% of the pool, c.Scheduling.reservation_max_pool_fraction); an"
         " administrator can book more"
     )
 

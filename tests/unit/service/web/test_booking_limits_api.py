@@ -70,7 +70,7 @@ def test_an_instructor_cannot_split_a_24_hour_hold_into_six_4_hour_bookings(ctx,
     assert answer["message"] == (
         f"The reservation cannot be made: with cs231n's other T4 bookings (its reservations {first['id']},"
         f" {made[1]['id']}) it holds T4 GPUs without a break for 12 hours, Tue 8 Dec 2026 00:00–12:00 (and 5 more"
-        " like it later), and an instructor may book at most 4 hours at a time (c.GPUService.reservation_max_hours;"
+        " like it later), and an instructor may book at most 4 hours at a time (c.Scheduling.reservation_max_hours;"
         " a group's bookings less than 60 minutes apart count as one hold); an administrator can book a longer one"
     )
     assert refused == [start for start, _ in six_windows[1::2]]
@@ -104,7 +104,7 @@ def test_an_instructor_s_week_of_gpu_hours_counts_every_booking_of_the_group(ctx
     assert answer["message"] == (
         "The reservation cannot be made: in the week of Mon 7 Dec 2026 (Monday to Sunday, Asia/Shanghai) cs231n"
         " would have 24 GPU-hours booked (8 by this booking, 16 by its reservations 1, 2), and an instructor may"
-        " book at most 20 GPU-hours a week for a group (c.GPUService.reservation_max_gpu_hours_per_week); an"
+        " book at most 20 GPU-hours a week for a group (c.Scheduling.reservation_max_gpu_hours_per_week); an"
         " administrator can book more"
     )
     assert tables(ledger) == before
@@ -128,7 +128,7 @@ def test_an_instructor_s_group_holds_at_most_its_part_of_a_model_s_pool(ctx, led
     assert answer["message"] == (
         "The reservation cannot be made: on Tue 8 Dec 2026 14:00–16:00, cs231n would hold 3 of the pool's 4 T4 GPUs"
         " at once, and an instructor may book at most 2 of them for a group at once (50% of the pool,"
-        " c.GPUService.reservation_max_pool_fraction); an administrator can book more"
+        " c.Scheduling.reservation_max_pool_fraction); an administrator can book more"
     )
     assert tables(ledger)["gpu_reservations"] == []
     assert book(ctx, PROF, "2026-12-08T14:00", "2026-12-08T16:00", count=2)[0] == 201
@@ -166,7 +166,7 @@ def test_a_weekly_booking_is_measured_at_every_window_in_the_lab_s_zone(ctx, led
     night = "Sun 31 Oct 2027" if zone == "Europe/Berlin" else "Sun 7 Nov 2027"
     assert (
         f"its window on {night} 00:00–04:00 lasts 5 hours (the clocks change in it: 4 hours on the clock), and an"
-        " instructor may book at most 4 hours at a time (c.GPUService.reservation_max_hours)" in answer["message"]
+        " instructor may book at most 4 hours at a time (c.Scheduling.reservation_max_hours)" in answer["message"]
     )
     assert tables(ledger)["gpu_reservations"] == []
 

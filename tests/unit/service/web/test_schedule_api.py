@@ -164,7 +164,7 @@ def test_an_instructor_cannot_take_the_pool_for_long_or_at_short_notice(ctx, led
         (booking(end="2026-12-08T18:00:01+08:00"), "lasts 4.00028 hours, and an instructor may book at most 4"),
         (booking(end="2026-12-09T02:00+08:00", weekly_until="2027-01-15"), "lasts 12 hours"),
         (booking(start="2026-12-02T15:59+08:00", end="2026-12-02T17:00+08:00"), "it starts 2026-12-02 15:59, and an"
-         " instructor must book at least 24 hours ahead (c.GPUService.reservation_notice_hours), so not before"
+         " instructor must book at least 24 hours ahead (c.Scheduling.reservation_notice_hours), so not before"
          " 2026-12-02 16:00"),
         (booking(start="2026-12-01T07:00Z", end="2026-12-01T08:00Z"), "at least 24 hours ahead"),  # begun already
     ]  # fmt: skip
@@ -173,7 +173,7 @@ def test_an_instructor_cannot_take_the_pool_for_long_or_at_short_notice(ctx, led
         assert code == 400 and words in answer["message"], answer
         assert answer["message"].startswith("The reservation cannot be made: ")
     assert (
-        "(c.GPUService.reservation_max_hours)" in call(ctx, PROF, "POST", "/reservations", refused[0][0])[1]["message"]
+        "(c.Scheduling.reservation_max_hours)" in call(ctx, PROF, "POST", "/reservations", refused[0][0])[1]["message"]
     )
     assert tables(ledger)["gpu_reservations"] == []
 
@@ -200,6 +200,7 @@ def test_an_instructor_cannot_take_the_pool_for_long_or_at_short_notice(ctx, led
 @pytest.mark.parametrize("value", ["0", "-4", "float('nan')", "float('inf')"])
 def test_the_service_does_not_start_with_bad_reservation_limits(tmp_path, monkeypatch, capsys, setting, value):
     from jupyterhub_gpu.service.app import GPUService
+    from jupyterhub_gpu.service.settings import Scheduling
 
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "config.py"
@@ -211,7 +212,7 @@ def test_the_service_does_not_start_with_bad_reservation_limits(tmp_path, monkey
     err = capsys.readouterr().err
     assert f"configuration error: GPUService.{setting} must be a positive number of hours, got" in err
     assert not (tmp_path / "ledger.sqlite").exists()
-    assert (GPUService().reservation_max_hours, GPUService().reservation_notice_hours) == (4, 24)
+    assert (Scheduling().reservation_max_hours, Scheduling().reservation_notice_hours) == (4, 24)  # defaults kept
 
 
 @pytest.mark.parametrize(
@@ -287,7 +288,7 @@ def test_bookings_that_conflict_are_refused_with_409_naming_the_window(ctx, ledg
 def test_without_a_pool_nothing_can_be_booked(ctx, ledger):
     ctx.gpu_pool = {}
     code, answer = call(ctx, ADMIN, "POST", "/reservations", booking())
-    assert code == 409 and "c.GPUService.gpu_pool" in answer["message"]
+    assert code == 409 and "c.Scheduling.gpu_pool" in answer["message"]
     assert tables(ledger)["gpu_reservations"] == []
 
 

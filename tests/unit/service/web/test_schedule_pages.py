@@ -349,9 +349,9 @@ def test_bad_bookings_show_the_apis_message_and_store_nothing(ctx, ledger, chang
 def test_without_a_pool_the_page_says_so_and_nothing_is_booked(ctx, ledger):
     ctx = WebContext(**{**ctx.__dict__, "gpu_pool": {}})
     page = call(ctx, ADMIN, "GET", PREFIX + "groups/cs231n").text
-    assert "c.GPUService.gpu_pool" in page and 'name="gpu_model" value=""' in page  # a text field, no pool
+    assert "c.Scheduling.gpu_pool" in page and 'name="gpu_model" value=""' in page  # a text field, no pool
     r = call(ctx, ADMIN, "POST", PREFIX + "groups/cs231n/reservations", booking_form())
-    assert r.code == 409 and "set c.GPUService.gpu_pool" in shown(r.text)
+    assert r.code == 409 and "set c.Scheduling.gpu_pool" in shown(r.text)
     assert tables(ledger)["gpu_reservations"] == []
 
 
