@@ -1,7 +1,8 @@
 """Right-sizing advice and the ledger: which sessions to judge, their facts, storing the advice and summing it.
 
 The rule (what to advise for a session from its figures) is :mod:`jupyterhub_gpu.rules.advice`; here the
-service reads the ledger to build its inputs and keeps its decisions (``gpu_session_advice``, one row per
+service reads the ledger to build its inputs (the profile catalogue every rule chooses from,
+:func:`profile_options`) and keeps its decisions (``gpu_session_advice``, one row per
 session, through :mod:`jupyterhub_gpu.ledger.queries.advice`). The tick judges the sessions
 (``update_advice``); the REST API and the pages show each session's advice
 (:func:`advice_json`) and sum it per group and per profile (:func:`summary`). Money is integer micro-units.
@@ -23,6 +24,7 @@ from jupyterhub_gpu.ledger.queries.advice import (
     save_advice,
     sessions_without_final_advice,
 )
+from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency, from_micros
 from jupyterhub_gpu.rules.advice import (
@@ -38,9 +40,22 @@ from jupyterhub_gpu.rules.advice import (
     Advice,
     AdviceSettings,
     ProfileOption,
+    catalogue,
 )
 from jupyterhub_gpu.rules.advice_text import advice_text
+from jupyterhub_gpu.rules.overrides import apply_to_pricing
 from jupyterhub_gpu.session import SessionFacts
+
+# -- the profile catalogue ----------------------------------------------------------------------
+
+
+def profile_options(ledger: Ledger, settings: AdviceSettings | None = None) -> list[ProfileOption]:
+    """The profiles the rules choose from (the advice, a "GPU memory high" or cap notice's bigger profile, a
+    job's restart on a bigger one, a session's unit on the API): the published ones at the rates and groups
+    the spawner charges and allows, the admins' edits applied as ``GET pricing`` shows them, each with its GPU
+    memory (:func:`~jupyterhub_gpu.rules.advice.catalogue`; ``settings`` None: the defaults)."""
+    return catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings or AdviceSettings())
+
 
 # -- storage ----------------------------------------------------------------------------------
 

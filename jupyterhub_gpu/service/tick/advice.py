@@ -9,12 +9,10 @@ from datetime import datetime
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.ledger.queries.channels import channel_owners
-from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import session_minutes, sessions_minutes
-from jupyterhub_gpu.rules.advice import NOTICE_WITHIN, Advice, advise, catalogue, summarize
-from jupyterhub_gpu.rules.overrides import apply_to_pricing
+from jupyterhub_gpu.rules.advice import NOTICE_WITHIN, Advice, advise, summarize
 from jupyterhub_gpu.service.domain.advice import advice_message, digest_message, digest_window
-from jupyterhub_gpu.service.feeds.advice import facts_of, sessions_to_judge, store, summary
+from jupyterhub_gpu.service.feeds.advice import facts_of, profile_options, sessions_to_judge, store, summary
 from jupyterhub_gpu.service.notify import Notifier, lab_notice
 from jupyterhub_gpu.service.tick.context import LoopSlice, TickContext, chunks
 
@@ -62,7 +60,7 @@ def _advice_steps(ctx: TickContext, now: datetime, result: dict):
     if not closed and not live:
         return
     # the rates and groups the spawner charges and allows: the admins' edits applied, as for GET pricing
-    options = catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings)
+    options = profile_options(ledger, settings)
     for final, records in ((True, closed), (False, live)):
         for chunk in chunks(records):
             minutes = sessions_minutes(ledger, dict.fromkeys(r.id for r in chunk))

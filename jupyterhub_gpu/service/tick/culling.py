@@ -14,18 +14,16 @@ from datetime import datetime, timedelta
 
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.ledger.queries.jobs import SERVER_PREFIX
-from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import sessions_minutes
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.rules.advice import AdviceSettings, catalogue
 from jupyterhub_gpu.rules.culling import evaluate
 from jupyterhub_gpu.rules.cullrules import MAX_MINUTES, rules_for
 from jupyterhub_gpu.rules.moves import affordable_for
-from jupyterhub_gpu.rules.overrides import apply_to_pricing
 from jupyterhub_gpu.rules.samples import memory_unknown
 from jupyterhub_gpu.rules.signals import MinuteSignal, gpu_memory_high
 from jupyterhub_gpu.service.domain.culling import cap_message, cap_reached, cull_message, memory_message
 from jupyterhub_gpu.service.domain.notices import CHANNELS
+from jupyterhub_gpu.service.feeds.advice import profile_options
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.tick.context import LoopSlice, TickContext, TickResult, open_session_pages
 from jupyterhub_gpu.service.tick.stops import stop_session
@@ -122,7 +120,7 @@ async def enforce_culling(ctx: TickContext, now: datetime) -> TickResult:
                 result.stopped.append((s.user, s.server_name))
                 continue
             if catalogue_options is None and s.gpu_count:
-                catalogue_options = memory_options(ledger, advice_settings)  # read once per pass
+                catalogue_options = profile_options(ledger, advice_settings)  # read once per pass
             if s.gpu_count and cap_reached(s, signals, memory_threshold, catalogue_options):
                 # a share's (or MIG slice's) cap nearly reached: at once, naming the cap and a bigger one
                 job_server = s.server_name.startswith(SERVER_PREFIX)
@@ -137,15 +135,10 @@ async def enforce_culling(ctx: TickContext, now: datetime) -> TickResult:
                 # the notice names the next bigger profile the user may use, at the rate the spawner charges
                 # (not for a job's server: nobody watches its Lab, and a job cannot be restarted on another profile)
                 job_server = s.server_name.startswith(SERVER_PREFIX)
-                options = () if currency is None or job_server else memory_options(ledger, advice_settings)
+                options = () if currency is None or job_server else profile_options(ledger, advice_settings)
                 affordable = affordable_for(ledger, s, now, tz, currency.format) if currency is not None else None
                 message, key = memory_message(
                     s, memory_threshold, memory_minutes, options, currency, affordable=affordable
                 )
                 await notifier.send(message, ("lab",), once=key, now=now)
     return result
-
-
-def memory_options(ledger: Ledger, settings: AdviceSettings | None):
-    """The profiles a "GPU memory high" notice chooses from: as the advice sees them (the admins' edits applied)."""
-    return catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings or AdviceSettings())

@@ -28,8 +28,8 @@ from jupyterhub_gpu.service.domain.jobs import (
     JobError,
     parse_job_request,
 )
+from jupyterhub_gpu.service.feeds.advice import profile_options
 from jupyterhub_gpu.service.hubapi import HubAPIError
-from jupyterhub_gpu.service.tick import memory_options
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler, is_server_token
 from jupyterhub_gpu.service.web.params import BadRequest, query_flag, query_values
 from jupyterhub_gpu.service.web.views import job_json
@@ -335,7 +335,7 @@ class RestartBiggerHandler(JobBase):
         except HubAPIError as e:
             raise web.HTTPError(502, f"The hub could not say which groups {name} is in: {e}") from None
         chosen = Chosen.of(session, (model or {}).get("groups") or ())
-        moves = bigger_moves(memory_options(self.ledger, self.ctx.advice_settings), chosen)
+        moves = bigger_moves(profile_options(self.ledger, self.ctx.advice_settings), chosen)
         if not moves:
             raise web.HTTPError(
                 409,

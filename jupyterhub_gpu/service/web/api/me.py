@@ -9,11 +9,9 @@ from tornado import web
 from jupyterhub_gpu.billing import applies_to
 from jupyterhub_gpu.gpus.device import parse_share_uuid
 from jupyterhub_gpu.gpus.names import MIG_SLICE
-from jupyterhub_gpu.ledger.queries.overrides import load_overrides
 from jupyterhub_gpu.ledger.queries.samples import share_holders
-from jupyterhub_gpu.rules.advice import catalogue
-from jupyterhub_gpu.rules.overrides import apply_to_pricing
 from jupyterhub_gpu.service.domain.culling import capped_unit
+from jupyterhub_gpu.service.feeds.advice import profile_options
 from jupyterhub_gpu.service.web.auth import BaseHandler
 from jupyterhub_gpu.service.web.views import notice_json, sessions_json, status_json
 
@@ -63,9 +61,7 @@ class MeHandler(BaseHandler):
         # placeholder (which the published profile explains); whole GPUs on a host cost no read
         if not any(capped_unit(r) or any("/" in u.partition(":")[0] for u in r.gpu_list) for r in records):
             return [dict(none) for _ in records]
-        options = catalogue(
-            apply_to_pricing(self.ledger.pricing(), load_overrides(self.ledger)), self.ctx.advice_settings
-        )
+        options = profile_options(self.ledger, self.ctx.advice_settings)
         capped = [capped_unit(r, options) for r in records]
         if not any(capped):
             return [dict(none) for _ in records]

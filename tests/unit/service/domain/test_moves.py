@@ -16,10 +16,13 @@ from zoneinfo import ZoneInfo
 
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.ledger.models import SessionRecord
+from jupyterhub_gpu.ledger.queries.overrides import save_override
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.rules.advice import AdviceSettings, SessionUsage, advise, catalogue
 from jupyterhub_gpu.rules.moves import Chosen, affordable_for, bigger_moves, purse_of, restart_options
+from jupyterhub_gpu.rules.overrides import Override
 from jupyterhub_gpu.service.domain.culling import bigger_profile, cap_message, memory_message
+from jupyterhub_gpu.service.feeds.advice import profile_options
 from jupyterhub_gpu.session import SessionFacts
 
 CNY = Currency.from_config("CNY")
@@ -164,3 +167,27 @@ def test_the_hub_publishes_each_profiles_tier_for_the_service(ledger):
     )
     published = catalogue(ledger.pricing(), AdviceSettings())
     assert [(o.slug, o.preemptible) for o in published] == [("t4", False), ("t4-spot", True)]
+
+
+def test_the_catalogue_every_automatic_choice_reads_has_the_admins_edits(ledger):
+    """The advice, the memory and cap notices, ``restart-bigger`` and ``GET me`` read one catalogue: the published
+    profiles at the rates and groups the spawner charges and allows, each with its GPU memory."""
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    ledger.set_pricing(
+        [
+            {"slug": "t4", "gpu_model": "T4", "gpu_count": 1, "rate_per_minute": "0.05", "gpu_memory_mib": 15360},
+            {"slug": "a100", "gpu_model": "A100", "gpu_count": 1, "rate_per_minute": "0.25",
+             "price_per_gpu_hour": "15.00", "price_per_hour": "0"},
+        ],
+        "CNY",
+        now,
+    )  # fmt: skip
+    edit = Override("a100", price_per_gpu_hour=Decimal("9.00"), allowed_groups=("thesis",))
+    save_override(ledger, edit, now, "admin")
+    options = {o.slug: o for o in profile_options(ledger)}
+    assert (options["a100"].rate_micros, options["a100"].allowed_groups) == (150_000, ("thesis",))
+    assert (options["t4"].rate_micros, options["t4"].memory_mib) == (50_000, 15360)
+    # the admin's memory figure for a profile comes from the advice's settings
+    assert {o.slug: o.memory_mib for o in profile_options(ledger, AdviceSettings(profile_memory_gb={"t4": 8}))}[
+        "t4"
+    ] == 8 * GB
