@@ -20,14 +20,14 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
 from decimal import Decimal
 
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.gpus.backends import backend_names
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError, share_uuid
 from jupyterhub_gpu.gpus.nvml import nvml_inventory
-from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.money import Currency, to_micros
+from jupyterhub_gpu.session import SessionStart, known_language, known_tier, parse_started
 
 PREFIX = "JUPYTERHUB_GPU_"
 
@@ -53,7 +53,7 @@ READER = "JUPYTERHUB_GPU_READER"
 #: The assigned GPUs: their UUIDs (comma-separated) and their index, uuid, name and memory (JSON).
 DEVICES = "JUPYTERHUB_GPU_DEVICES"
 DEVICE_INFO = "JUPYTERHUB_GPU_DEVICE_INFO"
-#: A shared unit (issue 17): the share's memory cap in MiB (a MIG slice's memory; absent for a whole GPU),
+#: A shared unit (docs/admin.md): the share's memory cap in MiB (a MIG slice's memory; absent for a whole GPU),
 #: and "1/4" for a time-sliced share or "mig:1g.10gb" for a MIG slice (absent for a whole GPU).
 MEMORY_LIMIT_MIB = "JUPYTERHUB_GPU_MEMORY_LIMIT_MIB"
 SHARE = "JUPYTERHUB_GPU_SHARE"
@@ -136,59 +136,49 @@ def server_file_name(server_name: str) -> str:
 
 
 def make_gpu_env(
+    session: SessionStart,
     *,
-    profile_slug: str,
-    device_uuids: list[str],
-    rate_per_minute: Decimal,
-    currency: str,
-    session_id: str,
-    started: datetime,
-    simulated: bool,
     devices: list[dict] | None = None,
     gpu_model: str = "",
     profile_name: str = "",
     currency_symbol: str = "",
     service_url: str = "",
-    language: str = "en",
     memory_limit_mib: int | None = None,
     share: str = "",
     reader: str = "nvml",
-    pool: str | None = None,
-    tier: str | None = None,
-    resume: bool = False,
 ) -> dict[str, str]:
-    """Environment variables that tell a server its GPUs, profile, rate and session.
+    """The environment that tells a server its session (the one way a :class:`SessionStart` goes there), its
+    GPUs and how to show them; :func:`session_from_env` reads the session back.
 
-    ``devices`` (index, uuid, name, memory_mib of each assigned GPU) lets the
-    server extension label and size the GPUs it reads; ``language`` is the spawn's
-    (``"en"``, ``"zh-CN"``), for the Lab's language. ``device_uuids`` are the
-    units' :attr:`~GPUDevice.visible_uuid` (a share's physical GPU); for a
-    share or MIG slice ``memory_limit_mib`` is its cap and ``share`` its
-    :func:`share_label` ("1/4", "mig:1g.10gb"). ``reader``: :data:`READER` (a GPU backend's name,
-    :mod:`jupyterhub_gpu.gpus.backends`).
-    ``pool``, ``tier`` and ``resume``: the group that pays, the tier and the resume choice (:data:`POOL`).
+    The server sees ``session.visible_gpus`` (a share's physical GPU, a MIG slice's uuid). ``devices`` (index,
+    uuid, name, memory_mib of each assigned unit) lets the server extension label and size the GPUs it reads;
+    ``gpu_model``, ``profile_name`` (in the spawn's language) and ``currency_symbol`` ("": the Lab writes its
+    language's) are for the Lab's display. For a share or MIG slice ``memory_limit_mib`` is its cap and
+    ``share`` its :func:`share_label` ("1/4", "mig:1g.10gb"). ``reader``: :data:`READER` (a GPU backend's
+    name, :mod:`jupyterhub_gpu.gpus.backends`). The pool, tier and resume choice travel too, so that a hub
+    that restarts without the spawner's state (an orphan) records the session as it was started.
     """
     if reader not in backend_names():
         raise ValueError(f"reader must be one of {', '.join(backend_names())}, got {reader!r}")
-    visible = ",".join(dict.fromkeys(device_uuids))
+    visible = ",".join(dict.fromkeys(session.visible_gpus))
     env = {
         # "void" hides every GPU from the NVIDIA runtime for a CPU-only profile;
         # base images set NVIDIA_VISIBLE_DEVICES=all otherwise.
         "NVIDIA_VISIBLE_DEVICES": visible or "void",
         "CUDA_VISIBLE_DEVICES": visible,
-        PROFILE: profile_slug,
+        PROFILE: session.profile,
         DEVICES: visible,
-        RATE_PER_MINUTE: str(rate_per_minute),
-        CURRENCY: currency,
-        SESSION_ID: session_id,
-        STARTED: isoformat(started),
-        SIMULATED: "1" if simulated else "0",
+        RATE_PER_MINUTE: session.rate_text,
+        CURRENCY: session.currency,
+        SESSION_ID: session.id,
+        STARTED: isoformat(session.started),
+        SIMULATED: "1" if session.simulated else "0",
         READER: reader,
         DEVICE_INFO: json.dumps(devices or [], sort_keys=True),
         MODEL: gpu_model,
-        PROFILE_NAME: profile_name or profile_slug,
+        PROFILE_NAME: profile_name or session.profile,
         CURRENCY_SYMBOL: currency_symbol,
-        LANGUAGE: language,
+        LANGUAGE: session.language or "en",
     }
     if service_url:
         env[SERVICE_URL] = service_url
@@ -196,11 +186,11 @@ def make_gpu_env(
         env[MEMORY_LIMIT_MIB] = str(int(memory_limit_mib))
     if share:
         env[SHARE] = share
-    if pool:
-        env[POOL] = pool
-    if tier:
-        env[TIER] = tier
-    if resume:
+    if session.pool:
+        env[POOL] = session.pool
+    if session.tier:
+        env[TIER] = session.tier
+    if session.resume:
         env[RESUME] = "1"
     return env
 
@@ -253,26 +243,69 @@ def reader_from_env(env: Mapping[str, str] = os.environ) -> str:
     return "simulated" if env.get(SIMULATED) == "1" else "nvml"
 
 
-def session_from_env(env: Mapping[str, str] = os.environ) -> dict | None:
-    """The session facts the spawner put in the environment, or None outside jupyterhub-gpu."""
+def session_from_env(env: Mapping[str, str] = os.environ) -> SessionStart | None:
+    """The session the spawner wrote to a server's environment (:func:`make_gpu_env`), or None: outside
+    jupyterhub-gpu, or an environment whose session cannot be read (no start, or no valid rate or currency).
+
+    The user and server name are JupyterHub's own variables; the units are the listed devices (never
+    discovered: a hub reads an orphan's environment with this). A currency not given is "USD", a rate "0".
+    The pool is the environment's word only: a hub that bills from it checks it against the user's groups.
+    """
     if SESSION_ID not in env:
         return None
-    currency = Currency.from_config(env.get(CURRENCY, "USD"), env.get(CURRENCY_SYMBOL) or None)
+    try:
+        return SessionStart(
+            id=env[SESSION_ID],
+            user=env.get("JUPYTERHUB_USER", ""),
+            server_name=env.get("JUPYTERHUB_SERVER_NAME", ""),
+            groups=(),
+            profile=env.get(PROFILE, ""),
+            gpus=tuple(d.uuid for d in listed_devices(env)),
+            rate_micros=to_micros(Decimal(env.get(RATE_PER_MINUTE, "0"))),
+            currency=Currency.from_config(env.get(CURRENCY, "USD"), None).code,
+            started=parse_started(env.get(STARTED, "")),
+            simulated=env.get(SIMULATED) == "1",
+            pool=env.get(POOL) or None,
+            language=known_language(env.get(LANGUAGE)),
+            tier=known_tier(env.get(TIER)),
+            resume=env.get(RESUME) == "1",
+            visible_gpus=tuple(u for u in env.get(DEVICES, "").split(",") if u),
+        )
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def lab_session_from_env(env: Mapping[str, str] = os.environ) -> dict | None:
+    """What the Lab shows of the session (the stats' ``session``): :func:`session_from_env`'s record with the
+    names, model and currency symbol the spawner wrote for display; None outside jupyterhub-gpu."""
+    session = session_from_env(env)
+    if session is None:
+        return None
+    currency = Currency.from_config(session.currency, env.get(CURRENCY_SYMBOL) or None)
     return {
-        "id": env[SESSION_ID],
-        "profile": env.get(PROFILE, ""),
-        "display_name": env.get(PROFILE_NAME, env.get(PROFILE, "")),
+        "id": session.id,
+        "profile": session.profile,
+        "display_name": env.get(PROFILE_NAME, session.profile),
         "gpu_model": env.get(MODEL, ""),
-        "started": env.get(STARTED, ""),
-        "rate_per_minute": env.get(RATE_PER_MINUTE, "0"),
+        "started": isoformat(session.started),
+        "rate_per_minute": session.rate_text,
         "currency": currency.code,
         "currency_symbol": currency.symbol or "",  # the admin's; "": each reader's locale writes its own
-        "simulated": env.get(SIMULATED) == "1",
+        "simulated": session.simulated,
         "language": env.get(LANGUAGE),
-        "pool": env.get(POOL) or None,
-        "tier": env.get(TIER) or None,
-        "resume": env.get(RESUME) == "1",
+        "pool": session.pool,
+        "tier": session.tier,
+        "resume": session.resume,
     }
+
+
+def listed_devices(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
+    """The units the spawner listed in the environment (none where the server discovers its GPUs)."""
+    info = env.get(DEVICE_INFO)
+    if info:
+        return [GPUDevice.from_dict(d) for d in json.loads(info)]
+    uuids = [u for u in env.get(DEVICES, "").split(",") if u]
+    return [GPUDevice(str(i), u, u, 0) for i, u in enumerate(uuids)]
 
 
 def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
@@ -284,16 +317,12 @@ def devices_from_env(env: Mapping[str, str] = os.environ) -> list[GPUDevice]:
         except InventoryError:
             return []
         return [pod_unit(d, env) for d in found]
-    info = env.get(DEVICE_INFO)
-    if info:
-        return [GPUDevice.from_dict(d) for d in json.loads(info)]
-    uuids = [u for u in env.get(DEVICES, "").split(",") if u]
-    return [GPUDevice(str(i), u, u, 0) for i, u in enumerate(uuids)]
+    return listed_devices(env)
 
 
 def pod_unit(device: GPUDevice, env: Mapping[str, str]) -> GPUDevice:
     """A GPU a time-sliced pod sees whole as the share it holds (the pod's ``SHARE`` "1/k" and cap): so that the
-    readers attribute only its own processes' memory to it, never its neighbours' (issue 17). The device plugin
+    readers attribute only its own processes' memory to it, never its neighbours'. The device plugin
     does not say which replica the pod got: it is share 0 of ``k`` here."""
     share = share_from_env(env)
     if device.parent_uuid is not None or not share.startswith("1/"):

@@ -12,8 +12,10 @@ from datetime import datetime
 from decimal import Decimal
 from enum import Enum
 
+from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.i18n import LANGUAGES
-from jupyterhub_gpu.money import to_micros
+from jupyterhub_gpu.money import from_micros, to_micros
+
 
 #: A sampled minute under this mean GPU utilization (percent), with no busy kernel, is idle: the
 #: default of the ``gpu_idle`` and ``inactive`` cull rules, the savings report and the cull simulator.
@@ -159,13 +161,24 @@ def default_pool(groups) -> str | None:
 
 @dataclass(frozen=True)
 class SessionStart:
-    """What a spawner knows when its server has started."""
+    """The one record of a session's facts, as fixed when its server started.
+
+    Every side reads and writes a session through it, each shape in exactly one place:
+    the spawner's state (:meth:`to_spawner_state`, :meth:`from_spawner_state`), the
+    server's environment (:func:`jupyterhub_gpu.env.make_gpu_env`,
+    :func:`jupyterhub_gpu.env.session_from_env`) and the ledger's row
+    (:meth:`jupyterhub_gpu.ledger.models.SessionRecord.of`, ``SessionRecord.start``).
+    The rate is exact: integer micro-units per minute (:attr:`rate_per_minute` is its Decimal).
+    :class:`SessionFacts` is the reports' view of it.
+    """
 
     id: str
     user: str
     server_name: str
     groups: tuple[str, ...]
     profile: str
+    #: The units it holds: device, MIG or share uuids (``.../share-1-of-4``), so that a restarted hub splits each
+    #: GPU again as it was (the allocator's restore).
     gpus: tuple[str, ...]
     rate_micros: int
     currency: str
@@ -180,6 +193,19 @@ class SessionStart:
     resume: bool = False
     #: The id of the server's own API token (``a17``), where the spawner knew it: only it reports for the session.
     server_token: str | None = None
+    #: The GPUs the server sees (a share's physical GPU, once; a MIG slice's own uuid), and the units' names.
+    visible_gpus: tuple[str, ...] = ()
+    gpu_names: tuple[str, ...] = ()
+
+    @property
+    def rate_per_minute(self) -> Decimal:
+        """The exact rate per minute (``Decimal("0.0333")``)."""
+        return from_micros(self.rate_micros)
+
+    @property
+    def rate_text(self) -> str:
+        """The rate per minute as the state and the environment write it: a plain decimal (``"0.0333"``, ``"0"``)."""
+        return f"{self.rate_per_minute:f}"
 
     def pool_name(self) -> str | None:
         """The group that pays; ValueError for a pool that is not one of the user's groups."""
@@ -191,13 +217,35 @@ class SessionStart:
             )
         return self.pool
 
+    def to_spawner_state(self) -> dict:
+        """The ``gpu`` part of the spawner's state: what a restarted hub rebuilds the assignment and the bill from."""
+        return {
+            "profile": self.profile,
+            "devices": list(self.gpus),
+            "visible_devices": list(self.visible_gpus),
+            "device_names": list(self.gpu_names),
+            "simulated": self.simulated,
+            "session_id": self.id,
+            "started": isoformat(self.started),
+            "rate_per_minute": self.rate_text,
+            "currency": self.currency,
+            "groups": sorted(self.groups),
+            "pool": self.pool,
+            "language": self.language,
+            # the preemptible tier, and whether to requeue the server when it is preempted
+            **({"tier": self.tier, "resume": self.resume} if self.tier else {}),
+            # the id of the server's own API token: only it reports for the session to the gpu service
+            **({"server_token": self.server_token} if self.server_token else {}),
+        }
+
     @classmethod
     def from_spawner_state(cls, user: str, server_name: str, groups, gpu: dict) -> SessionStart:
-        """The start of a session from the ``gpu`` part of a spawner's state.
+        """The session kept in the ``gpu`` part of a spawner's state (also states older versions saved).
 
-        The spawner records its own start with it, and the service's
-        reconciliation records the start of a running server the ledger missed.
-        ``groups`` count only where the state has none of its own.
+        The spawner reads its own state with it, and the service's reconciliation
+        records the start of a running server the ledger missed. ``groups`` count
+        only where the state has none of its own. KeyError or ValueError for a
+        state without a session id, profile, rate, currency or start.
         """
         return cls(
             id=gpu["session_id"],
@@ -209,18 +257,65 @@ class SessionStart:
             gpus=tuple(gpu.get("devices", [])),
             rate_micros=to_micros(Decimal(gpu["rate_per_minute"])),
             currency=gpu["currency"],
-            started=datetime.fromisoformat(gpu["started"].replace("Z", "+00:00")),
+            started=parse_started(gpu["started"]),
             simulated=bool(gpu.get("simulated", False)),
-            language=gpu.get("language") if gpu.get("language") in LANGUAGES else None,
-            tier="preemptible" if gpu.get("tier") == "preemptible" else None,
+            language=known_language(gpu.get("language")),
+            tier=known_tier(gpu.get("tier")),
             resume=gpu.get("resume") is True,
             server_token=gpu.get("server_token") if isinstance(gpu.get("server_token"), str) else None,
+            visible_gpus=tuple(gpu.get("visible_devices", [])),
+            gpu_names=tuple(gpu.get("device_names", [])),
         )
+
+    def facts(
+        self,
+        *,
+        stopped: datetime | None = None,
+        stop_reason: str | None = None,
+        minutes: int = 0,
+        gpu_model: str = "",
+        final: bool = True,
+    ) -> SessionFacts:
+        """The reports' view of this session, with what its stop and its bill say."""
+        return SessionFacts(
+            id=self.id,
+            user=self.user,
+            started=self.started,
+            stopped=stopped,
+            stop_reason=stop_reason,
+            gpu_count=len(self.gpus),
+            rate_micros=self.rate_micros,
+            currency=self.currency,
+            groups=self.groups,
+            profile=self.profile,
+            server_name=self.server_name,
+            pool=self.pool,
+            tier=self.tier,
+            minutes=minutes,
+            gpu_model=gpu_model,
+            final=final,
+        )
+
+
+def parse_started(text: str) -> datetime:
+    """A session's start as the state and the environment write it (ISO 8601, ``Z`` or an offset)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def known_language(value) -> str | None:
+    """A spawn's language as written anywhere, or None when it is not one of :data:`.i18n.LANGUAGES`."""
+    return value if value in LANGUAGES else None
+
+
+def known_tier(value) -> str | None:
+    """``"preemptible"``, or None (full price) for anything else written."""
+    return "preemptible" if value == "preemptible" else None
 
 
 @dataclass(frozen=True)
 class SessionFacts:
-    """What the reports know of one session: the culling report's savings and the right-sizing advice.
+    """What the reports know of one session (a view of :class:`SessionStart` with its stop and bill:
+    :meth:`SessionStart.facts`): the culling report's savings and the right-sizing advice.
 
     Aware UTC datetimes, money in micro-units per minute. The culling report reads
     its start, stop and pool; the advice its minutes billed so far, its GPU model and

@@ -19,7 +19,8 @@ from sqlalchemy import BigInteger, Boolean, Date, DateTime, Integer, String, Tex
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from jupyterhub_gpu.billing import BudgetRule
-from jupyterhub_gpu.clock import naive_utc
+from jupyterhub_gpu.clock import aware_utc, naive_utc
+from jupyterhub_gpu.session import SessionStart, known_language, known_tier
 
 
 class Base(DeclarativeBase):
@@ -54,9 +55,9 @@ class SessionRecord(Base):
     last_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     cull_warned_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     cull_rule: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    # the language of the spawn ("en" | "zh-CN"; None: recorded before issue 19): its user's notices speak it
+    # the language of the spawn ("en" | "zh-CN"; None: recorded before spawns had one): its user's notices speak it
     language: Mapped[str | None] = mapped_column(String(8), nullable=True)
-    # issue 16: "preemptible" for the cheaper tier (None: full price); resume: put back in the queue when preempted
+    # "preemptible" for the cheaper tier (None: full price); resume: put back in the queue when preempted
     tier: Mapped[str | None] = mapped_column(String(16), nullable=True)
     resume: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # the id of the server's own API token (migration 0016; NULL: unknown): only it reports for the session
@@ -69,6 +70,48 @@ class SessionRecord(Base):
     @property
     def gpu_list(self) -> list[str]:
         return json.loads(self.gpus or "[]")
+
+    @classmethod
+    def of(cls, start: SessionStart) -> SessionRecord:
+        """The row of a session's start (open: no stop yet); ValueError for a pool not among its groups."""
+        return cls(
+            id=start.id,
+            user=start.user,
+            server_name=start.server_name,
+            groups=json.dumps(sorted(start.groups)),
+            pool=start.pool_name(),
+            profile=start.profile,
+            gpus=json.dumps(list(start.gpus)),
+            gpu_count=len(start.gpus),
+            simulated=start.simulated,
+            rate_micros=start.rate_micros,
+            currency=start.currency,
+            started=naive_utc(start.started),
+            language=start.language,
+            tier=start.tier,
+            resume=start.resume,
+            server_token=start.server_token,
+        )
+
+    def start(self) -> SessionStart:
+        """The session's facts as this row keeps them (the row keeps neither what the server sees nor names)."""
+        return SessionStart(
+            id=self.id,
+            user=self.user,
+            server_name=self.server_name or "",
+            groups=tuple(self.group_list),
+            profile=self.profile,
+            gpus=tuple(self.gpu_list),
+            rate_micros=self.rate_micros,
+            currency=self.currency,
+            started=aware_utc(self.started),
+            simulated=bool(self.simulated),
+            pool=self.pool,
+            language=known_language(self.language),
+            tier=known_tier(self.tier),
+            resume=bool(self.resume),
+            server_token=self.server_token,
+        )
 
 
 class Budget(Base):
@@ -157,7 +200,7 @@ class UsageMinute(Base):
     kernels_max: Mapped[int] = mapped_column(Integer, default=0)
     busy_kernels_max: Mapped[int] = mapped_column(Integer, default=0)
     last_kernel_activity: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    # uuid -> {"utilization_max", "memory_used_max_mib"}, and on a shared GPU or MIG slice (issue 17) "scope"
+    # uuid -> {"utilization_max", "memory_used_max_mib"}, and on a shared GPU or MIG slice "scope"
     # ("own" | "gpu"), "processes_max" (the server's own processes on it) and "shared_by_max", as the server said, and
     # "memory_unknown" (true) where the server could not measure its own memory (a share in a container)
     gpus: Mapped[str] = mapped_column(Text, default="{}")
@@ -192,7 +235,7 @@ class PriceRecord(Base):
     tier: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
-# -- right-sizing advice (rules: service/domain/advice.py; rows: queries/advice.py) ----------------
+# -- right-sizing advice (rules: rules/advice.py; rows: queries/advice.py) --------------------------
 
 
 class SessionAdvice(Base):
@@ -271,7 +314,7 @@ class JobRecord(Base):
         return f"{self.output_dir}/job.log"
 
 
-# -- admins' edits of profile prices and access (rules: service/domain/overrides.py; rows: queries/overrides.py)
+# -- admins' edits of profile prices and access (rules: rules/overrides.py; rows: queries/overrides.py)
 
 
 class ProfileOverride(Base):

@@ -27,9 +27,9 @@ from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.env import (
     devices_from_env,
     gpu_count_from_env,
+    lab_session_from_env,
     reader_from_env,
     service_url_from_env,
-    session_from_env,
     share_label,
     tensorboard_url_from_env,
 )
@@ -104,7 +104,7 @@ class GPUExtension:
     def __init__(self, serverapp, config: GPUStats):
         self.serverapp = serverapp
         self.config = config
-        self.session = session_from_env()
+        self.session = lab_session_from_env()
         self.devices = devices_from_env()
         self.simulated = bool(self.session and self.session["simulated"])
         self.activity = KernelActivity()

@@ -8,7 +8,8 @@ recorded yet (:class:`Reservation`), count with their first minutes
 hub (:func:`reserve_lock`), so concurrent spawns cannot all pass on the same
 remaining budget (docs/service.md, "Spawn races").
 
-The time comes in as ``now``: the mixin reads the clock.
+The pure steps take the time as ``now``; the spawner's steps (:func:`refusal_of`, :func:`choose_pool_of`)
+read the clock.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from jupyterhub_gpu.billing import (
     spawn_refusal,
     whose_budget,
 )
-from jupyterhub_gpu.clock import aware_utc
+from jupyterhub_gpu.clock import aware_utc, utcnow
 from jupyterhub_gpu.money import from_micros, to_micros
 from jupyterhub_gpu.session import default_pool
 from jupyterhub_gpu.spawners.messages import Phrase
-from jupyterhub_gpu.spawners.profiles import Profile
+from jupyterhub_gpu.spawners.profiles import Profile, choose_pool
 
 #: A refusal worded in any language: ``refusal("zh-CN")``.
 Refusal = Callable[[str], str]
@@ -170,3 +171,44 @@ async def check_and_reserve(
         if refusal is None and reserve:
             _RESERVATIONS.setdefault(ledger_url, {})[key] = request
     return refusal
+
+
+async def choose_pool_of(spawner, options, profile: Profile) -> str | None:
+    """The one group that pays for a spawner's session (``pool`` in the options, else the default; docs/admin.md)."""
+    ledger = spawner.ledger
+    rules = await asyncio.to_thread(ledger.budget_rules) if ledger is not None else []
+    return choose_pool(options, profile, spawner._gpu_group_names(), binding_groups_of(spawner, rules, profile))
+
+
+def binding_groups_of(spawner, rules, profile: Profile) -> set[str]:
+    """The groups whose budget binds this profile now, in the spawner's time zone (:func:`profile_binding_groups`)."""
+    return profile_binding_groups(rules, profile, utcnow(), ZoneInfo(spawner.budget_timezone))
+
+
+async def refusal_of(spawner, profile: Profile, pool: str | None = None, reserve: bool = False) -> Refusal | None:
+    """Why the budgets a spawner's session would draw from cannot afford ``budget_min_minutes`` of ``profile``.
+
+    None when they can, or without a ledger. The refusal is worded when it is shown: ``refusal(lang)``. Those
+    are the user's own budget and the one group's that pays (``pool``, by default the one chosen at this
+    spawn), computed by :meth:`Ledger.statuses_of` like everywhere else. Servers of those budgets that
+    started less than ``budget_min_minutes`` ago, and spawns that passed this check but are not recorded
+    yet, count with their first ``budget_min_minutes`` (:func:`minimums_held`). With ``reserve``, a spawn
+    that passes holds its own minimum until its start is recorded; the check and the hold are one step for
+    the whole hub, so concurrent spawns cannot all pass on the same remaining budget.
+    """
+    ledger = spawner.ledger
+    if ledger is None:
+        return None
+    pool = spawner._gpu_pool if pool is None else pool
+    request = Reservation(spawner.user.name, pool, to_micros(profile.rate_per_minute), profile.gpu_count)
+    return await check_and_reserve(
+        ledger,
+        spawner.ledger_db_url,
+        spawner._gpu_key,
+        request,
+        reserve=reserve,
+        min_minutes=spawner.budget_min_minutes,
+        now=utcnow(),
+        tz=ZoneInfo(spawner.budget_timezone),
+        format_money=spawner.gpu_currency.format,
+    )

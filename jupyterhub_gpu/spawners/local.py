@@ -70,7 +70,7 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         # an earlier server's stamp must never close this session, even if this one cannot be watched
         self._gpu_watched_pid = pid
         self._gpu_exited_at = None
-        session_id = self._gpu_session.get("session_id")
+        session_id = self._gpu_session.id if self._gpu_session is not None else None
         try:
             fd = os.pidfd_open(pid)
         except OSError:
@@ -84,11 +84,11 @@ class GPULocalSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         log = self.log
 
         def ended(at):
-            if self._gpu_watched_pid != pid or self._gpu_session.get("session_id") != session_id:
+            session = self._gpu_session
+            if self._gpu_watched_pid != pid or session is None or session.id != session_id:
                 return  # a later server of this spawner is watched now
             self._gpu_exited_at = at
-            session = dict(self._gpu_session)
-            if session and not self._gpu_stopping and not self._gpu_launching:
+            if not self._gpu_stopping and not self._gpu_launching:
                 log.info("jupyterhub-gpu: %s (pid %d, session %s) ended at %s", self._log_name, pid, session_id, at)
                 # record the exact end now: a hub killed before its next poll would lose it
                 self._gpu_exit_record = loop.create_task(self._gpu_record_stop(session, at, StopReason.EXITED))

@@ -1,4 +1,4 @@
-"""A session as the spawner keeps it (its state) and writes it to the ledger (its start and its stop).
+"""A session as the spawner makes it (:func:`new_session`) and writes it to the ledger (its start and its stop).
 
 The spawner records its own session's start and stop, so that nothing is lost
 while the gpu service is down; the service's reconciliation only catches what a
@@ -17,58 +17,55 @@ from datetime import datetime, timedelta
 
 from jupyterhub import orm
 
-from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.ledger.queries.sessions import last_signs_of_life
+from jupyterhub_gpu.money import to_micros
 from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.spawners.budget import reserve_lock
 from jupyterhub_gpu.spawners.profiles import Profile
 
 
-def new_session_state(
+def new_session(
     profile: Profile,
     devices: list[GPUDevice],
     started: datetime,
     currency: str,
     *,
+    user: str,
+    server_name: str,
     groups,
     pool: str | None,
     language: str = "en",
     resume: bool = False,
     server_token: str | None = None,
-) -> dict:
-    """The ``gpu`` part of a starting server's state: a new session id, its GPUs, rate and start.
+) -> SessionStart:
+    """A starting server's session: a new session id, its units, rate and start.
 
-    Kept in the spawner's state, so that a restarted hub rebuilds the assignment and bills the same
-    session; ``pool`` is the one group that pays (checked at the pre-spawn hook); ``language`` the spawn's,
-    recorded with the start so that the service's notices and mail to the user speak it.
+    Kept in the spawner's state (:meth:`SessionStart.to_spawner_state`), so that a restarted hub
+    rebuilds the assignment and bills the same session; ``pool`` is the one group that pays (checked
+    at the pre-spawn hook); ``language`` the spawn's, recorded with the start so that the service's
+    notices and mail to the user speak it; ``resume`` counts only for a preemptible profile.
     """
-    return {
-        "profile": profile.slug,
-        # the units: device uuids, MIG uuids or share uuids (".../share-1-of-4"), so that a restarted hub splits
-        # each GPU again as it was (GPUAllocator.restore); the GPUs the server sees: visible_devices
-        "devices": [d.uuid for d in devices],
-        "visible_devices": list(dict.fromkeys(d.visible_uuid for d in devices)),
-        "device_names": [d.name for d in devices],
-        "simulated": any(d.simulated for d in devices),
-        "session_id": uuid.uuid4().hex,
-        "started": isoformat(started),
-        "rate_per_minute": str(profile.rate_per_minute),
-        "currency": currency,
-        "groups": sorted(groups),
-        "pool": pool,
-        "language": language,
-        # the preemptible tier, and whether to requeue the server when it is preempted
-        **({"tier": "preemptible", "resume": resume} if profile.preemptible else {}),
-        # the id of the server's own API token: only it reports for the session to the gpu service
-        **({"server_token": server_token} if server_token else {}),
-    }
-
-
-def session_choices(gpu: dict) -> dict:
-    """What the student chose with a session besides its profile (the group that pays, the tier, the resume
-    choice), as :func:`.env.make_gpu_env` takes them: the server's environment keeps them for an orphan."""
-    return {"pool": gpu.get("pool"), "tier": gpu.get("tier"), "resume": gpu.get("resume") is True}
+    return SessionStart(
+        id=uuid.uuid4().hex,
+        user=user,
+        server_name=server_name,
+        groups=tuple(sorted(groups)),
+        profile=profile.slug,
+        gpus=tuple(d.uuid for d in devices),
+        rate_micros=to_micros(profile.rate_per_minute),
+        currency=currency,
+        started=started,
+        simulated=any(d.simulated for d in devices),
+        pool=pool,
+        language=language,
+        tier="preemptible" if profile.preemptible else None,
+        resume=resume if profile.preemptible else False,
+        server_token=server_token,
+        visible_gpus=tuple(dict.fromkeys(d.visible_uuid for d in devices)),
+        gpu_names=tuple(d.name for d in devices),
+    )
 
 
 def server_token_id(spawner) -> str | None:

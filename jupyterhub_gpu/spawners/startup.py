@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from jupyterhub import orm
 from jupyterhub.app import JupyterHub
@@ -32,7 +32,7 @@ from traitlets.config import Configurable
 
 from jupyterhub_gpu import lab
 from jupyterhub_gpu.clock import utcnow
-from jupyterhub_gpu.env import devices_from_env, session_from_env
+from jupyterhub_gpu.env import session_from_env
 from jupyterhub_gpu.gpus.device import InventoryError
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, MoneyError
@@ -290,7 +290,7 @@ def known_sessions(app) -> set[str]:
             known.add(session)
     for user in list(app.users.values()):
         for spawner in list(user.spawners.values()):
-            session = (getattr(spawner, "_gpu_session", None) or {}).get("session_id")
+            session = getattr(getattr(spawner, "_gpu_session", None), "id", None)
             if session:
                 known.add(session)
     return known
@@ -298,34 +298,14 @@ def known_sessions(app) -> set[str]:
 
 def orphan_start(env: dict[str, str], groups) -> SessionStart | None:
     """The session an orphan's environment describes (what its spawner wrote there), or None if it cannot."""
-    facts = session_from_env(env)
-    user = env.get("JUPYTERHUB_USER", "")
-    if facts is None or not user or not facts["profile"]:
+    found = session_from_env(env)
+    if found is None or not found.user or not found.profile:
         return None
-    gpu = {
-        "session_id": facts["id"],
-        "profile": facts["profile"],
-        "devices": [d.uuid for d in devices_from_env(env)],
-        "rate_per_minute": facts["rate_per_minute"],
-        "currency": facts["currency"],
-        "started": facts["started"],
-        "simulated": facts["simulated"],
-        # what the student chose with it, as the spawner wrote it to the environment: the group that pays, the
-        # tier, the resume choice, the language
-        "pool": facts["pool"],
-        "tier": facts["tier"],
-        "resume": facts["resume"],
-        "language": facts["language"],
-    }
     # the group that pays only if it is one of the user's groups as the hub knows them now: gpu-local reads the
     # environment of any process the user started (a student can write it), and no group may be charged on an
     # environment's word; a user since removed from the group pays from the default pool
-    if gpu["pool"] not in set(groups):
-        gpu["pool"] = None
-    try:  # the same reading as a session kept in a spawner's state
-        return SessionStart.from_spawner_state(user, env.get("JUPYTERHUB_SERVER_NAME", ""), sorted(groups), gpu)
-    except (ValueError, ArithmeticError):
-        return None
+    groups = tuple(sorted(groups))
+    return replace(found, groups=groups, pool=found.pool if found.pool in groups else None)
 
 
 def _user_groups(app, name: str) -> list[str]:

@@ -33,9 +33,12 @@ from jupyterhub_gpu.clock import aware_utc as _aware
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.queries.samples import record_sample
 from jupyterhub_gpu.ledger.store import shared_ledger
+from jupyterhub_gpu.spawners import budget as budget_module
+from jupyterhub_gpu.spawners import launch as launch_module
 from jupyterhub_gpu.spawners import local as local_module
-from jupyterhub_gpu.spawners import mixin as mixin_module
+from jupyterhub_gpu.spawners import queueing as queueing_module
 from jupyterhub_gpu.spawners import records as records_module
+from jupyterhub_gpu.spawners import stopping as stopping_module
 from jupyterhub_gpu.spawners.kube import pods as kube_pods
 from jupyterhub_gpu.spawners.kube import spawner as kube_module
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
@@ -58,7 +61,7 @@ class Clock:
 
     def __init__(self, monkeypatch, now: datetime):
         self.now = now
-        for module in (mixin_module, kube_module):
+        for module in (launch_module, queueing_module, stopping_module, budget_module, kube_module):
             monkeypatch.setattr(module, "utcnow", lambda: self.now, raising=False)
 
 

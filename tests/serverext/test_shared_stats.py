@@ -15,6 +15,8 @@ import requests
 
 from jupyterhub_gpu.env import SIM_STATE_DIR, make_gpu_env
 from jupyterhub_gpu.gpus.device import GPUDevice, share_uuid
+from jupyterhub_gpu.money import to_micros
+from jupyterhub_gpu.session import SessionStart
 from tests.conftest import wait_for
 from tests.serverext.test_stats_api import Server, run_code, server_env
 
@@ -33,14 +35,20 @@ def share_env(i: int, state_dir) -> dict:
         share_count=4,
     )
     env = make_gpu_env(
-        profile_slug="t4-quarter",
-        device_uuids=[unit.visible_uuid],
-        rate_per_minute=Decimal("0.0125"),
-        currency="CNY",
-        session_id=f"sess-share-{i}",
-        started=datetime(2026, 1, 1, tzinfo=timezone.utc),
-        simulated=True,
-        reader="simulated",  # gpu_backend = "simulated": the demo's Python simulation
+        SessionStart(
+            id=f"sess-share-{i}",
+            user="",
+            server_name="",
+            groups=(),
+            profile="t4-quarter",
+            gpus=tuple([unit.visible_uuid]),
+            visible_gpus=tuple([unit.visible_uuid]),
+            rate_micros=to_micros(Decimal("0.0125")),
+            currency="CNY",
+            started=datetime(2026, 1, 1, tzinfo=timezone.utc),
+            simulated=True,
+        ),
+        reader="simulated",
         devices=[unit.to_dict()],
         gpu_model="T4",
         profile_name="¼ T4 (simulated)",

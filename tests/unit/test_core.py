@@ -12,6 +12,7 @@ from jupyterhub_gpu import env
 from jupyterhub_gpu.billing import minutes_in_window
 from jupyterhub_gpu.gpus.names import mig_request, tokens, words
 from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES, DEFAULT_UTIL_THRESHOLD, KINDS
+from jupyterhub_gpu.money import to_micros
 from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT, SessionStart, StopReason
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
@@ -113,13 +114,19 @@ def test_gpu_names_have_one_tokenizer():
 
 def test_the_kubernetes_environment_changes_only_the_device_variables():
     base = env.make_gpu_env(
-        profile_slug="t4",
-        device_uuids=[],
-        rate_per_minute=Decimal("0.05"),
-        currency="CNY",
-        session_id="s",
-        started=datetime(2026, 11, 29, tzinfo=timezone.utc),
-        simulated=False,
+        SessionStart(
+            id="s",
+            user="",
+            server_name="",
+            groups=(),
+            profile="t4",
+            gpus=tuple([]),
+            visible_gpus=tuple([]),
+            rate_micros=to_micros(Decimal("0.05")),
+            currency="CNY",
+            started=datetime(2026, 11, 29, tzinfo=timezone.utc),
+            simulated=False,
+        )
     )
     assert env.nvml_discovery_env(0, "") == {env.COUNT: "0"}
     found = env.nvml_discovery_env(2, "nvidia.com/gpu")

@@ -1,4 +1,4 @@
-"""The environment of a server on a share or MIG slice (issue 17): visible uuids, cap, share text."""
+"""The environment of a server on a share or MIG slice: visible uuids, cap, share text."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from decimal import Decimal
 from jupyterhub_gpu import env as gpu_env
 from jupyterhub_gpu.env import pod_unit
 from jupyterhub_gpu.gpus.device import GPUDevice, share_uuid
+from jupyterhub_gpu.money import to_micros
+from jupyterhub_gpu.session import SessionStart
 
 T4 = GPUDevice("0", "GPU-aaaa", "Simulated T4", 15360, simulated=True)
 SHARE = GPUDevice("0", share_uuid("GPU-aaaa", 1, 4), "Simulated T4", 3840, True, "GPU-aaaa", 1, 4)
@@ -17,13 +19,19 @@ MIG = GPUDevice("1", "MIG-bbbb", "Simulated A100 MIG 1g.10gb", 9728, True, "GPU-
 
 def env_for(devices: list[GPUDevice]) -> dict[str, str]:
     return gpu_env.make_gpu_env(
-        profile_slug="p",
-        device_uuids=[d.visible_uuid for d in devices],
-        rate_per_minute=Decimal("0.01"),
-        currency="CNY",
-        session_id="s1",
-        started=datetime(2026, 1, 1, tzinfo=timezone.utc),
-        simulated=True,
+        SessionStart(
+            id="s1",
+            user="",
+            server_name="",
+            groups=(),
+            profile="p",
+            gpus=tuple([d.visible_uuid for d in devices]),
+            visible_gpus=tuple([d.visible_uuid for d in devices]),
+            rate_micros=to_micros(Decimal("0.01")),
+            currency="CNY",
+            started=datetime(2026, 1, 1, tzinfo=timezone.utc),
+            simulated=True,
+        ),
         devices=[d.to_dict() for d in devices],
         memory_limit_mib=gpu_env.memory_limit_of(devices),
         share=gpu_env.share_label(devices),

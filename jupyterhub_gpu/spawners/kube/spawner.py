@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from datetime import datetime
 
 from jupyterhub.utils import maybe_future
@@ -33,7 +34,7 @@ from kubernetes_asyncio.client.rest import ApiException
 from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
-from jupyterhub_gpu.clock import isoformat, utcnow
+from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.cluster import (
     ClusterAllocator,
@@ -317,7 +318,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
 
     async def gpu_prepare(self, profile, devices):
         await self.gpu_check_image(profile)
-        session_id = self._gpu_session["session_id"]
+        session_id = self._gpu_session.id
         self.allocator.attach(self._gpu_key, session_id)
         base = self._gpu_base()
         pieces = self.gpu_pod_pieces(profile, session_id)
@@ -504,13 +505,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         await super().gpu_confirm_start()
         if not self._gpu_session:
             return
-        requested = datetime.fromisoformat(self._gpu_session["started"].replace("Z", "+00:00"))
+        requested = self._gpu_session.started
         now = utcnow()
         bound = pod_bound_at(self.gpu_pod()) or requested
         started = min(max(bound, requested), now)
         if started != requested:
             self.log.info("%s: billed from the pod's binding at %s (asked at %s)", self._log_name, started, requested)
-        self._gpu_session["started"] = isoformat(started)
+        self._gpu_session = replace(self._gpu_session, started=started)
 
     async def poll(self):
         # note the container's end before KubeSpawner's poll deletes the stopped pod

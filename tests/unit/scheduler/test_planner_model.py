@@ -39,7 +39,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -65,7 +65,7 @@ from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.spawners.assign.host import GPUAllocator
 from jupyterhub_gpu.spawners.assign.plan import Ask, Planner, ProfileFacts, unit_of
 from jupyterhub_gpu.spawners.profiles import Profile
-from jupyterhub_gpu.spawners.records import new_session_state
+from jupyterhub_gpu.spawners.records import new_session
 from tests.unit.scheduler.pool_model import (
     GROUPS,
     INVENTORY,
@@ -334,9 +334,17 @@ class PlannerMachine(RuleBasedStateMachine):
             del self.waiting[want.key]
             grant = self.allocator.grants.pop(want.key, None)  # as the spawner reads it: "may run until 13:55"
             groups = USERS[want.user]
-            state = new_session_state(want.profile, want.task.result(), self.now, "CNY", groups=groups, pool=groups[0])
-            state["session_id"] = f"{next(self.ids):032x}"  # not uuid4's: the scheduler breaks ties by id
-            start = SessionStart.from_spawner_state(want.user, want.key[len(want.user) + 1 :], (), state)
+            start = new_session(
+                want.profile,
+                want.task.result(),
+                self.now,
+                "CNY",
+                user=want.user,
+                server_name=want.key[len(want.user) + 1 :],
+                groups=groups,
+                pool=groups[0],
+            )
+            start = replace(start, id=f"{next(self.ids):032x}")  # not uuid4's: the scheduler breaks ties by id
             assert self.ledger.record_start(start)
             until = grant.at if grant is not None else None
             self.running[want.key] = Held(want.key, want.profile, start, until, self.now if until else None)

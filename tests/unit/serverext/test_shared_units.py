@@ -9,7 +9,9 @@ from jupyterhub_gpu import env as gpu_env
 from jupyterhub_gpu.gpus.device import GPUDevice, GPUReading, share_uuid
 from jupyterhub_gpu.gpus.shared_sim import SharedSimReader
 from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader
+from jupyterhub_gpu.money import to_micros
 from jupyterhub_gpu.serverext.extension import GPUExtension, GPUStats
+from jupyterhub_gpu.session import SessionStart
 
 PARENT = "GPU-11111111-2222-3333-4444-555555555555"
 UNIT = GPUDevice("0", share_uuid(PARENT, 2, 4), "Simulated T4", 4096, True, PARENT, 2, 4)
@@ -19,14 +21,20 @@ def spawn_env(monkeypatch, tmp_path, unit: GPUDevice):
     for name in gpu_env.NAMES:
         monkeypatch.delenv(name, raising=False)
     written = gpu_env.make_gpu_env(
-        profile_slug="t4-quarter",
-        device_uuids=[unit.visible_uuid],
-        rate_per_minute=Decimal("0.0125"),
-        currency="CNY",
-        session_id="sess-q",
-        started=datetime(2026, 1, 1, tzinfo=timezone.utc),
-        simulated=True,
-        reader="simulated",  # gpu_backend = "simulated": the demo's Python simulation
+        SessionStart(
+            id="sess-q",
+            user="",
+            server_name="",
+            groups=(),
+            profile="t4-quarter",
+            gpus=tuple([unit.visible_uuid]),
+            visible_gpus=tuple([unit.visible_uuid]),
+            rate_micros=to_micros(Decimal("0.0125")),
+            currency="CNY",
+            started=datetime(2026, 1, 1, tzinfo=timezone.utc),
+            simulated=True,
+        ),
+        reader="simulated",
         devices=[unit.to_dict()],
         gpu_model="T4",
         memory_limit_mib=gpu_env.memory_limit_of([unit]),

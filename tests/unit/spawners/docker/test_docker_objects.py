@@ -10,6 +10,8 @@ import pytest
 
 from jupyterhub_gpu.clock import isoformat, utcnow
 from jupyterhub_gpu.env import make_gpu_env
+from jupyterhub_gpu.money import to_micros
+from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.spawners.docker.objects import (
     make_container_spec,
     make_device_requests,
@@ -48,13 +50,19 @@ def test_utcnow_is_aware_utc():
 
 def test_gpu_env_for_two_gpus():
     env = make_gpu_env(
-        profile_slug="t4x2",
-        device_uuids=[U0, U1],
-        rate_per_minute=Decimal("0.1"),
-        currency="CNY",
-        session_id="0123456789abcdef",
-        started=STARTED,
-        simulated=True,
+        SessionStart(
+            id="0123456789abcdef",
+            user="",
+            server_name="",
+            groups=(),
+            profile="t4x2",
+            gpus=tuple([U0, U1]),
+            visible_gpus=tuple([U0, U1]),
+            rate_micros=to_micros(Decimal("0.1")),
+            currency="CNY",
+            started=STARTED,
+            simulated=True,
+        ),
         devices=[
             {"index": "0", "uuid": U0, "name": "Simulated T4", "memory_mib": 16384},
             {"index": "1", "uuid": U1, "name": "Simulated T4", "memory_mib": 16384},
@@ -90,13 +98,19 @@ def test_gpu_env_for_two_gpus():
 
 def test_gpu_env_for_cpu_only():
     env = make_gpu_env(
-        profile_slug="cpu",
-        device_uuids=[],
-        rate_per_minute=Decimal(0),
-        currency="USD",
-        session_id="s",
-        started=STARTED,
-        simulated=False,
+        SessionStart(
+            id="s",
+            user="",
+            server_name="",
+            groups=(),
+            profile="cpu",
+            gpus=tuple([]),
+            visible_gpus=tuple([]),
+            rate_micros=to_micros(Decimal(0)),
+            currency="USD",
+            started=STARTED,
+            simulated=False,
+        )
     )
     assert env == {
         "NVIDIA_VISIBLE_DEVICES": "void",  # hides every GPU from the NVIDIA runtime
@@ -119,13 +133,19 @@ def test_gpu_env_for_cpu_only():
 
 def test_gpu_env_values_are_strings():
     env = make_gpu_env(
-        profile_slug="x",
-        device_uuids=[U0],
-        rate_per_minute=Decimal("0.25"),
-        currency="USD",
-        session_id="s",
-        started=STARTED,
-        simulated=False,
+        SessionStart(
+            id="s",
+            user="",
+            server_name="",
+            groups=(),
+            profile="x",
+            gpus=tuple([U0]),
+            visible_gpus=tuple([U0]),
+            rate_micros=to_micros(Decimal("0.25")),
+            currency="USD",
+            started=STARTED,
+            simulated=False,
+        )
     )
     assert all(isinstance(v, str) for v in env.values())
 
@@ -383,7 +403,7 @@ def test_container_spec_does_not_mutate_its_inputs():
     assert gpu_spec()[1]["cap_drop"] == ["ALL"]
 
 
-# -- what extras may not weaken (issue 14, section 7) ------------------------------------------
+# -- what extras may not weaken ------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -488,7 +508,7 @@ def test_container_spec_on_an_isolated_network_publishes_nothing():
     assert host == {**EXPECTED_HOST, "network_mode": "jupyterhub-gpu"}
 
 
-# -- the isolated network (issue 14, section 8) -----------------------------------------------
+# -- the isolated network -----------------------------------------------
 
 
 def test_network_spec_isolates_and_names_its_gateway():
@@ -550,9 +570,21 @@ def test_a_root_container_user_stops_the_hub_at_startup_with_a_clear_message(val
 
 
 def test_gpu_env_names_the_reader_and_refuses_an_unknown_one():
-    common = dict(profile_slug="x", device_uuids=[U0], rate_per_minute=Decimal(1), currency="USD", session_id="s")
-    env = make_gpu_env(**common, started=STARTED, simulated=True)
+    session = SessionStart(
+        id="s",
+        user="",
+        server_name="",
+        groups=(),
+        profile="x",
+        gpus=(U0,),
+        rate_micros=1_000_000,
+        currency="USD",
+        started=STARTED,
+        simulated=True,
+        visible_gpus=(U0,),
+    )
+    env = make_gpu_env(session)
     # the stand-in driver's GPUs are simulated, but read with NVML like real ones
     assert (env["JUPYTERHUB_GPU_SIMULATED"], env["JUPYTERHUB_GPU_READER"]) == ("1", "nvml")
     with pytest.raises(ValueError, match="reader must be one of nvml, simulated"):
-        make_gpu_env(**common, started=STARTED, simulated=True, reader="cuda")
+        make_gpu_env(session, reader="cuda")

@@ -14,6 +14,8 @@ from decimal import Decimal
 
 from jupyterhub_gpu.env import DEVICE_INFO, DEVICES, MEMORY_LIMIT_MIB, SHARE, make_gpu_env, memory_limit_of, share_label
 from jupyterhub_gpu.gpus.device import GPUDevice, share_uuid
+from jupyterhub_gpu.money import to_micros
+from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.spawners.docker.objects import (
     make_container_spec,
     make_device_requests,
@@ -58,13 +60,19 @@ def test_a_share_is_requested_as_its_physical_gpu_and_a_mig_slice_as_itself():
 def spec_of(unit: GPUDevice, *, include_device_requests: bool, session_id: str) -> tuple[dict, dict]:
     """What GPUDockerSpawner.create_object builds for a server holding ``unit`` (the pure part of it)."""
     env = make_gpu_env(
-        profile_slug="t4-quarter",
-        device_uuids=[unit.visible_uuid],
-        rate_per_minute=Decimal("0.0125"),
-        currency="CNY",
-        session_id=session_id,
-        started=datetime(2026, 12, 2, 8, 0, tzinfo=timezone.utc),
-        simulated=True,
+        SessionStart(
+            id=session_id,
+            user="",
+            server_name="",
+            groups=(),
+            profile="t4-quarter",
+            gpus=tuple([unit.visible_uuid]),
+            visible_gpus=tuple([unit.visible_uuid]),
+            rate_micros=to_micros(Decimal("0.0125")),
+            currency="CNY",
+            started=datetime(2026, 12, 2, 8, 0, tzinfo=timezone.utc),
+            simulated=True,
+        ),
         devices=[unit.to_dict()],
         gpu_model="T4",
         memory_limit_mib=memory_limit_of([unit]),
