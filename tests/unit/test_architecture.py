@@ -3,12 +3,16 @@
 Read from the source with :mod:`ast` (nothing is imported), so a new module is checked the moment it exists.
 The layers, lowest first (docs/architecture.md draws them):
 
-- the pure core: ``clock``, ``money``, ``billing``, ``session``, ``env``, ``lab``, ``i18n``, ``scheduler/``, ``gpus/``:
-  shared by every side;
+- the pure core: ``clock``, ``money``, ``billing``, ``session``, ``env``, ``lab``, ``i18n``, ``scheduler/``, ``gpus/``,
+  ``rules/`` (idle, culling, advice, samples, moves: plain values in, decisions out): shared by every side;
 - ``ledger/``: every table, the Ledger and its queries;
-- ``spawners/`` (the hub side) and ``service/`` (domain <- web, notify, hubapi, tick, app), which never import
-  each other;
-- ``serverext/`` (inside the user's server) and ``keras/``: the pure core only.
+- ``spawners/`` (the hub side) and ``service/`` (domain <- feeds <- web, notify, hubapi, tick, app), which never
+  import each other; ``service/domain`` (the service's decisions and words) reads no ledger: ``service/feeds``
+  reads it for the rules, the tick and the web apply what they decide;
+- ``serverext/`` (inside the user's server) and ``keras/``: the pure core only;
+- ``sim/``: the pure core, so the simulator runs the very rules the service runs.
+
+Besides the layers: no module over 600 lines (migrations aside), and no comment that cites an issue number.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
 NAME = "jupyterhub_gpu"
 
-CORE = ("clock", "money", "billing", "session", "env", "gpus", "lab", "i18n", "scheduler", "schedule_words")
+CORE = ("clock", "money", "billing", "session", "env", "gpus", "lab", "i18n", "scheduler", "rules")
 
 # Which layer a module may import from, by prefix (the module's own package is always allowed).
 ALLOWED = {
@@ -36,14 +40,17 @@ ALLOWED = {
     "lab": CORE,
     "i18n": CORE,
     "scheduler": CORE,
-    "schedule_words": CORE,
+    "rules": CORE,  # the pure rules (idle, culling, advice, samples, moves): plain values in, decisions out
     "ledger": (*CORE, "ledger"),
     "spawners": (*CORE, "ledger", "spawners", "hubpages"),  # hubpages: installs the pages' language hook
     "hubpages": (*CORE, "hubpages"),  # hub side: JupyterHub's own pages in the reader's language
-    "service.domain": (*CORE, "ledger", "service.domain"),
+    "service.domain": (*CORE, "service.domain"),  # words and decisions of the service, from plain values
+    "service.feeds": (*CORE, "ledger", "service.domain", "service.feeds"),  # reads the ledger for the rules
     "service.hubapi": (*CORE,),
-    "service.notify": (*CORE, "ledger", "service.domain", "service.hubapi"),
-    "service.tick": (*CORE, "ledger", "service.domain", "service.notify", "service.hubapi"),
+    "service.channels": (*CORE, "ledger", "service.domain"),  # who may be sent what, where (alert channels)
+    "service.notify": (*CORE, "ledger", "service.domain", "service.hubapi", "service.channels"),
+    "service.tick": (*CORE, "ledger", "service.domain", "service.feeds", "service.notify", "service.hubapi"),
+    "service.settings": (*CORE, "service.domain", "service.channels"),  # the service's options, by concern
     "service.web": (*CORE, "ledger", "service"),
     "service.app": (*CORE, "ledger", "service"),
     "service": (*CORE, "service.app"),  # service/__init__ and __main__
@@ -52,7 +59,7 @@ ALLOWED = {
     "tensorboard": CORE,
     "cli": (*CORE, "doctor.options"),  # the doctor's runner only when doctor runs (it loads the hub)
     "doctor": (*CORE, "ledger", "spawners", "service", "doctor"),  # at the top, like cli: reads every side
-    "sim": (*CORE, "sim", "service.domain"),
+    "sim": (*CORE, "sim"),  # the simulator runs the rules themselves, never the service
 }
 
 # Imports that may stay inside a function: optional or heavy dependencies a module loads only when used.
@@ -307,3 +314,51 @@ def test_the_unit_tests_mirror_the_package():
     folders = [p for p in unit.rglob("*") if p.is_dir() and p.name != "__pycache__"]
     strays = [str(p.relative_to(unit)) for p in folders if not (PACKAGE / p.relative_to(unit)).is_dir()]
     assert folders and not strays, f"folders of tests/unit with no package folder of the same path: {strays}"
+
+
+#: The most lines a module may have (migrations aside): a room a reader can hold in mind.
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines():
+    big = {
+        name or NAME: n for name, (path, _) in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not big, f"modules over {MAX_LINES} lines (split them by concern): {big}"
+
+
+#: A reference to an issue or a numbered invariant: the issues are not in the repository, so a comment that
+#: cites one points nowhere. A comment gives the reason, or the docs page that has it.
+CITES_AN_ISSUE = re.compile(r"\b(?:issue|invariant)s? #?\d+", re.IGNORECASE)
+ROOT = PACKAGE.parent
+
+
+def test_no_comment_cites_an_issue_number():
+    places = [
+        *PACKAGE.rglob("*.py"),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "labextension" / "src").rglob("*.ts"),
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "config").rglob("*.py"),
+    ]
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
+        for path in places
+        if "migrations" not in path.parts and path != Path(__file__).resolve()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if CITES_AN_ISSUE.search(line)
+    ]
+    assert not cited, "\n".join(cited)
+
+
+def test_the_rules_core_and_the_domain_read_no_ledger():
+    """The rules decide from plain values; the tick and the web read the ledger and apply the decisions."""
+    wrong = [
+        f"{name}:{imp.line} imports {own(imp.target)}"
+        for name, found in IMPORTS.items()
+        if within(name, ("rules", "service.domain", "sim"))
+        for imp in found
+        if own(imp.target) is not None
+        and within(own(imp.target), ("ledger", "service.web", "service.tick", "spawners"))
+    ]
+    assert not wrong, "\n".join(wrong)
