@@ -11,6 +11,9 @@ class registers it under its :attr:`~GPUBackend.name`. Every side asks the regis
 - the spawner tells the server which reader to open (:attr:`~GPUBackend.reader`, in ``JUPYTERHUB_GPU_READER``)
   and asks its container engine for the GPUs with :meth:`GPUBackend.device_requests`;
 - the server extension opens that reader with :meth:`GPUBackend.open_reader`;
+- on Kubernetes, a pod asks the cluster's device plugin for the extended resource
+  :meth:`GPUBackend.pod_resource` names (NVIDIA's by default), and no sidecar may ask for one of
+  :attr:`~GPUBackend.resource_domains`;
 - the doctor checks the inventory with :meth:`GPUBackend.inventory_fix`, :attr:`~GPUBackend.reads_mig_mode`
   and :attr:`~GPUBackend.host_check`; a :attr:`~GPUBackend.simulated` backend is reported as such.
 
@@ -26,6 +29,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from jupyterhub_gpu.gpus.device import GPUDevice, GPUReading, InventoryError
+from jupyterhub_gpu.gpus.names import mig_request
+
+#: NVIDIA's device plugin on Kubernetes, every backend's default there: a whole GPU, a MIG slice (the "mixed"
+#: strategy: ``nvidia.com/mig-1g.10gb``), and the GPU Operator's time-sliced replica with
+#: ``renameByDefault: true`` (the default of ``GPUKubeSpawner.gpu_shared_resource``).
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
 
 
 @runtime_checkable
@@ -65,6 +76,9 @@ class GPUBackend:
     reads_mig_mode: ClassVar[bool] = False
     #: The doctor: the backend whose listing of this host the inventory is compared with (by UUID), or None.
     host_check: ClassVar[str | None] = None
+    #: Kubernetes: the domains of the extended resources its device plugin advertises. A node's resources of
+    #: them are counted as GPUs, and a pod's sidecars and init containers lose any they ask for.
+    resource_domains: ClassVar[tuple[str, ...]] = ("nvidia.com/",)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -79,6 +93,27 @@ class GPUBackend:
     def device_requests(self, device_ids: list[str]) -> list[dict]:
         """Docker ``DeviceRequests`` that give a container exactly these GPUs (``[]`` for none)."""
         return []
+
+    # -- Kubernetes ------------------------------------------------------------------------
+    def pod_resource(
+        self, gpu_model: str, *, share: int | None = None, mig: str | None = None, shared_resource: str = ""
+    ) -> tuple[str, str]:
+        """``(extended resource, product words)`` one unit of a profile asks a pod's device plugin for; the words
+        are what a node's product must match ("" for any node).
+
+        NVIDIA's device plugin by default: a MIG profile (``mig: "1g.10gb"``) asks for ``nvidia.com/mig-1g.10gb``
+        on nodes of ``gpu_model``'s product; a time-sliced share (``gpu_share: 4``) for one replica of
+        ``shared_resource`` (``nvidia.com/gpu.shared`` when empty); a ``gpu_model`` that names a slice
+        (``"A100 MIG 1g.10gb"``) for that slice; anything else for whole GPUs (``nvidia.com/gpu``).
+        """
+        if mig:
+            # the GPU's words, without a "MIG" of its own ("A100 MIG" with mig "1g.10gb": A100 nodes)
+            rest = [w for w in mig_request(gpu_model)[1].split() if w.casefold() != "mig"]
+            return MIG_RESOURCE_PREFIX + mig, " ".join(rest)
+        mig_slice, words = mig_request(gpu_model)
+        if share:
+            return shared_resource or SHARED_RESOURCE, words
+        return (GPU_RESOURCE if mig_slice is None else MIG_RESOURCE_PREFIX + mig_slice), words
 
     # -- the server ------------------------------------------------------------------------
     def open_reader(self, devices: list[GPUDevice], activity: Callable[[], Any], env: Mapping[str, str]) -> GPUReader:

@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from jupyterhub_gpu.gpus.backends import SHARED_RESOURCE, get_backend
 from jupyterhub_gpu.gpus.device import GPUDevice
 from jupyterhub_gpu.gpus.names import memory_from_name
 from jupyterhub_gpu.spawners.assign.cluster_snapshot import (
@@ -55,10 +56,7 @@ from jupyterhub_gpu.spawners.assign.cluster_snapshot import (
 )
 from jupyterhub_gpu.spawners.assign.protocol import AllocationError, Allocator
 from jupyterhub_gpu.spawners.assign.queue import FairQueue, Waiter, wait_limit_text
-from jupyterhub_gpu.spawners.kube.objects import (
-    SHARED_PRODUCT_SUFFIX,
-    SHARED_RESOURCE,
-)
+from jupyterhub_gpu.spawners.kube.objects import SHARED_PRODUCT_SUFFIX
 from jupyterhub_gpu.spawners.messages import Phrase
 
 log = logging.getLogger("jupyterhub_gpu.kube_inventory")
@@ -94,11 +92,13 @@ class ClusterInventory:
         ttl: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         resources: tuple[str, ...] = (),
+        domains: tuple[str, ...] = (),
     ):
         self.fetch = fetch
         self.ttl = ttl
         self.clock = clock
         self.resources = tuple(resources)  # resources kept besides nvidia.com/* (take_snapshot)
+        self.domains = tuple(domains)  # and the GPU backend's domains of resources
         self.snapshot: ClusterSnapshot | None = None
         self.error: str | None = None
         self.fetched_at: float | None = None
@@ -127,7 +127,7 @@ class ClusterInventory:
         self.fetches += 1
         try:
             nodes, pods = await self.fetch()
-            self.snapshot = take_snapshot(nodes, pods, self.resources)
+            self.snapshot = take_snapshot(nodes, pods, self.resources, self.domains)
             self.error = None
         except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
@@ -189,11 +189,13 @@ class ClusterAllocator(FairQueue, Allocator):
         inventory: ClusterInventory,
         products_override: dict[str, list[str]] | None = None,
         shared_resource: str = SHARED_RESOURCE,
+        backend: str = "nvml",
     ):
         super().__init__()
         self.inventory = inventory
         self.products_override = {k: tuple(sorted(v)) for k, v in (products_override or {}).items()}
         self.shared_resource = shared_resource
+        self.backend = backend  # the GPU backend that names a unit's extended resource
         self.devices: list[GPUDevice] = []  # the hub names no device on a cluster: the device plugin picks them
         self._claims: dict[str, Claim] = {}
         self._poller: asyncio.Task | None = None
@@ -201,8 +203,8 @@ class ClusterAllocator(FairQueue, Allocator):
 
     # -- reading -----------------------------------------------------------
     def request(self, gpu_model: str, *, share: int | None = None, mig: str | None = None) -> UnitRequest:
-        """What one unit of a profile asks for (:func:`unit_request` with this hub's shared resource)."""
-        return unit_request(gpu_model, share=share, mig=mig, shared_resource=self.shared_resource)
+        """What one unit of a profile asks for (:func:`unit_request` with this hub's shared resource and backend)."""
+        return unit_request(gpu_model, share=share, mig=mig, shared_resource=self.shared_resource, backend=self.backend)
 
     def kind(
         self, gpu_model: str, *, share: int | None = None, mig: str | None = None
@@ -479,13 +481,15 @@ _ALLOCATORS: dict[tuple, ClusterAllocator] = {}
 
 
 def shared_cluster_allocator(
-    fetch, ttl: float, products: dict, shared_resource: str = SHARED_RESOURCE
+    fetch, ttl: float, products: dict, shared_resource: str = SHARED_RESOURCE, backend: str = "nvml"
 ) -> ClusterAllocator:
-    """The hub-wide :class:`ClusterAllocator` for this configuration, created on first use."""
-    key = (fetch, ttl, repr(sorted(products.items())), shared_resource)
+    """The hub-wide :class:`ClusterAllocator` for this configuration, created on first use; ``backend`` is the
+    GPU backend whose device plugin's resources the pods ask for and the snapshot counts."""
+    key = (fetch, ttl, repr(sorted(products.items())), shared_resource, backend)
     if key not in _ALLOCATORS:
-        inventory = ClusterInventory(fetch, ttl, resources=(shared_resource,))
-        _ALLOCATORS[key] = ClusterAllocator(inventory, products, shared_resource)
+        domains = get_backend(backend).resource_domains
+        inventory = ClusterInventory(fetch, ttl, resources=(shared_resource,), domains=domains)
+        _ALLOCATORS[key] = ClusterAllocator(inventory, products, shared_resource, backend)
     return _ALLOCATORS[key]
 
 

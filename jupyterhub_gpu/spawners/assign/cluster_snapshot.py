@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from jupyterhub_gpu.gpus.backends import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_RESOURCE
 from jupyterhub_gpu.gpus.names import memory_from_name, model_matches
 from jupyterhub_gpu.spawners.kube.objects import (
-    GPU_RESOURCE,
     MEMORY_LABEL,
-    MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
     REPLICAS_LABEL,
     SESSION_LABEL,
     SHARED_PRODUCT_SUFFIX,
-    SHARED_RESOURCE,
     mig_memory_label,
     unit_resource,
 )
@@ -75,16 +73,22 @@ class UnitRequest:
 
 
 def unit_request(
-    gpu_model: str, *, share: int | None = None, mig: str | None = None, shared_resource: str = SHARED_RESOURCE
+    gpu_model: str,
+    *,
+    share: int | None = None,
+    mig: str | None = None,
+    shared_resource: str = SHARED_RESOURCE,
+    backend: str = "nvml",
 ) -> UnitRequest:
-    """The resource, product words and kind of node one unit of a profile needs.
+    """The resource, product words and kind of node one unit of a profile needs (the resource as the GPU
+    ``backend`` names it).
 
     A whole GPU never lands on a time-sliced node (its ``nvidia.com/gpu`` are
     replicas there); a share asking for the un-renamed ``nvidia.com/gpu``
     (``renameByDefault: false``) lands only on one; a renamed shared resource
     exists only on time-sliced nodes anyway.
     """
-    resource, words = unit_resource(gpu_model, share=share, mig=mig, shared_resource=shared_resource)
+    resource, words = unit_resource(gpu_model, share=share, mig=mig, shared_resource=shared_resource, backend=backend)
     if share:
         return UnitRequest(resource, words, "share", True if resource == GPU_RESOURCE else None)
     if resource.startswith(MIG_RESOURCE_PREFIX):
@@ -140,12 +144,16 @@ def pod_requests(pod: dict) -> dict[str, int]:
     return total
 
 
-def take_snapshot(nodes: list[dict], pods: list[dict], resources: tuple[str, ...] = ()) -> ClusterSnapshot:
+def take_snapshot(
+    nodes: list[dict], pods: list[dict], resources: tuple[str, ...] = (), domains: tuple[str, ...] = ()
+) -> ClusterSnapshot:
     """The GPU nodes that can take pods, what is used on each, and our scheduled sessions.
 
-    A node's ``nvidia.com/*`` resources are kept, and ``resources`` (a shared
-    resource an admin renamed outside that domain).
+    A node's ``nvidia.com/*`` resources are kept, those of ``domains`` (the GPU backend's
+    :attr:`~jupyterhub_gpu.gpus.backends.GPUBackend.resource_domains`), and ``resources`` (a shared
+    resource an admin renamed outside them).
     """
+    kept = ("nvidia.com/", *domains)
     used: dict[str, dict[str, int]] = {}
     scheduled: set[str] = set()
     for pod in pods:
@@ -164,7 +172,7 @@ def take_snapshot(nodes: list[dict], pods: list[dict], resources: tuple[str, ...
         allocatable = {
             k: parse_quantity(v)
             for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
-            if (k.startswith("nvidia.com/") or k in resources) and parse_quantity(v) > 0
+            if (k.startswith(kept) or k in resources) and parse_quantity(v) > 0
         }
         if not allocatable or not _node_ready(node):
             continue

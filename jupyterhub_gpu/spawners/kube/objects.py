@@ -6,8 +6,9 @@ camelCase shape; the tests compare whole dicts. :class:`.kube.GPUKubeSpawner`
 only gathers the values, hands the pieces to KubeSpawner's traits, and checks
 the finished pod with :func:`enforce_pod_policy`.
 
-On Kubernetes the NVIDIA device plugin picks the GPUs: a pod asks for a count
-of an extended resource (``nvidia.com/gpu``, a MIG slice such as
+On Kubernetes the device plugin picks the GPUs: a pod asks for a count of the
+extended resource its GPU backend names (:meth:`.GPUBackend.pod_resource`;
+NVIDIA's by default: ``nvidia.com/gpu``, a MIG slice such as
 ``nvidia.com/mig-1g.10gb``, or a time-sliced replica such as
 ``nvidia.com/gpu.shared``) and is steered to nodes of the right GPU product by
 the ``nvidia.com/gpu.product`` label of GPU Feature Discovery.
@@ -19,12 +20,8 @@ import re
 from decimal import Decimal
 
 from jupyterhub_gpu.env import MEMORY_LIMIT_MIB, SHARE, nvml_discovery_env
-from jupyterhub_gpu.gpus.names import mig_request
+from jupyterhub_gpu.gpus.backends import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_RESOURCE, get_backend
 
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-#: The GPU Operator's time-sliced resource with ``renameByDefault: true`` (the default of ``gpu_shared_resource``).
-SHARED_RESOURCE = "nvidia.com/gpu.shared"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 #: GPU Feature Discovery: how many time-sliced replicas each GPU of the node has (1, or absent: not shared).
@@ -44,16 +41,15 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 DEVICE_PLUGIN_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
-def gpu_resource_for(gpu_model: str) -> tuple[str, str]:
-    """``(extended resource, product words)`` for a profile's ``gpu_model``.
+def gpu_resource_for(gpu_model: str, backend: str = "nvml") -> tuple[str, str]:
+    """``(extended resource, product words)`` for a profile's ``gpu_model`` of whole units (no share, no ``mig``).
 
-    ``"A100"`` asks for whole GPUs (``nvidia.com/gpu``) on A100 nodes; a model
+    With NVIDIA's device plugin, ``"A100"`` asks for whole GPUs (``nvidia.com/gpu``) on A100 nodes; a model
     naming a MIG slice (``"1g.10gb"``, ``"A100 MIG 1g.10gb"``) asks for that slice
     (``nvidia.com/mig-1g.10gb``, the device plugin's "mixed" MIG strategy), on
     nodes of the product named by the remaining words, if any.
     """
-    mig_slice, words = mig_request(gpu_model)
-    return (GPU_RESOURCE if mig_slice is None else MIG_RESOURCE_PREFIX + mig_slice), words
+    return unit_resource(gpu_model, backend=backend)
 
 
 def mig_memory_label(mig_slice: str) -> str:
@@ -62,22 +58,22 @@ def mig_memory_label(mig_slice: str) -> str:
 
 
 def unit_resource(
-    gpu_model: str, *, share: int | None = None, mig: str | None = None, shared_resource: str = SHARED_RESOURCE
+    gpu_model: str,
+    *,
+    share: int | None = None,
+    mig: str | None = None,
+    shared_resource: str = SHARED_RESOURCE,
+    backend: str = "nvml",
 ) -> tuple[str, str]:
-    """``(extended resource, product words)`` one unit of a profile asks for.
+    """``(extended resource, product words)`` one unit of a profile asks for: as the GPU ``backend`` says
+    (:meth:`.GPUBackend.pod_resource`; NVIDIA's device plugin unless the backend has its own).
 
-    A MIG profile (``mig: "1g.10gb"``) asks for ``nvidia.com/mig-1g.10gb`` on
+    With NVIDIA's: a MIG profile (``mig: "1g.10gb"``) asks for ``nvidia.com/mig-1g.10gb`` on
     nodes of ``gpu_model``'s product; a time-sliced share (``gpu_share: 4``) for
     one replica of ``shared_resource``; anything else as :func:`gpu_resource_for`
     says (whole GPUs, or a MIG slice spelled inside ``gpu_model``).
     """
-    if mig:
-        # the GPU's words, without a "MIG" of its own ("A100 MIG" with mig "1g.10gb": A100 nodes)
-        rest = [w for w in mig_request(gpu_model)[1].split() if w.casefold() != "mig"]
-        return MIG_RESOURCE_PREFIX + mig, " ".join(rest)
-    if share:
-        return shared_resource, mig_request(gpu_model)[1]
-    return gpu_resource_for(gpu_model)
+    return get_backend(backend).pod_resource(gpu_model, share=share, mig=mig, shared_resource=shared_resource)
 
 
 #: An extended resource name: ``domain/name`` (a DNS subdomain, then a label-like name).
@@ -258,14 +254,16 @@ def harden_security_context(existing: dict | None, required: dict) -> dict:
     return merged
 
 
-def strip_gpu_resources(resources: dict | None, gpu_resources: tuple[str, ...] = ()) -> dict:
-    """A container's ``resources`` without any ``nvidia.com/*`` entry, nor ``gpu_resources`` (sidecars get no GPU)."""
+def strip_gpu_resources(
+    resources: dict | None, gpu_resources: tuple[str, ...] = (), gpu_domains: tuple[str, ...] = ()
+) -> dict:
+    """A container's ``resources`` without any ``nvidia.com/*`` entry, nor ``gpu_resources``, nor any of the GPU
+    backend's ``gpu_domains`` (sidecars get no GPU)."""
     resources = resources or {}
+    domains = ("nvidia.com/", *gpu_domains)
     return {
         part: {
-            k: v
-            for k, v in (resources.get(part) or {}).items()
-            if not k.startswith("nvidia.com/") and k not in gpu_resources
+            k: v for k, v in (resources.get(part) or {}).items() if not k.startswith(domains) and k not in gpu_resources
         }
         for part in ("limits", "requests")
         if resources.get(part) is not None
@@ -278,14 +276,19 @@ _FORBIDDEN_POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC", "shareProcessNames
 
 
 def _harden_container(
-    c: dict, container_security: dict, host_paths: set[str], resources: dict | None, gpu_resources: tuple[str, ...] = ()
+    c: dict,
+    container_security: dict,
+    host_paths: set[str],
+    resources: dict | None,
+    gpu_resources: tuple[str, ...] = (),
+    gpu_domains: tuple[str, ...] = (),
 ) -> dict:
     c = dict(c)
     c["securityContext"] = harden_security_context(c.get("securityContext"), container_security)
     c["resources"] = (
         {p: dict(v) for p, v in resources.items()}
         if resources
-        else strip_gpu_resources(c.get("resources"), gpu_resources)
+        else strip_gpu_resources(c.get("resources"), gpu_resources, gpu_domains)
     )
     if c.get("volumeMounts"):
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m.get("name") not in host_paths]
@@ -298,7 +301,13 @@ def _harden_container(
 
 
 def enforce_pod_policy(
-    pod: dict, *, pod_security: dict, container_security: dict, resources: dict, gpu_resources: tuple[str, ...] = ()
+    pod: dict,
+    *,
+    pod_security: dict,
+    container_security: dict,
+    resources: dict,
+    gpu_resources: tuple[str, ...] = (),
+    gpu_domains: tuple[str, ...] = (),
 ) -> dict:
     """The serialized pod with our security contexts and GPU resources forced.
 
@@ -310,8 +319,9 @@ def enforce_pod_policy(
     securityContext; the node's namespaces, a shared process namespace, ephemeral
     containers, ``hostPath`` volumes (and their mounts) and host ports are removed;
     the service-account token is not mounted (a user could call the Kubernetes API
-    with it). Sidecars and init containers lose every ``nvidia.com/*`` resource and ``gpu_resources`` (a
-    shared resource renamed outside that domain).
+    with it). Sidecars and init containers lose every ``nvidia.com/*`` resource, ``gpu_resources`` (a
+    shared resource renamed outside that domain) and those of ``gpu_domains`` (the GPU backend's
+    :attr:`~.GPUBackend.resource_domains`).
     """
     pod = dict(pod)
     spec = dict(pod.get("spec") or {})
@@ -329,12 +339,13 @@ def enforce_pod_policy(
     if "volumes" in spec:
         spec["volumes"] = [v for v in spec["volumes"] or [] if v.get("name") not in host_paths]
     spec["containers"] = [
-        _harden_container(c, container_security, host_paths, resources if i == 0 else None, gpu_resources)
+        _harden_container(c, container_security, host_paths, resources if i == 0 else None, gpu_resources, gpu_domains)
         for i, c in enumerate(spec.get("containers") or [])
     ]  # the first is the notebook container: exactly the profile's resources
     if spec.get("initContainers"):
         spec["initContainers"] = [
-            _harden_container(c, container_security, host_paths, None, gpu_resources) for c in spec["initContainers"]
+            _harden_container(c, container_security, host_paths, None, gpu_resources, gpu_domains)
+            for c in spec["initContainers"]
         ]
     pod["spec"] = spec
     return pod

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
+from jupyterhub_gpu.gpus.backends import MIG_RESOURCE_PREFIX
 from jupyterhub_gpu.gpus.names import mig_request
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.cluster import replica_warnings
 from jupyterhub_gpu.spawners.form import profile_line
-from jupyterhub_gpu.spawners.kube.objects import MIG_RESOURCE_PREFIX
 from jupyterhub_gpu.spawners.profiles import Profile
 
 

@@ -35,6 +35,7 @@ from kubespawner import KubeSpawner
 from traitlets import Any, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.gpus.backends import SHARED_RESOURCE, get_backend
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.spawners.assign.cluster import (
     ClusterAllocator,
@@ -43,7 +44,6 @@ from jupyterhub_gpu.spawners.assign.cluster import (
 )
 from jupyterhub_gpu.spawners.kube.objects import (
     SESSION_LABEL,
-    SHARED_RESOURCE,
     SchemaError,
     enforce_pod_policy,
     make_kube_env,
@@ -248,7 +248,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     @property
     def allocator(self) -> ClusterAllocator:
         fetch = self.inventory_fetch or fetch_with_kubernetes_asyncio
-        return shared_cluster_allocator(fetch, self.inventory_ttl, self.gpu_node_products, self.gpu_shared_resource)
+        return shared_cluster_allocator(
+            fetch, self.inventory_ttl, self.gpu_node_products, self.gpu_shared_resource, self.gpu_backend
+        )
 
     async def _render_gpu_options_form(self, spawner=None):
         await self.allocator.inventory.get()  # cached for inventory_ttl
@@ -428,6 +430,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             container_security=pieces["container_security_context"],
             resources=pieces["resources"],
             gpu_resources=(self.gpu_shared_resource,),
+            gpu_domains=get_backend(self.gpu_backend).resource_domains,
         )
         try:
             return validate_object(data, "V1Pod")

@@ -2,7 +2,8 @@
 
 ``ToyBackend`` below is the whole of a new backend: one module-level class. No other file names it, yet the
 spawner's option accepts it, the hub's allocator lists its GPUs, the server extension opens its reader, the
-Docker builder asks for its device request and the doctor reports its inventory and its fix.
+Docker builder asks for its device request, a Kubernetes pod asks for its device plugin's resource (and its
+sidecars may not), and the doctor reports its inventory and its fix.
 """
 
 from __future__ import annotations
@@ -23,8 +24,20 @@ from jupyterhub_gpu.gpus.simulated import KernelActivity, SimulatedReader
 from jupyterhub_gpu.serverext.extension import GPUExtension, GPUStats
 from jupyterhub_gpu.spawners.assign import host
 from jupyterhub_gpu.spawners.docker.objects import make_container_spec, make_device_requests
+from jupyterhub_gpu.spawners.kube.objects import unit_resource
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from tests.unit.doctor.test_doctor_checks import doctor, one
+from tests.unit.spawners.kube.test_kube_spawner import (  # noqa: F401  (kubeconfig: KubeSpawner needs a client config)
+    GIB,
+    IMAGE,
+    Cluster,
+    check_schema,
+    kubeconfig,
+    make_config,
+    make_spawner,
+    serialized,
+    spawn,
+)
 
 TOY_GPUS = [
     GPUDevice(index="0", uuid="TOY-0000", name="Toy Accelerator", memory_mib=8192),
@@ -51,9 +64,14 @@ class ToyReader:
         self.closed = True
 
 
+#: What the toy's device plugin advertises on a Kubernetes node, one per toy GPU.
+TOY_RESOURCE = "toy.example/accelerator"
+
+
 class ToyBackend(GPUBackend):
     name = "toy"
     label = "The toy driver"
+    resource_domains = ("toy.example/",)
 
     #: set by a test to make the inventory fail, as a host without the toy driver would
     broken = False
@@ -68,6 +86,9 @@ class ToyBackend(GPUBackend):
 
     def open_reader(self, devices, activity, env):
         return ToyReader(devices, activity)
+
+    def pod_resource(self, gpu_model, *, share=None, mig=None, shared_resource=""):
+        return TOY_RESOURCE, ""  # any node whose device plugin offers it
 
     def inventory_fix(self, spawner_class):
         return f"load the toy driver, or set c.{spawner_class}.gpu_backend to another backend"
@@ -188,3 +209,49 @@ def test_the_registry_finds_the_modules_of_the_package_once(monkeypatch):
     monkeypatch.setattr(backends, "_discovered", False)
     assert "static" in backend_names()
     assert backends._discovered
+
+
+def toy_node(name: str, count: int) -> dict:
+    """A Kubernetes node whose toy device plugin advertises ``count`` toy GPUs (no NVIDIA label)."""
+    return {
+        "metadata": {"name": name, "labels": {}},
+        "spec": {},
+        "status": {"allocatable": {TOY_RESOURCE: str(count)}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+async def test_a_kubernetes_pod_asks_the_toy_device_plugin_for_its_resource():
+    assert unit_resource("Toy Accelerator", backend="toy") == (TOY_RESOURCE, "")
+    assert unit_resource("Toy Accelerator")[0] == "nvidia.com/gpu"  # NVIDIA's device plugin by default
+    cluster = Cluster()
+    cluster.nodes.append(toy_node("toy-1", 2))
+    toy = {
+        "slug": "toy",
+        "display_name": "1× Toy",
+        "gpu_model": "Toy Accelerator",
+        "gpu_count": 1,
+        "image": IMAGE,
+        "price_per_gpu_hour": "1.20",
+        "cpu_limit": 2,
+        "mem_limit": "4G",
+    }
+    c = make_config(cluster, gpu_backend="toy", profiles=[toy])
+    # an admin's sidecar that asks for a toy GPU of its own (and an NVIDIA one): the pod's policy takes both away
+    c.KubeSpawner.extra_containers = [
+        {"name": "sidecar", "image": IMAGE, "resources": {"limits": {TOY_RESOURCE: "1", "nvidia.com/gpu": "1"}}}
+    ]
+    spawner = make_spawner(c)
+    assert spawner.allocator.counts("Toy Accelerator")["total"] == 0  # not read yet
+    assert await spawn(spawner, "toy") == ("10.0.0.5", 8888)
+    pod = serialized(spawner.created_pod)
+    check_schema(pod, "V1Pod")
+    notebook, sidecar = pod["spec"]["containers"]
+    limits = {"cpu": "2", "memory": str(4 * GIB), TOY_RESOURCE: "1"}
+    assert notebook["resources"] == {"limits": limits, "requests": limits}
+    assert sidecar["resources"] == {"limits": {}}
+    assert "nodeSelector" not in pod["spec"]  # the toy names no product: any node with the resource
+    env = {e["name"]: e["value"] for e in notebook["env"]}
+    assert env["JUPYTERHUB_GPU_RESOURCE"] == TOY_RESOURCE
+    assert spawner.gpu_session["devices"] == [f"{TOY_RESOURCE}:0"]
+    counts = spawner.allocator.counts("Toy Accelerator")
+    assert (counts["total"], counts["free"]) == (2, 1)  # the toy node's, less this spawn's claim
