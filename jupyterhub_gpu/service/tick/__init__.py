@@ -31,7 +31,6 @@ from jupyterhub_gpu.service.tick.context import (
 )
 from jupyterhub_gpu.service.tick.culling import (
     enforce_culling,
-    minute_signals,
     sessions_signals,
     signals_since,
 )
@@ -55,7 +54,6 @@ __all__ = [
     "enforce_culling",
     "enforce_jobs",
     "enforce_schedule",
-    "minute_signals",
     "open_session_pages",
     "reconcile",
     "resume_server",

@@ -19,8 +19,7 @@ from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.rules.culling import evaluate
 from jupyterhub_gpu.rules.cullrules import MAX_MINUTES, rules_for
 from jupyterhub_gpu.rules.moves import affordable_for
-from jupyterhub_gpu.rules.samples import memory_unknown
-from jupyterhub_gpu.rules.signals import MinuteSignal, gpu_memory_high
+from jupyterhub_gpu.rules.signals import MinuteReading, gpu_memory_high, minute_signals
 from jupyterhub_gpu.service.domain.culling import cap_message, cap_reached, cull_message, memory_message
 from jupyterhub_gpu.service.domain.notices import CHANNELS
 from jupyterhub_gpu.service.feeds.advice import profile_options
@@ -44,26 +43,7 @@ def signals_since(session, now: datetime) -> datetime:
 def sessions_signals(ledger: Ledger, sessions, now: datetime) -> dict[str, list]:
     """The minute signals of many sessions (from the samples their servers pushed, oldest first), in one query."""
     found = sessions_minutes(ledger, {s.id: signals_since(s, now) for s in sessions})
-    return {sid: minute_signals(minutes) for sid, minutes in found.items()}
-
-
-def minute_signals(minutes) -> list:
-    """The cull rules' signals of a session's minute rows (oldest first)."""
-    signals = []
-    for m in minutes:
-        total = m.memory_total_mib or 0
-        # a share in a container cannot measure its own memory: that minute's memory is unknown, not 0
-        total = 0 if memory_unknown(m) else total
-        signals.append(
-            MinuteSignal(
-                at=aware_utc(m.minute),
-                gpu_util=m.utilization_avg if m.samples else None,
-                gpu_mem_frac=(m.memory_used_max_mib / total) if total else None,
-                kernel_busy=m.busy_kernels_max > 0,
-                user_active=False,  # user actions come as last_activity, not per minute
-            )
-        )
-    return signals
+    return {sid: minute_signals(MinuteReading.of_row(m) for m in minutes) for sid, minutes in found.items()}
 
 
 async def enforce_culling(ctx: TickContext, now: datetime) -> TickResult:

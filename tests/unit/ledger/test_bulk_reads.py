@@ -9,8 +9,9 @@ from datetime import datetime, timedelta, timezone
 from jupyterhub_gpu.ledger.queries.samples import Push, record_samples, session_minutes, sessions_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.rules.samples import Sample
+from jupyterhub_gpu.rules.signals import MinuteReading, minute_signals
 from jupyterhub_gpu.service import tick
-from jupyterhub_gpu.service.tick import LoopSlice, minute_signals, open_session_pages, sessions_signals, signals_since
+from jupyterhub_gpu.service.tick import LoopSlice, open_session_pages, sessions_signals, signals_since
 from jupyterhub_gpu.session import SessionStart, StopReason
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=timezone.utc)
@@ -97,7 +98,7 @@ def test_sessions_signals_equal_each_sessions_own_signals(ledger):
         assert set(bulk) == {s.id for s in open_sessions}
         for s in open_sessions:
             alone = session_minutes(ledger, s.id, since=signals_since(s, now))
-            assert bulk[s.id] == minute_signals(alone), s.id
+            assert bulk[s.id] == minute_signals(MinuteReading.of_row(m) for m in alone), s.id
 
 
 def test_open_session_pages_read_every_open_session_once(ledger, monkeypatch):

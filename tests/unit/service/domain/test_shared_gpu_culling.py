@@ -19,6 +19,7 @@ from jupyterhub_gpu.rules.culling import evaluate
 from jupyterhub_gpu.rules.cullrules import CullRule
 from jupyterhub_gpu.rules.idle import own_gpu_utilization
 from jupyterhub_gpu.rules.samples import SampleError, parse_sample
+from jupyterhub_gpu.rules.signals import MinuteReading, minute_signals
 from jupyterhub_gpu.service import tick
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.session import SessionStart
@@ -186,7 +187,7 @@ def test_a_neighbours_work_is_no_activity_for_the_inactive_rule(ledger):
     two_servers_on_one_gpu(ledger, 20, "gpu")
     rules = (CullRule("inactive", minutes=15, warn_minutes=5),)
     for sid, action in (("idle", "warn"), ("busy", "none")):
-        signals = tick.minute_signals(session_minutes(ledger, sid))
+        signals = minute_signals(MinuteReading.of_row(m) for m in session_minutes(ledger, sid))
         decision = evaluate(rules, T0, T0 + timedelta(minutes=12), signals, warned=None)
         assert decision.action == action, sid
 
@@ -200,12 +201,12 @@ def test_a_share_that_could_not_measure_its_memory_has_no_memory_figure_for_the_
     record_samples(ledger, [Push("ann", parse_sample(unknown), 1)])
     (row,) = session_minutes(ledger, "s")
     assert json.loads(row.gpus)[share_uuid(GPU, 0, 4)]["memory_unknown"] is True
-    [signal] = tick.minute_signals([row])
+    [signal] = minute_signals([MinuteReading.of_row(row)])
     assert signal.gpu_mem_frac is None and signal.gpu_util == 30.0
     # a measured minute keeps its fraction
     measured = body("s", T0 + timedelta(minutes=1, seconds=20), 30.0, scope="own", processes=1, mem=3900)
     record_samples(ledger, [Push("ann", parse_sample(measured), 1)])
-    signals = tick.minute_signals(session_minutes(ledger, "s"))
+    signals = minute_signals(MinuteReading.of_row(m) for m in session_minutes(ledger, "s"))
     assert signals[-1].gpu_mem_frac == pytest.approx(3900 / 4096)
 
 
