@@ -1,4 +1,4 @@
-"""A GPU session as every side knows it: its start, why it stopped, and when its GPU counts as idle.
+"""A GPU session as every side knows it: its start and why it stopped (what idle is: :mod:`.rules.idle`).
 
 Pure and shared by the hub side (the spawners write the start and the stop),
 the gpu service (the tick, the reconciliation, reports) and the ledger; imports
@@ -15,11 +15,6 @@ from enum import Enum
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.i18n import LANGUAGES
 from jupyterhub_gpu.money import from_micros, to_micros
-
-
-#: A sampled minute under this mean GPU utilization (percent), with no busy kernel, is idle: the
-#: default of the ``gpu_idle`` and ``inactive`` cull rules, the savings report and the cull simulator.
-IDLE_UTIL_PERCENT = 5
 
 
 class StopReason(str, Enum):

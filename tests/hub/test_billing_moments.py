@@ -26,13 +26,13 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
-from jupyterhub_gpu.service.domain.samples import parse_sample
 from traitlets.config import Config
 
 from jupyterhub_gpu.clock import aware_utc as _aware
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.ledger.queries.samples import record_sample
 from jupyterhub_gpu.ledger.store import shared_ledger
+from jupyterhub_gpu.rules.samples import parse_sample
 from jupyterhub_gpu.spawners import budget as budget_module
 from jupyterhub_gpu.spawners import launch as launch_module
 from jupyterhub_gpu.spawners import local as local_module

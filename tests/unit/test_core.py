@@ -11,9 +11,10 @@ from pathlib import Path
 from jupyterhub_gpu import env
 from jupyterhub_gpu.billing import minutes_in_window
 from jupyterhub_gpu.gpus.names import mig_request, tokens, words
-from jupyterhub_gpu.service.domain.culling import DEFAULT_RULES, DEFAULT_UTIL_THRESHOLD, KINDS
 from jupyterhub_gpu.money import to_micros
-from jupyterhub_gpu.session import CULL_REASONS, IDLE_UTIL_PERCENT, SessionStart, StopReason
+from jupyterhub_gpu.rules.cullrules import DEFAULT_RULES, KINDS, CullRule
+from jupyterhub_gpu.rules.idle import IDLE, IDLE_UTIL_PERCENT
+from jupyterhub_gpu.session import CULL_REASONS, SessionStart, StopReason
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu"
 
@@ -59,7 +60,7 @@ def test_stop_reasons_are_the_ledgers_strings():
 
 
 def test_the_idle_threshold_is_one_number():
-    assert IDLE_UTIL_PERCENT == 5 and DEFAULT_UTIL_THRESHOLD == 5.0
+    assert IDLE_UTIL_PERCENT == 5 and IDLE.util_percent == 5 and CullRule("gpu_idle", 30, 5).util_threshold == 5.0
     assert [r.util_threshold for r in DEFAULT_RULES if r.kind != StopReason.MAX_AGE] == [5.0, 5.0, 5.0]
 
 

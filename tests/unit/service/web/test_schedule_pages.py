@@ -39,8 +39,8 @@ from jupyterhub_gpu.ledger.queries.schedule import (
 )
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
+from jupyterhub_gpu.rules.advice import AdviceSettings
 from jupyterhub_gpu.scheduler import WEEK, Grace, Period
-from jupyterhub_gpu.service.domain.advice import AdviceSettings
 from jupyterhub_gpu.service.web import pages
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.pages.schedule import booking_body, share_body, whole_or_text, zoned
