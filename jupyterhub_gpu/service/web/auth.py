@@ -73,20 +73,26 @@ class Caller:
     scopes: frozenset[str] = frozenset()
     groups: tuple[str, ...] = ()
     #: Whether the request came with a token (not the browser's login): the fix for a missing scope names it.
-    by_token: bool = False
-    #: The language of a refusal's words, asked only when there is one (a page's choice sets its cookie).
+    #: Asked, as the language below, only when there is a refusal to word.
+    by_token: Callable[[], bool] = field(default=lambda: False, compare=False, repr=False)
+    #: The language of a refusal's words (a page's choice of language sets its cookie when first asked).
     language: Callable[[], str] = field(default=lambda: "en", compare=False, repr=False)
 
     @classmethod
-    def of(cls, model: dict | None, by_token: bool = False, language: Callable[[], str] | None = None) -> Caller:
+    def of(
+        cls,
+        model: dict | None,
+        by_token: Callable[[], bool] | None = None,
+        language: Callable[[], str] | None = None,
+    ) -> Caller:
         model = model or {}
+        lazy = {"by_token": by_token, "language": language}
         return cls(
             name=str(model.get("name", "")),
             kind=model.get("kind", "user"),
             scopes=frozenset(model.get("scopes", [])),
             groups=tuple(model.get("groups") or ()),
-            by_token=by_token,
-            **({"language": language} if language is not None else {}),
+            **{k: v for k, v in lazy.items() if v is not None},
         )
 
     @property
@@ -107,7 +113,7 @@ class Caller:
     def missing_scope_message(self, scopes) -> str:
         """Why the caller lacks ``scopes`` where it may hold them, and the fix: its login or its token."""
         needs = " or ".join(scopes)
-        return translator(self.language())(TOKEN_LACKS_SCOPE if self.by_token else LOGIN_LACKS_SCOPE, needs=needs)
+        return translator(self.language())(TOKEN_LACKS_SCOPE if self.by_token() else LOGIN_LACKS_SCOPE, needs=needs)
 
     def require_scope(self, *scopes: str) -> None:
         """403 unless the caller holds one of ``scopes``."""
@@ -227,8 +233,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def caller(self) -> Caller:
         """Who is asking, for the rules of who may do what (:mod:`.actions`); the words of a refusal in the
         language of the answers (the API's English, a page's reader's language)."""
-        by_token = bool(self.hub_auth.get_token(self, in_cookie=False))
-        return Caller.of(self.current_user, by_token, self.answer_language)
+        return Caller.of(self.current_user, self._sent_a_token, self.answer_language)
+
+    def _sent_a_token(self) -> bool:
+        return bool(self.hub_auth.get_token(self, in_cookie=False))
 
     def answer_language(self) -> str:
         """The language of the answers' words: English for the API (pages: the reader's)."""
