@@ -8,7 +8,16 @@ from decimal import Decimal
 from urllib.parse import quote
 
 from jupyterhub_gpu.cli.client import APIError, Client
-from jupyterhub_gpu.cli.show import amount_text, describe_budget, moment_in, money_of, period_end_text, table, zone_of
+from jupyterhub_gpu.cli.show import (
+    amount_text,
+    describe_budget,
+    listing,
+    moment_in,
+    money_of,
+    period_end_text,
+    table,
+    zone_of,
+)
 
 
 def _budget_path(args) -> str:
@@ -43,12 +52,8 @@ def cmd_budget(client: Client, args, out) -> None:
             file=out,
         )
     else:
-        data = client.json("GET", "budgets")
-        if args.json:
-            print(json.dumps(data, indent=2), file=out)
-            return
-        if not data["budgets"]:
-            print("No budgets.", file=out)
+        data = listing(client, "budgets", "budgets", args, out, "No budgets.")
+        if data is None:
             return
         currency = money_of(data["currency"])
         zone = zone_of(args, data)

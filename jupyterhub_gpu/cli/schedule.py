@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from jupyterhub_gpu.cli.client import Client
-from jupyterhub_gpu.cli.show import moment_in, table, zone_of
+from jupyterhub_gpu.cli.show import listing, moment_in, table, zone_of
 
 
 def cmd_reservations(client: Client, args, out) -> None:
@@ -23,12 +22,8 @@ def cmd_reservations(client: Client, args, out) -> None:
         client.request("DELETE", f"reservations/{args.id}")
         print(f"Cancelled reservation {args.id}", file=out)
     else:
-        data = client.json("GET", "reservations")
-        if args.json:
-            print(json.dumps(data, indent=2), file=out)
-            return
-        if not data["reservations"]:
-            print("No reservations.", file=out)
+        data = listing(client, "reservations", "reservations", args, out, "No reservations.")
+        if data is None:
             return
         zone = zone_of(args, data)
         rows = [["ID", "GROUP", "GPUS", f"WINDOW ({zone.key})", "REPEATS", "BY", "NOTE"]]
@@ -67,12 +62,8 @@ def cmd_shares(client: Client, args, out) -> None:
         client.request("PUT", "shares", {"group": args.group, "gpu_model": args.model, "share": None})
         print(f"Group {args.group} has the default share of {args.model} GPUs again", file=out)
     else:
-        data = client.json("GET", "shares")
-        if args.json:
-            print(json.dumps(data, indent=2), file=out)
-            return
-        if not data["shares"]:
-            print("No shares set: every group has the default share.", file=out)
+        data = listing(client, "shares", "shares", args, out, "No shares set: every group has the default share.")
+        if data is None:
             return
         rows = [["GROUP", "MODEL", "SHARE", "SET BY"]]
         rows += [[s["group"], s["gpu_model"], str(s["share"]), s["updated_by"]] for s in data["shares"]]
@@ -89,12 +80,10 @@ def _wait(seconds) -> str:
 def cmd_queue(client: Client, args, out) -> None:
     params = {name: getattr(args, name) for name in ("user", "lang") if getattr(args, name, None)}
     if args.action == "preemptions":
-        data = client.json("GET", "preemptions", params=params)
-        if args.json:
-            print(json.dumps(data, indent=2), file=out)
-            return
-        if not data["preemptions"]:
-            print("No preemptions in the last 30 days.", file=out)
+        data = listing(
+            client, "preemptions", "preemptions", args, out, "No preemptions in the last 30 days.", params=params
+        )
+        if data is None:
             return
         zone = zone_of(args, data)
         rows = [["USER", "SERVER", f"STOP AT ({zone.key})", "STOPPED", "REASON"]]
@@ -106,12 +95,8 @@ def cmd_queue(client: Client, args, out) -> None:
         return
     if getattr(args, "group", None):
         params["group"] = args.group
-    data = client.json("GET", "queue", params=params)
-    if args.json:
-        print(json.dumps(data, indent=2), file=out)
-        return
-    if not data["queue"]:
-        print("No requests waiting for a GPU.", file=out)
+    data = listing(client, "queue", "queue", args, out, "No requests waiting for a GPU.", params=params)
+    if data is None:
         return
     zone = zone_of(args, data)
     rows = [["POSITION", "GPUS", "USER", "SERVER", "PROFILE", "TIER", "GROUP", "WAIT", f"SINCE ({zone.key})", "WHY"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -60,3 +61,16 @@ def zone_of(args, data: dict) -> ZoneInfo:
 def moment_in(iso: str, zone: ZoneInfo, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
     """An API time (ISO 8601, UTC) in ``zone``."""
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(zone).strftime(pattern)
+
+
+def listing(client, path: str, key: str, args, out, empty: str, params: dict | None = None) -> dict | None:
+    """``GET path`` of a listing: printed whole with ``--json``, or ``empty`` when its ``key`` lists nothing (None
+    then: nothing more to show); else the answer, for the caller's table."""
+    data = client.json("GET", path, params=params)
+    if args.json:
+        print(json.dumps(data, indent=2), file=out)
+        return None
+    if not data[key]:
+        print(empty, file=out)
+        return None
+    return data
