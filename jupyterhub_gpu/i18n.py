@@ -13,6 +13,7 @@ shown in English (``tests/unit/test_catalog.py`` checks that none is missing).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
@@ -26,6 +27,14 @@ SOURCE_LANGUAGE = "en"
 COOKIE = "jupyterhub-gpu-lang"
 #: The context of each catalog's own name for its language (``msgctxt "language name"``, msgid "English").
 LANGUAGE_NAME_CONTEXT = "language name"
+#: How a language runs items into a list and sentences into a paragraph: catalog entries of their own
+#: (``msgctxt "list"``: ``{items}、{item}`` in Chinese; ``msgctxt "sentences"``: ``{text}{sentence}``, no space),
+#: used through :meth:`Translator.listing` and :meth:`Translator.sentences`, so that no code asks which language
+#: it writes.
+LIST_CONTEXT = "list"
+LIST_TEXT = "{items}, {item}"
+SENTENCES_CONTEXT = "sentences"
+SENTENCES_TEXT = "{text} {sentence}"
 
 
 def code_of(locale: str) -> str:
@@ -83,9 +92,46 @@ class Translator:
         out = self._catalog.ngettext(singular, plural, count)
         return out.format(**values) if values else out
 
-    def context(self, context: str, text: str) -> str:
+    def context(self, context: str, text: str, /, **values) -> str:
         """A text whose words depend on where it is used (``msgctxt``), such as a language's own name."""
-        return self._catalog.pgettext(context, text)
+        out = self._catalog.pgettext(context, text)
+        return out.format(**values) if values else out
+
+    def listing(self, items: Iterable[str]) -> str:
+        """``items`` as one list in this language: ``4 T4s, 2 A100s`` (``4 块 T4、2 块 A100``)."""
+        pattern = self.context(LIST_CONTEXT, LIST_TEXT)
+        return run_together(pattern, "items", "item", items)
+
+    def sentences(self, parts: Iterable[str]) -> str:
+        """Sentences one after the other in this language: a space between them in English, none in Chinese."""
+        pattern = self.context(SENTENCES_CONTEXT, SENTENCES_TEXT)
+        return run_together(pattern, "text", "sentence", parts)
+
+
+def run_together(pattern: str, before: str, after: str, parts: Iterable[str]) -> str:
+    """``parts`` joined two by two through ``pattern`` (a catalog's text naming ``before`` and ``after``); a part is
+    a value, never read as a text."""
+    joined = None
+    for part in parts:
+        joined = part if joined is None else pattern.format(**{before: joined, after: part})
+    return joined or ""
+
+
+def english_an(name: str) -> bool:
+    """Whether English says "an" (not "a") before ``name`` as shown: "an A100", "an H100", "an L4", "a T4",
+    "an 80 GB card", "a Tesla T4". English grammar, not a word of the catalogs: the English texts come in pairs
+    ("of a {model}", "of an {model}") that one translation serves in languages without articles.
+
+    A model code (a word with digits, or in capitals) is read out letter by letter; a number by how it is said
+    (8, 11, 18, 80 begin with a vowel); any other word by its first letter."""
+    word = name.strip().split(" ")[0] if name.strip() else ""
+    if not word:
+        return False
+    if word[0].isdigit():
+        return word.startswith(("8", "11", "18"))
+    if any(c.isdigit() for c in word) or word.isupper():
+        return word[0].upper() in "AEFHILMNORSX"
+    return word[0].lower() in "aeiou"
 
 
 def translator(lang: str) -> Translator:

@@ -6,7 +6,9 @@ longer used become obsolete ``#~`` entries); then translate the new entries and 
 ``tests/unit/test_catalog.py`` runs the same extraction and fails on a text that has no translation.
 
 Python is read by :func:`extract_python_texts`, a Babel extraction method: the translator's calls
-(``_("...")``, ``_.plural("...", "...", n)``, ``translator(lang)("...")``), the spawners' texts worded later
+(``_("...")``, ``_.plural("...", "...", n)``, ``_.context("...", "...")``, ``translator(lang)("...")``; the
+``msgctxt`` entries include how a language runs a list and sentences together, :mod:`jupyterhub_gpu.i18n`'s
+``LIST_TEXT`` and ``SENTENCES_TEXT``), the spawners' texts worded later
 (``Phrase("...")`` and their error classes), and, where a call passes a module's named text or a table's
 entry (``_(MESSAGES["warn.gpu_idle"])``, ``_(EVENT_NAMES[event])``), the text or the table's texts. Templates
 are read by Jinja's own Babel extractor (``{{ _("...") }}``).
@@ -42,13 +44,14 @@ CODES_COMMENT = "a code shown through _() (a stop reason, a budget's scope, peri
 
 
 def is_text_call(call: ast.Call) -> str | None:
-    """``"singular"`` for a call that words one text, ``"plural"`` for ``_.plural``, else None."""
+    """``"singular"`` for a call that words one text, ``"plural"`` for ``_.plural``, ``"context"`` for
+    ``_.context`` (a text with its ``msgctxt``), else None."""
     f = call.func
     if isinstance(f, ast.Name):
         return "singular" if f.id == "_" or f.id in WORDED else None
     if isinstance(f, ast.Attribute):
-        if f.attr == "plural":
-            return "plural"
+        if f.attr in ("plural", "context"):
+            return f.attr
         return "singular" if f.attr == "_" else None
     if isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == "translator":
         return "singular"
@@ -107,17 +110,18 @@ def built_at_run_time(arg: ast.expr) -> bool:
 
 def python_calls(tree: ast.Module, constants: dict[str, ast.expr]) -> Iterator[tuple[int, str, tuple]]:
     """``(line, kind, texts)`` of each text call: kind ``singular`` (texts: the texts it can word), ``plural``
-    (texts: its one singular and plural pair) or ``built`` (a text made at run time: texts empty)."""
+    (texts: its one singular and plural pair), ``context`` (texts: its context and its text) or ``built`` (a
+    text made at run time: texts empty)."""
     for node in ast.walk(tree):
         kind = isinstance(node, ast.Call) and node.args and is_text_call(node)
         if not kind:
             continue
-        if kind == "plural":
+        if kind in ("plural", "context"):
             pair = [texts_of(a, constants) for a in node.args[:2]]
             if any(built_at_run_time(a) for a in node.args[:2]):
                 yield node.lineno, "built", ()
             elif len(pair) == 2 and all(t and len(t) == 1 for t in pair):
-                yield node.lineno, "plural", (pair[0][0], pair[1][0])
+                yield node.lineno, kind, (pair[0][0], pair[1][0])
             continue
         found = texts_of(node.args[0], constants)
         if found:
@@ -131,8 +135,8 @@ def extract_python_texts(fileobj, keywords, comment_tags, options) -> Iterator[t
     tree = ast.parse(fileobj.read().decode("utf-8"))
     constants = {**shared_constants(), **module_constants(tree)}
     for line, kind, texts in python_calls(tree, constants):
-        if kind == "plural":
-            yield line, "plural", texts, []
+        if kind in ("plural", "context"):
+            yield line, kind, texts, []
         for text in texts if kind == "singular" else ():
             yield line, "_", text, []
 
@@ -156,7 +160,7 @@ def extract() -> Catalog:
         PACKAGE,
         METHOD_MAP,
         options_map=TEMPLATE_OPTIONS,
-        keywords={"_": None, "plural": (1, 2)},
+        keywords={"_": None, "plural": (1, 2), "context": ((1, "c"), 2)},
         strip_comment_tags=True,
     ):
         catalog.add(message, None, [(f"jupyterhub_gpu/{filename}", lineno)], auto_comments=comments, context=context)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from jupyterhub_gpu.i18n import translator
+from jupyterhub_gpu.i18n import english_an, translator
 from jupyterhub_gpu.money import Currency, from_micros
 
 
@@ -62,7 +62,7 @@ def advice_text(row, currency: Currency, lang: str = "en") -> str:
         parts.append(
             share_sentence(share, model, row, values, money(row.counterfactual_micros), money(row.cost_micros), _)
         )
-        return ("" if lang == "zh-CN" else " ").join(parts)
+        return _.sentences(parts)
     parts.append(
         _("The {profile} profile ({rate}/min instead of {current}/min) would very likely have served.", **values)
         if row.confidence == "high"
@@ -74,13 +74,12 @@ def advice_text(row, currency: Currency, lang: str = "en") -> str:
         if row.final
         else _("So far this session would have cost {would} instead of {cost}.", **costs)
     )
-    return ("" if lang == "zh-CN" else " ").join(parts)
+    return _.sentences(parts)
 
 
 def share_unit(count: int, model: str, _) -> str:
     """ "A quarter of a T4": one time-sliced share of ``count`` of a ``model`` GPU, at the start of a sentence."""
-    # a model is read out letter by letter: "an A100", "an H100", "an L4", "a T4", "a V100"
-    an = model[:1].upper() in "AEFHILMNORSX"
+    an = english_an(model)
     if count == 2:
         return _("Half an {model}", model=model) if an else _("Half a {model}", model=model)
     if count == 3:

@@ -17,9 +17,10 @@ from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
 from jupyterhub_gpu.billing import period_window
+from jupyterhub_gpu.i18n import run_together, translator
 from jupyterhub_gpu.scheduler.snapshot import Reservation
-from jupyterhub_gpu.scheduler.texts import WEEK
-from jupyterhub_gpu.scheduler.words import gpus_words
+from jupyterhub_gpu.scheduler.texts import WEEK, Gpus, Window
+from jupyterhub_gpu.scheduler.words import reason_words
 
 UTC = timezone.utc
 #: Windows of one group and model closer than this are one hold, the gap included. Others are stopped the hub's
@@ -33,8 +34,34 @@ _HOUR_US = 3_600_000_000
 HOLD, WEEKLY, POOL_SHARE = "hold", "week", "pool"
 
 
+#: A problem of a booking: a key of :data:`~.texts.TEXTS` and its typed values (:func:`problem_words` words it).
+Problem = tuple[str, dict]
+#: How the problems of one refusal run together (``msgctxt "clauses"``: ``；`` in Chinese).
+CLAUSES_CONTEXT = "clauses"
+CLAUSES_TEXT = "{clauses}; {clause}"
+
+
+def problem_words(problem: Problem, lang: str = "en", zone=None) -> str:
+    """One problem of a booking in ``lang``, its times in ``zone`` (None: the booking's own)."""
+    key, values = problem
+    return reason_words(key, values, lang, zone)
+
+
+def clauses(parts: Sequence[str], lang: str = "en") -> str:
+    """The clauses of one refusal one after the other, in ``lang``: ``a; b`` (``a；b``)."""
+    return run_together(translator(lang).context(CLAUSES_CONTEXT, CLAUSES_TEXT), "clauses", "clause", parts)
+
+
 class ReservationError(ValueError):
-    """A booking that cannot be made; the message says why, in words an instructor reads."""
+    """A booking that cannot be made: its problems, worded in the reader's language by :meth:`words`; as a
+    ``str``, in English."""
+
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems = list(problems)
+        super().__init__(self.words("en"))
+
+    def words(self, lang: str = "en") -> str:
+        return clauses([problem_words(p, lang) for p in self.problems], lang)
 
 
 @dataclass(frozen=True)
@@ -113,18 +140,14 @@ def occurrences(booking: Reservation) -> list[tuple[datetime, datetime]]:
     return [w for k in range(weeks + 1) if (w := booking.occurrence(k)) is not None]
 
 
-def _window_text(start: datetime, end: datetime, zone) -> str:
-    start, end = start.astimezone(zone), end.astimezone(zone)
-    return f"{start:%a} {start.day} {start:%b %H:%M}–{end:%H:%M}"
-
-
-def reservation_problems(
+def booking_problems(
     booking: Reservation,
     existing: Sequence[Reservation],
     pool: Mapping[str, int],
     groups: Collection[str],
-) -> list[str]:
-    """What is wrong with ``booking`` next to the ``existing`` reservations, the ``pool`` and the known ``groups``.
+) -> list[Problem]:
+    """What is wrong with ``booking`` next to the ``existing`` reservations, the ``pool`` and the known ``groups``,
+    as keys and typed values (:func:`problem_words` words them).
 
     An empty list: it can be made. Checked: aware times, the end after the start, a whole count of at least one,
     a model the pool has and no more GPUs than it has, a known group, a weekly repetition that ends after its
@@ -132,37 +155,35 @@ def reservation_problems(
     at no moment of any window more GPUs reserved than the pool has. The group's limits are
     :func:`limit_problems`.
     """
-    problems = []
+    problems: list[Problem] = []
     times_ok = True
     for name in ("start", "end"):
         moment = getattr(booking, name)
         if not isinstance(moment, datetime) or moment.tzinfo is None or moment.utcoffset() is None:
-            problems.append(f"the {name} must be a date and time with a time zone, got {moment!r}")
+            problems.append((f"booking.{name}", {"value": repr(moment)}))
             times_ok = False
     if times_ok and booking.end.astimezone(UTC) <= booking.start.astimezone(UTC):  # in real time
-        problems.append(
-            f"the reservation ends ({booking.end:%Y-%m-%d %H:%M}) before it starts ({booking.start:%Y-%m-%d %H:%M})"
-        )
+        stamps = {"end": f"{booking.end:%Y-%m-%d %H:%M}", "start": f"{booking.start:%Y-%m-%d %H:%M}"}
+        problems.append(("booking.ends_first", stamps))
         times_ok = False
     count_ok = isinstance(booking.count, int) and not isinstance(booking.count, bool) and booking.count >= 1
     if not count_ok:
-        problems.append(f"the count must be a whole number of GPUs, at least 1, got {booking.count!r}")
+        problems.append(("booking.count", {"value": repr(booking.count)}))
     total = pool.get(booking.model, 0)
     if total <= 0:
-        models = ", ".join(sorted(m for m, n in pool.items() if n > 0)) or "none"
-        problems.append(f"the pool has no {booking.model} GPUs (it has: {models})")
+        models = tuple(sorted(m for m, n in pool.items() if n > 0))
+        key = "booking.model" if models else "booking.model.none"
+        problems.append((key, {"model": booking.model, "models": models}))
     elif count_ok and booking.count > total:
-        problems.append(f"{gpus_words(booking.count, booking.model)} asked, but the pool has {total}")
+        problems.append(("refuse.count", {"gpus": Gpus(booking.count, booking.model), "total": total}))
     if booking.group not in groups:
-        problems.append(f"there is no group named {booking.group!r}")
+        problems.append(("booking.group", {"group": repr(booking.group)}))
     if times_ok and booking.weekly_until is not None:
         if booking.weekly_until < booking.start.date():
-            problems.append(
-                f"it repeats until {booking.weekly_until:%Y-%m-%d}, before its first window on {booking.start:%Y-%m-%d}"
-            )
+            problems.append(("booking.repeats", {"until": booking.weekly_until, "start": booking.start.date()}))
             times_ok = False
         elif booking.end - booking.start >= WEEK:
-            problems.append("a weekly window must be shorter than a week")
+            problems.append(("booking.week", {}))
             times_ok = False
     if problems or not times_ok:
         return problems
@@ -174,27 +195,40 @@ def reservation_problems(
         same = next(((s, e, r) for s, e, r in overlapping if r.group == booking.group), None)
         if same is not None:
             s, e, r = same
-            problems.append(
-                f"it overlaps {r.name}'s reservation of {gpus_words(r.count, r.model)} on {_window_text(s, e, zone)}"
-            )
+            window = Window(s.astimezone(zone), e.astimezone(zone))
+            problems.append(("booking.overlap", {"label": r.name, "gpus": Gpus(r.count, r.model), "window": window}))
             break
-        peak, names = _peak(start, end, overlapping)
+        peak, labels = _peak(start, end, overlapping)
         if peak + booking.count > total:
-            problems.append(
-                f"on {_window_text(start, end, zone)}, {gpus_words(peak + booking.count, booking.model)} would be"
-                f" reserved but the pool has {total} ({peak} already reserved for {names})"
-            )
+            values = {
+                "window": Window(start.astimezone(zone), end.astimezone(zone)),
+                "gpus": Gpus(peak + booking.count, booking.model),
+                "total": total,
+                "peak": peak,
+                "labels": labels,
+            }
+            problems.append(("booking.full" if labels else "booking.full.nobody", values))
             break
     return problems
+
+
+def reservation_problems(
+    booking: Reservation,
+    existing: Sequence[Reservation],
+    pool: Mapping[str, int],
+    groups: Collection[str],
+) -> list[str]:
+    """:func:`booking_problems` in English."""
+    return [problem_words(p) for p in booking_problems(booking, existing, pool, groups)]
 
 
 def check_reservation(
     booking: Reservation, existing: Sequence[Reservation], pool: Mapping[str, int], groups: Collection[str]
 ) -> Reservation:
     """``booking`` if it can be made, else :class:`ReservationError` with every problem."""
-    problems = reservation_problems(booking, existing, pool, groups)
+    problems = booking_problems(booking, existing, pool, groups)
     if problems:
-        raise ReservationError("; ".join(problems))
+        raise ReservationError(problems)
     return booking
 
 
@@ -209,8 +243,7 @@ def _peak(start: datetime, end: datetime, overlapping: Sequence[tuple[datetime, 
     for _, _, delta in events:
         level += delta
         peak = max(peak, level)
-    names = ", ".join(sorted({r.name for _, _, r in overlapping})) or "nobody"
-    return peak, names
+    return peak, tuple(sorted({r.name for _, _, r in overlapping}))
 
 
 # -- the group's limits ------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 A decision keeps its key and its values as they are: a time as an aware ``datetime``, a duration as a
 ``timedelta``, GPUs as :class:`Gpus` (a count with its model), the window of a group's decayed use as
-:class:`Period`, a preemption's grace as :class:`Grace`, names (a model, a reservation's label) and numbers as
-``str`` and ``int``. Nothing here is worded: :mod:`.words` words a message in the reader's language, once, and
+:class:`Period`, a preemption's grace as :class:`Grace`, a booking's window as :class:`Window`, a day as a
+``date``, names (a model, a reservation's label) and numbers as ``str`` and ``int``, a list of names as a
+``tuple``. Nothing here is worded: :mod:`.words` words a message in the reader's language, once, and
 the ledger keeps the key and the values as JSON (:func:`values_json`, :func:`values_from_json`), so that each
 reader gets their own language from the same stored decision.
 """
@@ -50,12 +51,15 @@ TEXTS: dict[str, str] = {
     " training is being checkpointed (CheckpointAndResume saves on the stop).",
     "notice.preempt.save": "This server will be stopped at {stop_time} to free its GPU for a full-price request;"
     " save your work now.",
+    # the notice's subject (a mail's, a webhook's title)
+    "subject.preempt": "[GPU] Your server {server} will be stopped at {stop_time} to free its GPU",
     # reservations: the reason of an end and its notice
     "end": "may run until {until}: {label} has {gpus} reserved from {start}",
     "notice.end": "This server may run until {until}: {label} has {gpus} reserved from {start}."
     " It will be stopped then; save your work.",
     "notice.reserved": "This server will be stopped at {stop_time}: its GPUs are reserved for a class from then."
     " Save your work now.",
+    "subject.reserved": "[GPU] Your server {server} will be stopped at {stop_time} for a class reservation",
     "stop": "this server was stopped at {at}, as it was told",
     "stop.preempted": "this server was stopped at {at} to free its GPU for a full-price request",
     "stop.reserved": "this server was stopped at {at}: its GPUs are reserved for a class from then",
@@ -65,6 +69,49 @@ TEXTS: dict[str, str] = {
     "refuse.bad_count": "a request needs at least one GPU, got {count}",
     "refuse.reservation": "{label} reserves {gpus} from {start} to {end},"
     " but the pool has {total} and other bookings hold {taken} then",
+    # a booking that cannot be made (:func:`.bookings.booking_problems`; also ``refuse.count``)
+    "booking.start": "the start must be a date and time with a time zone, got {value}",
+    "booking.end": "the end must be a date and time with a time zone, got {value}",
+    "booking.ends_first": "the reservation ends ({end}) before it starts ({start})",
+    "booking.count": "the count must be a whole number of GPUs, at least 1, got {value}",
+    "booking.model": "the pool has no {model} GPUs (it has: {models})",
+    "booking.model.none": "the pool has no {model} GPUs (it has: none)",
+    "booking.group": "there is no group named {group}",
+    "booking.repeats": "it repeats until {until}, before its first window on {start}",
+    "booking.week": "a weekly window must be shorter than a week",
+    "booking.overlap": "it overlaps {label}'s reservation of {gpus} on {window}",
+    "booking.full": "on {window}, {gpus} would be reserved but the pool has {total} ({peak} already reserved for"
+    " {labels})",
+    "booking.full.nobody": "on {window}, {gpus} would be reserved but the pool has {total} ({peak} already"
+    " reserved for nobody)",
+    # a booking past its group's limits (:mod:`.booking_words`); {clock} and {more} are ``limit.clock`` and
+    # ``limit.more`` or nothing, {span} a window of ``span`` or ``span.days``, {week} ``limit.week``
+    "limit.hold": "its window on {span} lasts {hours} hours{clock}{more}, and an instructor may book at most"
+    " {allowed} hours at a time (c.Scheduling.reservation_max_hours); an administrator can book a longer one",
+    "limit.hold.windows": "its windows holds {model} GPUs without a break for {hours} hours{clock}, {span}{more},"
+    " and an instructor may book at most {allowed} hours at a time (c.Scheduling.reservation_max_hours; a group's"
+    " bookings less than {gap} minutes apart count as one hold); an administrator can book a longer one",
+    "limit.hold.others": "with {group}'s other {model} bookings ({bookings}) it holds {model} GPUs without a break"
+    " for {hours} hours{clock}, {span}{more}, and an instructor may book at most {allowed} hours at a time"
+    " (c.Scheduling.reservation_max_hours; a group's bookings less than {gap} minutes apart count as one hold);"
+    " an administrator can book a longer one",
+    "limit.week": "in {week} it has {hours} GPU-hours booked{more}, and an instructor may book at most {allowed}"
+    " GPU-hours a week for a group (c.Scheduling.reservation_max_gpu_hours_per_week); an administrator can book"
+    " more",
+    "limit.week.others": "in {week} {group} would have {hours} GPU-hours booked ({mine} by this booking, {theirs}"
+    " by {bookings}){more}, and an instructor may book at most {allowed} GPU-hours a week for a group"
+    " (c.Scheduling.reservation_max_gpu_hours_per_week); an administrator can book more",
+    "limit.pool": "on {span}{more}, {group} would hold {amount} of the pool's {pool} {model} GPUs at once, and an"
+    " instructor may book at most {allowed} of them for a group at once ({percent}% of the pool,"
+    " c.Scheduling.reservation_max_pool_fraction); an administrator can book more",
+    "limit.pool.others": "on {span}{more}, {group} would hold {amount} of the pool's {pool} {model} GPUs at once"
+    " (with {bookings}), and an instructor may book at most {allowed} of them for a group at once ({percent}% of"
+    " the pool, c.Scheduling.reservation_max_pool_fraction); an administrator can book more",
+    "limit.clock": " (the clocks change in it: {hours} hours on the clock)",
+    "limit.more": " (and {more} more like it later)",
+    "limit.week.of": "the week of {day} (Monday to Sunday, {zone})",
+    "span": "{start}–{end}",
+    "span.days": "from {start} to {end}",
 }
 
 
@@ -74,6 +121,14 @@ class Gpus:
 
     count: int
     model: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """A window of a booking, said on its start's day: ``Tue 8 Sep 14:00–16:00`` (``9月8日 14:00–16:00``)."""
+
+    start: datetime
+    end: datetime
 
 
 @dataclass(frozen=True)

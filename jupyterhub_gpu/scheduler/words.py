@@ -12,11 +12,11 @@ end) is worded here once for both the queue's reason and the student's notice (:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from string import Formatter
 
 from jupyterhub_gpu.i18n import translator
-from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, Gpus, Grace, Period
+from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, Gpus, Grace, Period, Window
 
 #: A number of GPUs of a model: the singular and the plural the catalog chooses between by the count (``1 T4``,
 #: ``4 T4s``; one form in Chinese, ``4 块 T4``).
@@ -37,11 +37,6 @@ PERIOD_TEXTS = {
 }
 #: A time on another day than the reader's today, in a language other than English (English: ``Tue 8 Sep 13:55``).
 OTHER_DAY = "{month}/{day} {time}"
-
-
-def an_before(model: str) -> bool:
-    """English says "an A100", "an H100", "an L4", "a T4": a model is read out letter by letter."""
-    return model[:1].upper() in "AEFHILMNORSX"
 
 
 def gpus_words(count: int, model: str, lang: str = "en") -> str:
@@ -112,11 +107,23 @@ def value_words(value, lang: str = "en", zone: tzinfo | None = None, now: dateti
         return grace_words(value.delta, lang)
     if isinstance(value, Period):
         return period_words(value.half_life, lang)
+    if isinstance(value, Window):
+        return window_words(value, zone, lang)
     if isinstance(value, datetime):
         return clock_words(value, zone, now, lang)
+    if isinstance(value, date):
+        return value.isoformat()
     if isinstance(value, timedelta):
         return duration_words(value, lang)
+    if isinstance(value, tuple):
+        return translator(lang).listing(value_words(v, lang, zone, now) for v in value)
     return str(value)
+
+
+def window_words(window: Window, zone: tzinfo | None = None, lang: str = "en") -> str:
+    """A booking's window on its start's day: ``Tue 8 Sep 14:00–16:00`` (``9月8日 14:00–16:00``), in ``zone``."""
+    end = window.end.astimezone(zone) if zone is not None else window.end
+    return translator(lang)(TEXTS["span"], start=clock_words(window.start, zone, None, lang), end=f"{end:%H:%M}")
 
 
 def _placeholders(text: str) -> set[str]:
@@ -177,3 +184,19 @@ def stop_notice_words(
             start=value_words(values["start"], lang, zone, now),
         )
     return _(TEXTS["notice.reserved"], stop_time=stop_time)
+
+
+def stop_subject_words(
+    preempted: bool,
+    server: str,
+    stop_at: datetime,
+    lang: str = "en",
+    zone: tzinfo | None = None,
+    now: datetime | None = None,
+) -> str:
+    """The subject of a stop's notice (a mail's, a webhook's title), in ``lang``: ``[GPU] Your server gpu1 will be
+    stopped at 14:02 to free its GPU`` (a preemption), or ``... for a class reservation`` (a reservation's end)."""
+    stop_time = clock_words(stop_at, zone, now, lang)
+    return translator(lang)(
+        TEXTS["subject.preempt" if preempted else "subject.reserved"], server=server, stop_time=stop_time
+    )

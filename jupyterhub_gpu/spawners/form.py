@@ -19,7 +19,7 @@ from importlib import resources
 import jinja2
 
 from jupyterhub_gpu.gpus.device import GPUDevice
-from jupyterhub_gpu.i18n import translator
+from jupyterhub_gpu.i18n import english_an, translator
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.scheduler.words import clock_words, wait_words
 from jupyterhub_gpu.spawners.assign.protocol import Allocator
@@ -52,22 +52,10 @@ def price_text(rate: Decimal, currency: Currency, lang: str = "en") -> str:
     return _("free") if rate == 0 else _("{rate}/min", rate=currency.format_rate(rate, lang))
 
 
-def with_article(model: str) -> bool:
-    """Whether English says "an" before a GPU model as shown: "an A100", "an H100", "an L4", "a T4"."""
-    word = model.strip().split(" ")[0] if model.strip() else ""
-    if not word:
-        return False
-    if word[0].isdigit():
-        return word.startswith(("8", "11", "18"))
-    if any(c.isdigit() for c in word) or word.isupper():  # a model code: read letter by letter
-        return word[0].upper() in "AEFHILMNORSX"
-    return word[0].lower() in "aeiou"
-
-
 def unit_head(profile: Profile, model: str, memory: str, lang: str = "en") -> str:
     """A profile's GPUs as the form's line begins: "1× T4 16 GB", "share 1/4 of a T4 4 GB", "MIG 1g.10gb of an A100"."""
     _ = translator(lang)
-    an = with_article(model)
+    an = english_an(model)
     if profile.gpu_share:
         k = profile.gpu_share
         head = _("share 1/{count} of an {model}", count=k, model=model) if an else None
@@ -154,7 +142,7 @@ def queue_message(
     _ = translator(lang)
     name = simulated_name(model, lang) if simulated else model
     where = {"position": position, "length": length}
-    if share and with_article(name):
+    if share and english_an(name):
         return _(
             "Waiting for a free share 1/{share} of an {model} — position {position} of {length}",
             share=share,
@@ -168,7 +156,7 @@ def queue_message(
             model=name,
             **where,
         )
-    if mig and with_article(name):
+    if mig and english_an(name):
         return _(
             "Waiting for a free MIG {slice} slice of an {model} — position {position} of {length}",
             slice=mig,
@@ -334,15 +322,11 @@ def queue_status(decision, model: str, count: int, simulated: bool, lang: str = 
     return " — ".join(parts)
 
 
-#: The form's note of a booking, by the line's unit (a share profile's line counts shares: a booking holds whole GPUs)
-#: and by whether the window is in force.
+#: The form's note of a booking on a whole GPU's line, by whether the window is in force (a share profile's line,
+#: which counts shares, says "whole GPUs": :func:`reserved_note`).
 RESERVED_NOTES = {
     "gpus.until": "{count} reserved for {label} until {time}",
     "gpus.from": "{count} reserved for {label} from {time}",
-    "whole1.until": "1 whole GPU reserved for {label} until {time}",
-    "whole1.from": "1 whole GPU reserved for {label} from {time}",
-    "whole.until": "{count} whole GPUs reserved for {label} until {time}",
-    "whole.from": "{count} whole GPUs reserved for {label} from {time}",
 }
 
 
@@ -375,8 +359,22 @@ def reserved_note(
         start, end = window
         during = start <= now
         time = clock_words(end if during else start, tz, now, lang)
-        kind = ("whole1" if r.count == 1 else "whole") if share and share > 1 else "gpus"
-        notes.append(
-            _(RESERVED_NOTES[f"{kind}.{'until' if during else 'from'}"], count=r.count, label=r.name, time=time)
-        )
+        values = dict(count=r.count, label=r.name, time=time)
+        if share and share > 1 and during:
+            note = _.plural(
+                "{count} whole GPU reserved for {label} until {time}",
+                "{count} whole GPUs reserved for {label} until {time}",
+                r.count,
+                **values,
+            )
+        elif share and share > 1:
+            note = _.plural(
+                "{count} whole GPU reserved for {label} from {time}",
+                "{count} whole GPUs reserved for {label} from {time}",
+                r.count,
+                **values,
+            )
+        else:
+            note = _(RESERVED_NOTES["gpus.until" if during else "gpus.from"], **values)
+        notes.append(note)
     return " · ".join(notes) or None

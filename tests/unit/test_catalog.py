@@ -87,7 +87,7 @@ def test_every_text_has_its_translation(locale):
     catalog = CATALOGS[locale]
     missing = []
     for text, entry in sorted({**TEXTS, **dict.fromkeys(OTHERS)}.items()):
-        found = catalog.get(text)
+        found = catalog.get(text, context=entry.context if entry else None)
         plural = bool(entry and entry.pluralizable)
         if found is None or found.pluralizable != plural or not all(found.string if plural else [found.string]):
             missing.append(text)

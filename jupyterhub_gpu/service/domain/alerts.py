@@ -304,7 +304,7 @@ def budget_payload(alert: BudgetAlert, lang: str = "en") -> dict:
         }
     """
     title, summary, advice = _email_parts(alert, lang)
-    text = f"{summary}{'' if lang == 'zh-CN' else ' '}{advice}"
+    text = translator(lang).sentences((summary, advice))
     return {
         "event": "budget_threshold",
         "user": alert.user,

@@ -227,7 +227,7 @@ def cap_text(unit: str, used_fraction: float, cap_mib: int | None, bigger, lang:
             profile=bigger.display_name,
             memory=f"{bigger.memory_mib / 1024:g}",
         )
-    return ("" if lang == "zh-CN" else " ").join((text, more))
+    return _.sentences((text, more))
 
 
 def cap_message(

@@ -21,9 +21,9 @@ from __future__ import annotations
 from datetime import datetime, tzinfo
 
 from jupyterhub_gpu.clock import isoformat
-from jupyterhub_gpu.i18n import translator
+from jupyterhub_gpu.i18n import english_an, translator
 from jupyterhub_gpu.rules.moves import restart_options
-from jupyterhub_gpu.scheduler.words import an_before, clock_words, reason_words, stop_notice_words
+from jupyterhub_gpu.scheduler.words import clock_words, reason_words, stop_notice_words, stop_subject_words
 from jupyterhub_gpu.service.domain.notices import AlertSettings, Message, Once, user_address
 
 #: The stop orders' kinds (the sessions' stop reasons), as :mod:`jupyterhub_gpu.ledger.queries.schedule` names them.
@@ -54,9 +54,8 @@ WITHDRAWN_TEXTS = {
     RESERVED: "The stop of this server at {stop_time} is off: the class reservation no longer needs its GPU.",
     "cancelled": "The stop of this server at {stop_time} is off: the class booking was cancelled.",
 }
+#: The subjects of the other messages (a stop order's notice's is the scheduler's: :func:`stop_subject_words`).
 SUBJECTS = {
-    PREEMPTED: "[GPU] Your server {server} will be stopped at {stop_time} to free its GPU",
-    RESERVED: "[GPU] Your server {server} will be stopped at {stop_time} for a class reservation",
     "refused": "[GPU] Your server {server} was not put back in the queue",
     "withdrawn": "[GPU] The stop of your server {server} at {stop_time} is off",
 }
@@ -70,7 +69,7 @@ def _after(kind: str, model: str | None, lang: str) -> str:
     _ = translator(lang)
     if not model:
         return _(AFTER_TEXTS[f"{kind}.gpu"])
-    return _(AFTER_TEXTS[f"{kind}.an" if an_before(model) else f"{kind}.a"], model=model)
+    return _(AFTER_TEXTS[f"{kind}.an" if english_an(model) else f"{kind}.a"], model=model)
 
 
 def order_text(order, tz: tzinfo, now: datetime, model: str | None, resume: bool, job: bool, lang: str = "en") -> str:
@@ -84,7 +83,7 @@ def order_text(order, tz: tzinfo, now: datetime, model: str | None, resume: bool
         parts.append(_after("job", model, lang))
     elif resume:
         parts.append(_after("resume", model, lang))
-    return ("" if lang == "zh-CN" else " ").join(parts)
+    return translator(lang).sentences(parts)
 
 
 def _given(order) -> str:
@@ -118,8 +117,8 @@ def order_message(
     preempted = order.kind == PREEMPTED
     resume = bool(getattr(session, "resume", False))
     text = order_text(order, tz, now, model, resume, job_id is not None, lang)
-    stop_time = clock_words(order.stop_at, tz, now, lang)
     server = order.server_name or _("(default)")
+    subject = stop_subject_words(preempted, server, order.stop_at, lang, tz, now)
     address = user_address(settings, order.user)
     return Message(
         user=order.user,
@@ -127,7 +126,7 @@ def order_message(
         text=text,
         level="warning",
         session_id=order.session_id,
-        subject=_(SUBJECTS[PREEMPTED if preempted else RESERVED], server=server, stop_time=stop_time),
+        subject=subject,
         to=(address,) if address else (),
         payload={
             "event": "preemption" if preempted else "reservation_end",
@@ -140,7 +139,7 @@ def order_message(
             "resume": resume and job_id is None,
             "job_id": job_id,
             "text": text,
-            "title": _(SUBJECTS[PREEMPTED if preempted else RESERVED], server=server, stop_time=stop_time),
+            "title": subject,
         },
         what=f"stop notice for {order.user}",
         source="jupyterhub_gpu.service",

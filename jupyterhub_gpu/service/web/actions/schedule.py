@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from fractions import Fraction
 
 from tornado import web
 
@@ -31,12 +30,10 @@ from jupyterhub_gpu.ledger.queries.schedule import (
     shares,
 )
 from jupyterhub_gpu.scheduler import Reservation
+from jupyterhub_gpu.scheduler.booking_words import BookingLimitError, limits_text, number_words
 from jupyterhub_gpu.scheduler.bookings import (
-    HOLD,
     HOLD_GAP,
-    WEEKLY,
     BookingLimits,
-    LimitProblem,
     ReservationError,
     check_reservation,
     hours,
@@ -51,6 +48,14 @@ from jupyterhub_gpu.service.web.params import BadRequest, parse_reservation, par
 #: the GPU-hours a week and the part of the pool are not limited unless set.
 DEFAULT_MAX_HOURS = 4.0
 DEFAULT_NOTICE_HOURS = 24.0
+
+#: A booking refused, and why (the problems worded in the caller's language: the API's English, a page's reader's).
+CANNOT_BE_MADE = "The reservation cannot be made: {problems}"
+CONFLICTS = "The reservation conflicts with others: {problems}"
+TOO_SOON = (
+    "The reservation cannot be made: it starts {start}, and an instructor must book at least {notice} hours ahead"
+    " (c.Scheduling.reservation_notice_hours), so not before {earliest}; an administrator can book sooner"
+)
 
 NO_POOL = (
     "The gpu service does not know the lab's GPUs, so it cannot check a booking: set c.Scheduling.gpu_pool"
@@ -110,17 +115,19 @@ def _parsed(parse, body_of: Callable[[], object]):
         raise web.HTTPError(400, str(e)) from None
 
 
-def check_notice(ctx: WebContext, draft: Draft, now: datetime) -> None:
+def check_notice(ctx: WebContext, draft: Draft, now: datetime, lang: str = "en") -> None:
     """400 for an instructor's booking starting sooner than ``reservation_notice_hours`` from now: students on
-    the group's GPUs are not pushed off at short notice."""
+    the group's GPUs are not pushed off at short notice. Worded in ``lang``."""
     notice = _hours(ctx, "reservation_notice_hours", DEFAULT_NOTICE_HOURS)
     earliest = now + timedelta(hours=notice)
     if draft.start < earliest:
+        start, earliest = draft.start.astimezone(ctx.tz), earliest.astimezone(ctx.tz)
         raise web.HTTPError(
             400,
-            f"The reservation cannot be made: it starts {draft.start.astimezone(ctx.tz):%Y-%m-%d %H:%M}, and"
-            f" an instructor must book at least {notice:g} hours ahead (c.Scheduling.reservation_notice_hours),"
-            f" so not before {earliest.astimezone(ctx.tz):%Y-%m-%d %H:%M}; an administrator can book sooner",
+            "%s",
+            translator(lang)(
+                TOO_SOON, start=f"{start:%Y-%m-%d %H:%M}", notice=f"{notice:g}", earliest=f"{earliest:%Y-%m-%d %H:%M}"
+            ),
         )
 
 
@@ -145,17 +152,18 @@ async def book(ctx: WebContext, caller: Caller, body_of: Callable[[], object], n
     tz = ctx.tz
     booking = as_reservation(draft, "new", tz)
     groups = await known_groups(ctx, draft.group)
+    lang = caller.language()
+    _ = translator(lang)
     try:
         check_reservation(booking, [], pool, groups)  # the booking on its own: its fields, the pool, the group
     except ReservationError as e:
-        raise web.HTTPError(400, f"The reservation cannot be made: {e}") from None
+        raise web.HTTPError(400, "%s", _(CANNOT_BE_MADE, problems=e.words(lang))) from None  # a message with "%"
     limits = None if is_admin(caller) else booking_limits(ctx)  # admins are not limited
     if limits is not None:
         alone = limit_problems(booking, [], pool, limits)
         if alone:
-            words = "; ".join(limit_text(p, tz) for p in alone)
-            raise web.HTTPError(400, "%s", f"The reservation cannot be made: {words}")  # a message with "%"
-        check_notice(ctx, draft, now)
+            raise web.HTTPError(400, "%s", _(CANNOT_BE_MADE, problems=limits_text(alone, tz, lang)))
+        check_notice(ctx, draft, now, lang)
 
     def against_existing(existing: list[StoredReservation]) -> None:
         others = [as_reservation(r, str(r.id), tz) for r in existing]
@@ -163,14 +171,14 @@ async def book(ctx: WebContext, caller: Caller, body_of: Callable[[], object], n
         if limits is not None:  # the group's other bookings count: splitting a booking does not beat a limit
             together = limit_problems(booking, others, pool, limits)
             if together:
-                raise BookingLimitError("; ".join(limit_text(p, tz) for p in together))
+                raise BookingLimitError(together, tz)
 
     try:
         return add_reservation(ctx.ledger, draft, against_existing, tz, now, caller.name)
     except BookingLimitError as e:
-        raise web.HTTPError(409, "%s", f"The reservation cannot be made: {e}") from None
+        raise web.HTTPError(409, "%s", _(CANNOT_BE_MADE, problems=e.words(lang))) from None
     except ReservationError as e:
-        raise web.HTTPError(409, f"The reservation conflicts with others: {e}") from None
+        raise web.HTTPError(409, "%s", _(CONFLICTS, problems=e.words(lang))) from None
 
 
 def cancel(ctx: WebContext, caller: Caller, rid: str, group: str | None = None) -> StoredReservation:
@@ -213,10 +221,6 @@ async def put_share(
 # -- the limits and their words ------------------------------------------------------------------------
 
 
-class BookingLimitError(ReservationError):
-    """A booking past its group's limits together with the group's other bookings (a 409)."""
-
-
 def booking_limits(ctx) -> BookingLimits:
     """The lab's limits on an instructor's bookings (``c.Scheduling.reservation_max_hours``, ...)."""
     return BookingLimits.from_settings(
@@ -235,7 +239,7 @@ def limits_words(ctx, lang: str) -> list[str]:
             "An instructor books at least {notice} hours ahead, and a group holds GPUs of a model for at most"
             " {hours} hours without a break (its bookings less than {gap} minutes apart count as one).",
             notice=f"{_hours(ctx, 'reservation_notice_hours', DEFAULT_NOTICE_HOURS):g}",
-            hours=_number(hours(limits.max_hold)),
+            hours=number_words(hours(limits.max_hold)),
             gap=HOLD_GAP // timedelta(minutes=1),
         )
     ]
@@ -243,83 +247,17 @@ def limits_words(ctx, lang: str) -> list[str]:
         words.append(
             _(
                 "At most {gpu_hours} GPU-hours a week (Monday to Sunday) for the group, every model together.",
-                gpu_hours=_number(limits.max_gpu_hours_per_week),
+                gpu_hours=number_words(limits.max_gpu_hours_per_week),
             )
         )
     if limits.max_pool_fraction is not None and limits.max_pool_fraction < 1:
         words.append(
-            _("At most {percent}% of each model's GPUs at once.", percent=_number(100 * limits.max_pool_fraction))
+            _("At most {percent}% of each model's GPUs at once.", percent=number_words(100 * limits.max_pool_fraction))
         )
     words.append(
         _("These limits count every booking of the group, each week of a weekly one; administrators are not limited.")
     )
     return words
-
-
-def _number(value: Fraction) -> str:
-    return f"{float(value):g}"
-
-
-def _day(moment: datetime, tz) -> str:
-    local = moment.astimezone(tz)
-    return f"{local:%a} {local.day} {local:%b %Y}"
-
-
-def _moment(moment: datetime, tz) -> str:
-    return f"{_day(moment, tz)} {moment.astimezone(tz):%H:%M}"
-
-
-def _span(start: datetime, end: datetime, tz) -> str:
-    """``Tue 8 Dec 2026 14:00–18:00``, or ``from Tue 8 Dec 2026 00:00 to Wed 9 Dec 2026 00:00``."""
-    a, b = start.astimezone(tz), end.astimezone(tz)
-    if a.date() == b.date():
-        return f"{_moment(a, tz)}–{b:%H:%M}"
-    return f"from {_moment(a, tz)} to {_moment(b, tz)}"
-
-
-def _bookings(names: tuple[str, ...]) -> str:
-    return ("its reservation " if len(names) == 1 else "its reservations ") + ", ".join(names)
-
-
-def limit_text(p: LimitProblem, tz) -> str:
-    """A limit problem in words an instructor reads: the limit (its setting), the window, hold or week, the
-    figures, and the other bookings of the group that count."""
-    more = f" (and {p.more} more like it later)" if p.more else ""
-    if p.limit == HOLD:
-        clock = f" (the clocks change in it: {_number(p.wall_hours)} hours on the clock)" if p.wall_hours else ""
-        longest = f"an instructor may book at most {_number(p.allowed)} hours at a time"
-        if p.alone and p.single_window:
-            return (
-                f"its window on {_span(p.start, p.end, tz)} lasts {_number(p.amount)} hours{clock}{more}, and"
-                f" {longest} (c.Scheduling.reservation_max_hours); an administrator can book a longer one"
-            )
-        by = "its windows" if p.alone else f"with {p.group}'s other {p.model} bookings ({_bookings(p.others)}) it"
-        return (
-            f"{by} holds {p.model} GPUs without a break for {_number(p.amount)} hours{clock},"
-            f" {_span(p.start, p.end, tz)}{more}, and {longest} (c.Scheduling.reservation_max_hours; a group's"
-            f" bookings less than {HOLD_GAP // timedelta(minutes=1)} minutes apart count as one hold); an"
-            " administrator can book a longer one"
-        )
-    if p.limit == WEEKLY:
-        week = f"the week of {_day(p.start, tz)} (Monday to Sunday, {getattr(tz, 'key', tz)})"
-        if p.alone:
-            what = f"in {week} it has {_number(p.amount)} GPU-hours booked{more}"
-        else:
-            what = (
-                f"in {week} {p.group} would have {_number(p.amount)} GPU-hours booked ({_number(p.mine)} by this"
-                f" booking, {_number(p.amount - p.mine)} by {_bookings(p.others)}){more}"
-            )
-        return (
-            f"{what}, and an instructor may book at most {_number(p.allowed)} GPU-hours a week for a group"
-            " (c.Scheduling.reservation_max_gpu_hours_per_week); an administrator can book more"
-        )
-    by = "" if p.alone else f" (with {_bookings(p.others)})"
-    return (
-        f"on {_span(p.start, p.end, tz)}{more}, {p.group} would hold {_number(p.amount)} of the pool's {p.pool}"
-        f" {p.model} GPUs at once{by}, and an instructor may book at most {_number(p.allowed)} of them for a group"
-        f" at once ({_number(100 * p.share)}% of the pool, c.Scheduling.reservation_max_pool_fraction); an"
-        " administrator can book more"
-    )
 
 
 def _hours(ctx, name: str, default: float) -> float:

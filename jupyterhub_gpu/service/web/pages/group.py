@@ -79,7 +79,7 @@ class GroupView(ScheduleView):
                 "shares": self.share_rows(group_shares, group),
                 "may_book": self.may_book(group),
                 "pool": self.pool_words(),
-                "limits": ("" if self.lang == "zh-CN" else " ").join(limits_words(self.ctx, self.lang)),
+                "limits": self._.sentences(limits_words(self.ctx, self.lang)),
                 "models": sorted(m for m, n in self.ctx.gpu_pool.items() if n > 0),
                 "error": booking_error,
                 "form": {**dict.fromkeys(BOOKING_FIELDS, ""), **(booking or {})},

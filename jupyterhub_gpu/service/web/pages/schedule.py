@@ -165,5 +165,4 @@ class ScheduleView(PageHandler):
 
     def pool_words(self) -> str:
         """The lab's GPUs as the bookings are checked against them: ``4 T4s, 2 A100s``."""
-        comma = "、" if self.lang == "zh-CN" else ", "
-        return comma.join(gpus_words(n, m, self.lang) for m, n in sorted(self.ctx.gpu_pool.items()) if n > 0)
+        return self._.listing(gpus_words(n, m, self.lang) for m, n in sorted(self.ctx.gpu_pool.items()) if n > 0)

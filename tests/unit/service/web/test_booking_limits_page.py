@@ -97,3 +97,24 @@ def test_a_booking_next_to_the_group_s_shows_the_hold_it_would_make_and_stores_n
     assert tables(ledger) == before
     # an admin books it
     assert call(ctx, ADMIN, "POST", PREFIX + "groups/cs231n/reservations", form).code == 303
+
+
+def test_a_refused_booking_is_worded_in_the_reader_s_language(ctx, ledger):
+    """The page's reader reads why in their language: the refusal's problems are worded from their keys and values
+    (a day, a window, the group's other bookings) by the reader's catalog, not sent in English."""
+    assert call(ctx, PROF, "POST", PREFIX + "groups/cs231n/reservations", booking_form()).code == 303
+    before = tables(ledger)
+    form = booking_form(start="2026-12-08T16:00", end="2026-12-08T18:30", note="second half")
+    r = call(ctx, PROF, "POST", PREFIX + "groups/cs231n/reservations?lang=zh-CN", form)
+    assert r.code == 409, r.text[:300]
+    error = html.unescape(re.search(r'id="reservation-error" role="alert">([^<]*)<', r.text).group(1))
+    assert error == (
+        "无法进行此预留：连同 cs231n 的其他 T4 预订（其预留 1），它连续占用 T4 GPU 4.5 小时，"
+        "2026年12月8日 周二 14:00–18:30，而讲师一次最多只能预订 4 小时（c.Scheduling.reservation_max_hours；"
+        "同一组相隔不到 60 分钟的预订算作一次连续占用）；管理员可以预订更长的时段"
+    ), error  # fmt: skip
+    assert tables(ledger) == before
+    # a booking the pool cannot hold: the scheduler's own problems, in Chinese too
+    r = call(ctx, ADMIN, "POST", PREFIX + "groups/cs231n/reservations?lang=zh-CN", booking_form(count="5"))
+    error = html.unescape(re.search(r'id="reservation-error" role="alert">([^<]*)<', r.text).group(1))
+    assert error == "无法进行此预留：申请了 5 块 T4，但资源池只有 4 块", error
