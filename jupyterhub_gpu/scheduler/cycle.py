@@ -164,7 +164,7 @@ def _grant(cycle: Cycle) -> None:
         if split is not None:
             split.shares.append(candidate)
             if windows is not None:
-                moment = windows.limit(model, split, cycle.holders[model])
+                moment = windows.limit(model, split, cycle.holders[model], candidate.id)
                 if moment is not None and windows.stop_time(moment) - now < cycle.policy.reservations.min_run:
                     split.shares.remove(candidate)
                     split = None
@@ -193,7 +193,7 @@ def _grant(cycle: Cycle) -> None:
         if request.share > 1:
             unit = Split(f"new:{request.id}", model, request.share, shares=[candidate])
         if windows is not None and from_general:
-            moment = windows.limit(model, unit, [*cycle.holders[model], unit])
+            moment = windows.limit(model, unit, [*cycle.holders[model], unit], candidate.id)
             if moment is not None and windows.stop_time(moment) - now < cycle.policy.reservations.min_run:
                 if not blocked[model]:
                     res = windows.reservation_for(model, moment, unit)
@@ -233,10 +233,9 @@ def _limits(cycle: Cycle) -> None:
     for model in cycle.units:
         for moment in windows.moments(model):
             present = [h for h in cycle.holders[model] if h.left(cycle.ends)]
-            for h in windows.to_end(model, moment, present):
-                res = windows.reservation_for(model, moment, h)
+            for _, res, ending in windows.to_end(model, moment, present):
                 until = windows.stop_time(moment)
-                for session_id in h.ending(res.group):
+                for session_id in ending:
                     session = by_id.get(session_id)
                     told = session.stop_at if session is not None and session.stop_key == "reserved" else None
                     # an end told before still serves when it is neither later than needed nor earlier than the

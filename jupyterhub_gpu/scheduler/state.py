@@ -151,8 +151,11 @@ class Windows:
     def in_force(self, model: str, moment: datetime) -> list[Reservation]:
         return [r for s, e, r in self.by_model.get(model, ()) if s <= moment < e]
 
-    def to_end(self, model: str, moment: datetime, holders: Sequence[Holder | Split]) -> list[Holder | Split]:
-        """The holders that must be gone by ``moment`` so that each reservation then has its GPUs, in order.
+    def to_end(
+        self, model: str, moment: datetime, holders: Sequence[Holder | Split]
+    ) -> list[tuple[Holder | Split, Reservation, list[str]]]:
+        """The holders that must be gone by ``moment`` so that each reservation then has its GPUs, in order: each with
+        the reservation it gives way to and the sessions to end.
 
         A member's session counts towards its group's reservation while the reservation has room (a GPU split into
         shares when every share on it is a member's); one that holds more GPUs than the room left serves the
@@ -160,7 +163,9 @@ class Windows:
         strangers' ends cannot serve. The others are chosen, those
         told this end already first (so that the ends given stay the ends needed), then preemptible ones, then the
         most recently started, until the reservations fit. A GPU split into shares is freed only by ending every
-        stranger's share on it; one with shares of servers the snapshot does not list cannot be.
+        stranger's share on it; one with shares of servers the snapshot does not list cannot be. A stranger is one
+        to the booking the GPU then serves (:meth:`_give_way`): the GPU left to one group's members' shares counts
+        towards that group's booking while it has room, so their shares stay.
         """
         reservations = self.in_force(model, moment)
         if not reservations:
@@ -200,17 +205,44 @@ class Windows:
             if frees[id(h)] <= -excess:
                 chosen.remove(h)
                 excess += frees[id(h)]
-        return chosen
+        return [self._give_way(h, reservations, room) for h in chosen]
+
+    @staticmethod
+    def _give_way(
+        holder: Holder | Split, reservations: Sequence[Reservation], room: dict[str, int]
+    ) -> tuple[Holder | Split, Reservation, list[str]]:
+        """The reservation ``holder`` gives way to and the sessions that end for it.
+
+        A whole holder ends, for a reservation of a group it is not a member of (if any). A GPU split into shares ends
+        the fewest shares that free it for the reservations: its strangers' to a reservation with room left, whose
+        members' shares then hold the GPU as one of its GPUs (``room`` counts it), else every share (for a booking
+        with room left). Among those, the one that tells the fewest sessions an end not told before, then the fewest
+        ends, then the first booking.
+        """
+        first = next((r for r in reservations if not holder.member_of(r.group)), reservations[0])
+        if not isinstance(holder, Split):
+            return holder, first, holder.ending(first.group)
+        freed = next((r for r in reservations if room[r.id] > 0 and not holder.member_of(r.group)), first)
+        options = [(freed, holder.ending(None))]
+        options += [(r, holder.ending(r.group)) for r in reservations if room[r.id] > 0]
+        told = {h.id for h in holder.shares if h.told == "reserved"}
+        res, ids = min(options, key=lambda o: (len(set(o[1]) - told), len(o[1])))
+        if len(ids) < len(holder.shares):  # the members' shares stay: the GPU is one of the booking's
+            room[res.id] -= 1
+        return holder, res, ids
 
     def reservation_for(self, model: str, moment: datetime, holder: Holder | Split) -> Reservation:
         """The reservation a holder gives way to at ``moment`` (one of a group it is not a member of, if any)."""
         found = self.in_force(model, moment)
         return next((r for r in found if not holder.member_of(r.group)), found[0])
 
-    def limit(self, model: str, holder: Holder | Split, holders: Sequence[Holder | Split]) -> datetime | None:
-        """The first window start before which ``holder`` would have to end; None: no limit."""
+    def limit(
+        self, model: str, holder: Holder | Split, holders: Sequence[Holder | Split], session: str
+    ) -> datetime | None:
+        """The first window start before which ``session`` (of ``holder``: a whole holder, or a share of a split GPU)
+        would have to end; None: no limit."""
         for moment in self.moments(model):
-            if any(h is holder for h in self.to_end(model, moment, holders)):
+            if any(h is holder and session in ids for h, _, ids in self.to_end(model, moment, holders)):
                 return moment
         return None
 

@@ -101,6 +101,49 @@ def test_a_booking_that_needs_a_split_gpu_ends_every_strangers_share_on_one_gpu_
     assert {d.at for d in ends} == {NOW.replace(hour=13, minute=55)}
 
 
+def test_a_split_gpu_gives_way_to_the_booking_of_its_members_only_its_strangers_share_ends():
+    """The planner model's case: three T4s, CS231N booking one and OTHER two from 14:00; two T4s free, the third split
+    between a thesis student's share and an OTHER member's. Ending the thesis share leaves the GPU to OTHER's member
+    alone, which counts towards OTHER's booking, and the two free T4s serve the rest: the member's share is no
+    stranger's to OTHER's booking and is not ended (not even for CS231N's, booked first)."""
+    other = Reservation("ot", "other", "T4", 2, NOW.replace(hour=14), NOW.replace(hour=16), label="OTHER")
+    cs = Reservation("cs", "cs231n", "T4", 1, NOW.replace(hour=14), NOW.replace(hour=16), label="CS231N")
+    running = [share("thesis", "gpu-s", group="thesis", age=20), share("member", "gpu-s", group="other", age=10)]
+    snap = Snapshot(now=NOW, free={"T4": 2}, pool={"T4": 3}, running=running, shared=[SharedGPU("gpu-s", "T4", 4, 2)],
+                    reservations=[cs, other])  # fmt: skip
+    ends = of(schedule(snap, RESERVE_ONLY), END)
+    assert [(d.session, d.reservation) for d in ends] == [("thesis", "ot")]
+    # two thesis students took the free T4s; an OTHER member asks to join the split GPU two minutes before the window:
+    # it is not ended, so it may (a stranger would be, and is not granted a GPU it could keep for minutes)
+    late = NOW.replace(hour=13, minute=58)
+    for group, granted in (("other", ["j"]), ("thesis", [])):
+        ask = Request("j", "u-j", group, "T4", late, 1, "t4s", share=4)
+        snap = Snapshot(now=late, free={"T4": 0}, pool={"T4": 3}, running=[*running, whole("w1", "thesis", 5),
+                        whole("w2", "thesis", 5)], shared=[SharedGPU("gpu-s", "T4", 4, 2)], reservations=[cs, other],
+                        waiting=[ask])  # fmt: skip
+        decisions = schedule(snap, RESERVE_ONLY)
+        assert [d.request for d in of(decisions, GRANT)] == granted
+        assert "j" not in {d.session for d in of(decisions, END)}
+
+
+def test_a_split_gpu_whose_members_booking_is_full_is_freed_of_every_share():
+    """CS231N's booking of one T4 is served by its member's whole T4; OTHER's booking of two needs the split T4 that a
+    CS231N member and a thesis student share: both shares end (ending the thesis share alone would leave the GPU to
+    a CS231N member beyond its booking, no T4 for OTHER)."""
+    other = Reservation("ot", "other", "T4", 2, NOW.replace(hour=14), NOW.replace(hour=16), label="OTHER")
+    cs = Reservation("cs", "cs231n", "T4", 1, NOW.replace(hour=14), NOW.replace(hour=16), label="CS231N")
+    running = [
+        whole("cs-whole", group="cs231n", age=90),
+        share("cs-share", "gpu-s", group="cs231n", age=20),
+        share("thesis", "gpu-s", group="thesis", age=10),
+    ]
+    snap = Snapshot(now=NOW, free={"T4": 1}, pool={"T4": 3}, running=running, shared=[SharedGPU("gpu-s", "T4", 4, 2)],
+                    reservations=[cs, other])  # fmt: skip
+    ends = of(schedule(snap, RESERVE_ONLY), END)
+    assert sorted(d.session for d in ends) == ["cs-share", "thesis"]
+    assert {d.reservation for d in ends} == {"ot"}
+
+
 def test_a_gpu_with_a_share_of_a_server_not_yet_recorded_is_never_counted_as_freed_by_ends():
     """gpu-a has one share nobody listed (a grant still starting): ending the other three frees nothing, so the whole
     stranger is told its end instead."""

@@ -495,6 +495,32 @@ class PlannerMachine(RuleBasedStateMachine):
             assert {w.key for w in self.allocator.waiters()} == set(self.waiting)
 
 
+def test_a_share_of_a_booked_groups_member_is_not_ended_beside_a_strangers_on_a_split_t4():
+    """A case the search found, replayed step by step: CS231N books one T4 and OTHER two, all three, from 12:00; cat
+    (thesis) and then dan (OTHER) take quarters of one T4. cat's share ends at 11:55, which leaves the T4 to dan, a
+    member of OTHER: it is one of OTHER's booked T4s and the two free ones serve the rest, so dan is told no end (the
+    scheduler ended both shares for CS231N, booked first, and the stale check found dan's end not needed)."""
+
+    class First:
+        def draw(self, strategy, label=None):
+            return PlannerMachine.starts[0]
+
+    machine = PlannerMachine()
+    try:
+        machine.begin(data=First(), minutes=0)
+        machine.request(asks=[("ann", "mig")])
+        machine.book(ahead=3, count=1, group="cs231n", hours=1, weeks=None)
+        machine.request(asks=[("cat", "mig"), ("dan", "mig")])
+        machine.book(ahead=3, count=2, group="other", hours=1, weeks=None)
+        machine.request(asks=[("ann", "mig"), ("cat", "t4-quarter"), ("dan", "t4-quarter-p")])
+        told = {f"{o.user}/{o.server_name}": o.stop_at.astimezone(ZONE) for o in machine.orders}
+        assert told == {"cat/s004": datetime(2026, 3, 23, 11, 55, tzinfo=ZONE)}
+        machine.wait(minutes=4 * 60)  # past the window: cat stopped at 11:55, dan ran through it
+        assert sorted(machine.running) == ["ann/s000", "cat/s001", "dan/s005"]
+    finally:
+        machine.teardown()
+
+
 class AutumnMachine(PlannerMachine):
     starts = AUTUMN
 
