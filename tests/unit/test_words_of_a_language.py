@@ -29,6 +29,7 @@ from jupyterhub_gpu.scheduler.bookings import (
     check_reservation,
 )
 from jupyterhub_gpu.scheduler.snapshot import Reservation
+from jupyterhub_gpu.scheduler.texts import Gpus
 from jupyterhub_gpu.scheduler.words import stop_notice_words, stop_subject_words
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.domain.schedule import PREEMPTED, RESERVED, order_message
@@ -158,8 +159,9 @@ def booking(rid="b", group="ml101", count=2, start=T, hours=2, model="T4", label
 
 def test_a_booking_s_problems_are_keys_and_values_worded_in_each_language():
     pool, groups = {"T4": 4, "A100": 2}, {"ml101", "cs231n"}
-    assert booking_problems(booking(count=5), [], pool, groups) == [("refuse.count", booking_problems(
-        booking(count=5), [], pool, groups)[0][1])]  # fmt: skip
+    assert booking_problems(booking(count=5), [], pool, groups) == [
+        ("refuse.count", {"gpus": Gpus(5, "T4"), "total": 4})
+    ]
     with pytest.raises(ReservationError) as refused:
         check_reservation(booking(rid="c", group="cs231n", count=3), [booking()], pool, groups)
     english = "on Tue 8 Sep 14:00–16:00, 5 T4s would be reserved but the pool has 4 (2 already reserved for ML101)"
