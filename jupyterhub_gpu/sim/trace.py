@@ -66,6 +66,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
+from jupyterhub_gpu.rules import idle
+
 KINDS = (
     "training",
     "interactive",
@@ -169,10 +171,13 @@ class TraceParams:
                     raise ValueError(f"{f.name} ({value}) must not exceed {f.name[:-4]}_max ({high})")
         if self.users < 1 or self.days < 1:
             raise ValueError("users and days must be at least 1")
-        if not 0 <= self.idle_util_max < 5:
-            raise ValueError(f"idle_util_max must be from 0 to 4 (idle means under 5%), got {self.idle_util_max}")
-        if self.train_util_min < 5 or self.debug_util_min < 5:
-            raise ValueError("train_util_min and debug_util_min must be at least 5 (busy means 5% or more)")
+        busy = idle.IDLE.util_percent  # the one definition of an idle minute (rules/idle.py)
+        if not 0 <= self.idle_util_max < busy:
+            raise ValueError(
+                f"idle_util_max must be from 0 to {busy - 1} (idle means under {busy}%), got {self.idle_util_max}"
+            )
+        if self.train_util_min < busy or self.debug_util_min < busy:
+            raise ValueError(f"train_util_min and debug_util_min must be at least {busy} (busy means {busy}% or more)")
         if self.mem_heavy_min > 0.99:
             raise ValueError(f"mem_heavy_min must be at most 0.99, got {self.mem_heavy_min}")
         if self.idle_tail_mean <= 0 or self.interactive_tail_mean <= 0:

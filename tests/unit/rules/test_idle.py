@@ -24,6 +24,7 @@ from jupyterhub_gpu.rules.samples import Sample
 from jupyterhub_gpu.rules.signals import MinuteReading, minute_signals
 from jupyterhub_gpu.session import SessionStart
 from jupyterhub_gpu.sim.replay import OURS, TraceMinute, TraceSession, cull_length, resolve_policy, simulate
+from jupyterhub_gpu.sim.trace import TraceParams
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
@@ -139,3 +140,14 @@ def test_the_simulator_follows(definition):
     else:
         assert result["culls"] == 0 and result["billed_idle_gpu_minutes"] == 0
         assert (length, rule) == (60, None)
+
+
+def test_the_trace_generator_follows(definition):
+    """A generated trace's idle minutes are idle and its busy ones busy, as the definition in force says."""
+    if definition == CHANGED:
+        TraceParams(idle_util_max=40, train_util_min=50, debug_util_min=50)
+        with pytest.raises(ValueError, match="idle means under 50%"):
+            TraceParams(idle_util_max=50)
+    else:
+        with pytest.raises(ValueError, match="idle means under 5%"):
+            TraceParams(idle_util_max=40)
