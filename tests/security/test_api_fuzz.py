@@ -68,10 +68,15 @@ def service(tmp_path_factory):
             hub.stop(signal.SIGKILL)
 
 
-def problem(response) -> str | None:
-    """What is wrong with a response, or None."""
+#: Answers about a far end that the API declares (``502``: a channel's test message was not taken; the hub could
+#: not say): not a server error when the operation declares them and the answer says why.
+GATEWAY = {"502"}
+
+
+def problem(response, declared=frozenset()) -> str | None:
+    """What is wrong with a response, or None; ``declared``: the statuses the operation's schema lists."""
     status = response.status_code
-    if status >= 500:
+    if status >= 500 and not (str(status) in GATEWAY & set(declared) and _says_why(response, status)):
         return f"server error {status}"
     if status >= 400:
         try:
@@ -83,7 +88,15 @@ def problem(response) -> str | None:
     return None
 
 
-def fuzz(strategy, base_url, session, token, label, tried, statuses, failures) -> None:
+def _says_why(response, status: int) -> bool:
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("status") == status and bool(str(body.get("message") or "").strip())
+
+
+def fuzz(strategy, base_url, session, token, label, tried, statuses, failures, declared=frozenset()) -> None:
     """Draw cases of one operation in one mode and send them as one caller."""
 
     @settings(
@@ -103,7 +116,7 @@ def fuzz(strategy, base_url, session, token, label, tried, statuses, failures) -
         response = case.call(base_url=base_url, session=session, headers=headers, timeout=30)
         tried[label.split()[0]] += 1
         statuses[response.status_code] += 1
-        found = problem(response)
+        found = problem(response, declared)
         if found:
             failures.append(f"{label} {case.method} {response.request.url} body={str(case.body)[:100]!r}: {found}")
 
@@ -139,8 +152,11 @@ def test_no_5xx_and_every_rejection_has_a_message(service):
                     f"{operation.method.upper()} {operation.path} {mode.value}: not generated ({type(e).__name__})"
                 ] += 0
                 continue
+            declared = frozenset(paths[operation.path][operation.method.lower()].get("responses", {}))
             for who in CALLERS:
-                fuzz(strategy, base_url, session, tokens[who], f"{who} {mode.value}", tried, statuses, failures)
+                fuzz(
+                    strategy, base_url, session, tokens[who], f"{who} {mode.value}", tried, statuses, failures, declared
+                )
     elapsed = time.monotonic() - started
     print(
         f"\nschemathesis: {sum(tried.values())} cases over {len(operations)} operations"

@@ -73,14 +73,14 @@ def test_an_instructor_cannot_split_a_long_hold_and_the_service_s_limits_apply(m
         f"The reservation cannot be made: with cs231n's other T4 bookings (its reservations {made[0]['id']},"
         f" {made[1]['id']}) it holds T4 GPUs without a break for 12 hours, "
     ), r.text
-    assert "an instructor may book at most 4 hours at a time (c.GPUService.reservation_max_hours;" in r.text
+    assert "an instructor may book at most 4 hours at a time (c.Scheduling.reservation_max_hours;" in r.text
 
     # three bookings of 2 T4s for 4 hours: 24 GPU-hours each week; 4 more on Thursday would be 32, past 30
     thursday = tuesday + timedelta(days=2)
     r = book(prof, *window(thursday, 10), weekly_until=None)
     assert r.status_code == 409, r.text
     assert "cs231n would have 32 GPU-hours booked (8 by this booking, 24 by its reservations" in r.text
-    assert "(c.GPUService.reservation_max_gpu_hours_per_week)" in r.text
+    assert "(c.Scheduling.reservation_max_gpu_hours_per_week)" in r.text
     assert book(prof, *window(thursday, 10, hours=3), weekly_until=None).status_code == 201  # 30: just within
 
     # three of the four T4s at once: past half of the pool, on its own a 400
