@@ -362,3 +362,16 @@ def test_the_rules_core_and_the_domain_read_no_ledger():
         and within(own(imp.target), ("ledger", "service.web", "service.tick", "spawners"))
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_main_module_runs_only_as_a_program():
+    """Importing any module runs nothing (the image's check imports every one): a ``__main__`` runs its command
+    only under ``if __name__ == "__main__"``."""
+    running = []
+    for name, (path, _) in MODULES.items():
+        if not name.endswith("__main__"):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                running.append(f"{name}:{node.lineno}")
+    assert any(n.endswith("__main__") for n in MODULES) and not running, running
