@@ -145,6 +145,7 @@ class Hub:
 
     def start(self, wait=True) -> None:
         env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", **self.env)
+        self._log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         self.log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(
             [str(BIN / "jupyterhub"), "-f", str(self.config_file), "--debug"],
@@ -158,13 +159,24 @@ class Hub:
             wait_for(self._up, timeout=120, what=f"the hub at {self.url} (log: {self.log_file})")
 
     def _up(self):
-        """The hub's API answers; a hub process this object started must still run (None: started elsewhere)."""
+        """The hub's API answers; a hub process this object started must still run (None: started elsewhere).
+
+        The hub answers its API as soon as it listens, before its managed services have started and before their
+        routes are in the proxy (until then ``/services/<name>/`` falls through to the hub's own 404 page). So a
+        hub this object started is up once its log says it is running, which it says after those steps.
+        """
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"hub exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
         try:
-            return requests.get(f"{self.api_url}/", timeout=2).status_code == 200
+            if requests.get(f"{self.api_url}/", timeout=2).status_code != 200:
+                return False
         except requests.RequestException:
             return False
+        if self.proc is None:
+            return True
+        with open(self.log_file, "rb") as log:
+            log.seek(self._log_offset)
+            return b"JupyterHub is now running" in log.read()
 
     def log_text(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
