@@ -8,7 +8,8 @@ thing a first hour goes wrong on, one line each with pass / warn / fail and the 
 - :mod:`.loading`: the two configurations, loaded the way the hub and the service load them;
 - :mod:`.checks`: one function per check over the loaded setup, returning :class:`.results.Result` lines,
   and the list of them all; the GPU inventory's in :mod:`.gpus` (a static one against the host's NVML),
-  Docker's in :mod:`.dockerchecks`, the ports' in :mod:`.ports`;
+  Docker's in :mod:`.dockerchecks`, the ports' in :mod:`.ports`, Kueue mode's (its queues, quotas and
+  priority classes in the cluster) in :mod:`.kueue`;
 - :mod:`.docker`: what the Docker checks ask the engine (read-only but the probe containers);
 - :mod:`.probes`: the probe containers that try a property (servers isolated, the image reads a GPU);
 - :mod:`.databases`: the ledger's file or server and its migration, read only;
