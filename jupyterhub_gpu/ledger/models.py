@@ -15,11 +15,12 @@ import json
 from datetime import date, datetime
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Boolean, Date, DateTime, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import BigInteger, Boolean, Date, DateTime, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.clock import aware_utc, naive_utc
+from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB
 from jupyterhub_gpu.session import SessionStart, known_language, known_tier
 
 
@@ -31,8 +32,11 @@ class SessionRecord(Base):
     """One server session: from the moment its server started to the moment it stopped."""
 
     __tablename__ = "gpu_sessions"
+    __table_args__ = (Index("ix_gpu_sessions_hub_stopped", "hub", "stopped"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # the hub whose spawner started it (migration 0017): only that hub's gpu service meters, culls and stops it
+    hub: Mapped[str] = mapped_column(String(63), default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     user: Mapped[str] = mapped_column(String(255), index=True)
     server_name: Mapped[str] = mapped_column(String(255), default="")
     groups: Mapped[str] = mapped_column(Text, default="[]")  # JSON list, the user's groups at start
@@ -284,6 +288,8 @@ class JobRecord(Base):
     __tablename__ = "gpu_jobs"
 
     id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    # the hub whose gpu service runs it (migration 0017)
+    hub: Mapped[str] = mapped_column(String(63), default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     user: Mapped[str] = mapped_column(String(255), index=True)
     server_name: Mapped[str] = mapped_column(String(255))
     notebook: Mapped[str] = mapped_column(String(1024))  # relative to the user's home (the server's root)
@@ -417,6 +423,8 @@ class ScheduleOrder(Base):
     __tablename__ = "gpu_schedule_orders"
 
     session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # the hub of the session (migration 0017): its scheduler gave the order, its gpu service carries it out
+    hub: Mapped[str] = mapped_column(String(63), default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     user: Mapped[str] = mapped_column(String(255))
     server_name: Mapped[str] = mapped_column(String(255))
     kind: Mapped[str] = mapped_column(String(16))
@@ -433,10 +441,12 @@ class ScheduleOrder(Base):
 
 
 class QueueEntry(Base):
-    """One waiting request of the hub's queue, as the hub last published it (``key``: ``user/server``)."""
+    """One waiting request of a hub's queue, as that hub last published it (``key``: ``user/server``)."""
 
     __tablename__ = "gpu_queue"
 
+    # each hub publishes its own queue (migration 0017): equal user and server names on two hubs are two entries
+    hub: Mapped[str] = mapped_column(String(63), primary_key=True, default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     key: Mapped[str] = mapped_column(String(512), primary_key=True)
     user: Mapped[str] = mapped_column(String(255), index=True)
     server_name: Mapped[str] = mapped_column(String(255))
@@ -452,6 +462,29 @@ class QueueEntry(Base):
     reason_key: Mapped[str] = mapped_column(String(32))
     reason_values: Mapped[str] = mapped_column(Text)
     updated: Mapped[datetime] = mapped_column(DateTime)
+
+
+# -- the hubs that share the ledger (migration 0017; rows: ledger/hubs.py) ------------------------------------------
+
+
+class HubMember(Base):
+    """A hub process (``role`` ``hub``: its spawners) or a gpu service (``service``) that opened the ledger.
+
+    Written at its start and kept fresh (``heartbeat``) while it runs, so that the doctor sees which hubs share
+    the ledger under which names, and finds two hubs (two hub API URLs) that run under one name.
+    """
+
+    __tablename__ = "gpu_hub_members"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    hub: Mapped[str] = mapped_column(String(63), index=True)
+    role: Mapped[str] = mapped_column(String(8))  # hub | service
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    api_url: Mapped[str] = mapped_column(String(1024), default="", server_default="")
+    version: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    started: Mapped[datetime] = mapped_column(DateTime)
+    heartbeat: Mapped[datetime] = mapped_column(DateTime)
 
 
 metadata = Base.metadata

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -29,6 +31,8 @@ from sqlalchemy.orm import sessionmaker
 from jupyterhub_gpu.billing import UsageRow, charge
 from jupyterhub_gpu.clock import naive_utc
 from jupyterhub_gpu.ledger.budgets import BudgetBook, stored_usage_row
+from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB, check_hub_name
+from jupyterhub_gpu.ledger.hubs import HubBook
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.ledger.notices import NoticeBook
 from jupyterhub_gpu.ledger.pricing import PricingBook
@@ -71,14 +75,32 @@ def make_engine(db_url: str) -> Engine:
     return engine
 
 
-_SHARED: dict[str, Ledger] = {}
+_SHARED: dict[tuple[str, str], Ledger] = {}
 
 
-def shared_ledger(db_url: str) -> Ledger:
-    """One Ledger per database URL per process (the hub's spawners share it)."""
-    if db_url not in _SHARED:
-        _SHARED[db_url] = Ledger(db_url)
-    return _SHARED[db_url]
+def shared_ledger(db_url: str, hub: str = DEFAULT_HUB) -> Ledger:
+    """One Ledger per database URL and hub name per process (the hub's spawners share it)."""
+    if (db_url, hub) not in _SHARED:
+        _SHARED[(db_url, hub)] = Ledger(db_url, hub=hub)
+    return _SHARED[(db_url, hub)]
+
+
+class LedgerSchemaError(RuntimeError):
+    """The ledger's schema is at a revision this code does not know: a newer version migrated it."""
+
+
+def _check_schema(connection, script: ScriptDirectory) -> None:
+    """Raise :class:`LedgerSchemaError` when the database's revision is none of this code's migrations."""
+    current = MigrationContext.configure(connection).get_current_heads()
+    known = {r.revision for r in script.walk_revisions()}
+    unknown = sorted(r for r in current if r not in known)
+    if unknown:
+        url = connection.engine.url.render_as_string(hide_password=True)
+        raise LedgerSchemaError(
+            f"the ledger {url} has schema revision {', '.join(unknown)}, newer than this jupyterhub-gpu knows"
+            f" (its newest is {script.get_current_head()}): a hub or gpu service of a newer version shares this"
+            f" ledger; install that version here too (a ledger is never migrated back)"
+        )
 
 
 # any constant: the key of the PostgreSQL advisory lock that migrations of the ledger take
@@ -104,17 +126,24 @@ def upgrade(engine: Engine) -> None:
             connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
         cfg.attributes["connection"] = connection
         try:
+            _check_schema(connection, ScriptDirectory.from_config(cfg))
             command.upgrade(cfg, "head")
         finally:
             if engine.dialect.name == "sqlite":
                 connection.exec_driver_sql("PRAGMA busy_timeout = 30000")  # this pooled connection's usual wait
 
 
-class Ledger(BudgetBook, NoticeBook, PricingBook):
+class Ledger(BudgetBook, NoticeBook, PricingBook, HubBook):
     """Reads and idempotent writes on the ledger database: sessions here; budgets, alerts and notices, prices and
-    the lab's settings in the parts it is made of (:mod:`.budgets`, :mod:`.notices`, :mod:`.pricing`)."""
+    the lab's settings, the hubs that share it, in the parts it is made of (:mod:`.budgets`, :mod:`.notices`,
+    :mod:`.pricing`, :mod:`.hubs`).
 
-    def __init__(self, db_url: str, migrate: bool = True):
+    ``hub`` is the name of the hub this process writes for (:mod:`.hubnames`): the sessions it records carry it.
+    Reads are of every hub unless they are given one (``hub=``): budgets, alerts and use count across hubs.
+    """
+
+    def __init__(self, db_url: str, migrate: bool = True, hub: str = DEFAULT_HUB):
+        self.hub = check_hub_name(hub)
         self.db_url = db_url
         self.engine = make_engine(db_url)
         if migrate:
@@ -136,7 +165,9 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
         with self.Session() as db:
             if db.get(SessionRecord, start.id) is not None:
                 return False
-            db.add(SessionRecord.of(start))
+            record = SessionRecord.of(start)
+            record.hub = self.hub
+            db.add(record)
             try:
                 db.commit()
             except IntegrityError:  # recorded by another process in the meantime
@@ -243,11 +274,16 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
         with self.Session() as db:
             return db.get(SessionRecord, session_id)
 
-    def open_sessions(self, after: str | None = None, limit: int | None = None) -> list[SessionRecord]:
-        """The sessions still running; with ``limit``, a page of them: at most ``limit``, in id order, the
-        first after the id ``after`` (the tick reads a thousand this way, letting requests in between pages).
+    def open_sessions(
+        self, after: str | None = None, limit: int | None = None, hub: str | None = None
+    ) -> list[SessionRecord]:
+        """The sessions still running, of every hub or of ``hub``; with ``limit``, a page of them: at most
+        ``limit``, in id order, the first after the id ``after`` (the tick reads a thousand this way, letting
+        requests in between pages).
         """
         query = select(SessionRecord).where(SessionRecord.stopped.is_(None))
+        if hub is not None:
+            query = query.where(SessionRecord.hub == hub)
         if limit is not None:
             query = query.order_by(SessionRecord.id).limit(limit)
             if after is not None:
@@ -263,8 +299,9 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
         group: str | None = None,
         overlapping: bool = False,
         pool: str | None = None,
+        hub: str | None = None,
     ) -> list[SessionRecord]:
-        """Sessions that started in ``[since, until)``, optionally of one user, group (at start) or pool.
+        """Sessions that started in ``[since, until)``, optionally of one user, group (at start), pool or hub.
 
         With ``overlapping``, the sessions with a billed minute in the window
         instead (started before ``until``, not stopped before ``since``), for
@@ -277,6 +314,8 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
             query = sessions_started(query, since, until, group, user)
         if pool is not None:
             query = query.where(SessionRecord.pool == pool)
+        if hub is not None:
+            query = query.where(SessionRecord.hub == hub)
         with self.Session() as db:
             records = list(db.scalars(query))
         if group is not None:  # the LIKE above is a pre-filter; check exactly
@@ -315,7 +354,7 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
         return self.usage_rows(records.values(), now)
 
     def closed_session_totals(self) -> list[dict]:
-        """Counts, minutes and money of stopped sessions, summed in SQL per profile, pool, currency and reason.
+        """Counts, minutes and money of stopped sessions, summed in SQL per hub, profile, pool, currency and reason.
 
         One aggregate query whose size is the number of distinct combinations
         (a handful), not the number of sessions: cheap enough for every scrape.
@@ -326,6 +365,7 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
         s = SessionRecord
         query = (
             select(
+                s.hub,
                 s.profile,
                 s.pool,
                 s.currency,
@@ -335,11 +375,12 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
                 func.coalesce(func.sum(s.cost_micros), 0),
             )
             .where(s.stopped.is_not(None))
-            .group_by(s.profile, s.pool, s.currency, s.stop_reason)
+            .group_by(s.hub, s.profile, s.pool, s.currency, s.stop_reason)
         )
         with self.Session() as db:
             return [
                 {
+                    "hub": hub,
                     "profile": profile,
                     "pool": pool,
                     "groups": [pool] if pool else [],
@@ -349,11 +390,13 @@ class Ledger(BudgetBook, NoticeBook, PricingBook):
                     "minutes": int(minutes),
                     "cost_micros": int(cost),
                 }
-                for profile, pool, currency, reason, count, minutes, cost in db.execute(query)
+                for hub, profile, pool, currency, reason, count, minutes, cost in db.execute(query)
             ]
 
-    def open_sessions_of(self, user: str) -> list[SessionRecord]:
-        """One user's running sessions (without loading everyone's)."""
+    def open_sessions_of(self, user: str, hub: str | None = None) -> list[SessionRecord]:
+        """One user's running sessions (without loading everyone's), on every hub or on ``hub``."""
         query = select(SessionRecord).where(SessionRecord.user == user, SessionRecord.stopped.is_(None))
+        if hub is not None:
+            query = query.where(SessionRecord.hub == hub)
         with self.Session() as db:
             return list(db.scalars(query.order_by(SessionRecord.started, SessionRecord.id)))

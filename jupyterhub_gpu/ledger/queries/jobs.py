@@ -44,6 +44,7 @@ def create_job(ledger: Ledger, user: str, request, profile: str, now: datetime) 
     job_id = new_job_id()
     job = JobRecord(
         id=job_id,
+        hub=ledger.hub,
         user=user,
         server_name=job_server_name(job_id),
         notebook=request.notebook,
@@ -74,10 +75,13 @@ def list_jobs(ledger: Ledger, user: str | None = None, limit: int = 200) -> list
         return list(db.scalars(query))
 
 
-def active_jobs(ledger: Ledger, user: str | None = None) -> list[JobRecord]:
+def active_jobs(ledger: Ledger, user: str | None = None, hub: str | None = None) -> list[JobRecord]:
+    """The jobs not ended yet (of ``user``; of the service of ``hub``: every hub's count against a user's limit)."""
     query = select(JobRecord).where(JobRecord.state.in_(ACTIVE_STATES))
     if user is not None:
         query = query.where(JobRecord.user == user)
+    if hub is not None:
+        query = query.where(JobRecord.hub == hub)
     with ledger.Session() as db:
         return list(db.scalars(query))
 
@@ -104,14 +108,19 @@ def job_session(ledger: Ledger, job: JobRecord) -> SessionRecord | None:
         return db.scalars(query.order_by(SessionRecord.started.desc())).first()
 
 
-def ended_jobs_still_running(ledger: Ledger, now: datetime, margin: timedelta) -> list[tuple[JobRecord, SessionRecord]]:
-    """Jobs reported ended more than ``margin`` ago whose server still runs (the runner did not stop it)."""
+def ended_jobs_still_running(
+    ledger: Ledger, now: datetime, margin: timedelta, hub: str | None = None
+) -> list[tuple[JobRecord, SessionRecord]]:
+    """Jobs (of ``hub``) reported ended more than ``margin`` ago whose server still runs (the runner did not stop
+    it)."""
     query = select(JobRecord).where(
         JobRecord.state.in_(END_STATES),
         JobRecord.finished <= naive_utc(now - margin),
         JobRecord.finished >= naive_utc(now - timedelta(days=2)),
         JobRecord.session_id.is_not(None),
     )
+    if hub is not None:
+        query = query.where(JobRecord.hub == hub)
     with ledger.Session() as db:
         jobs = list(db.scalars(query))
     found = []
@@ -122,10 +131,13 @@ def ended_jobs_still_running(ledger: Ledger, now: datetime, margin: timedelta) -
     return found
 
 
-def finished_runs(ledger: Ledger, since: datetime) -> list[SessionRecord]:
-    """Sessions stopped since ``since`` by a job's end or by stop-when-done (the index on ``stopped``)."""
+def finished_runs(ledger: Ledger, since: datetime, hub: str | None = None) -> list[SessionRecord]:
+    """Sessions (of ``hub``) stopped since ``since`` by a job's end or by stop-when-done (the index on
+    ``stopped``)."""
     query = select(SessionRecord).where(
         SessionRecord.stopped >= naive_utc(since), SessionRecord.stop_reason.in_(RUN_REASONS)
     )
+    if hub is not None:
+        query = query.where(SessionRecord.hub == hub)
     with ledger.Session() as db:
         return list(db.scalars(query.order_by(SessionRecord.stopped)))

@@ -18,6 +18,7 @@ from datetime import date, datetime, timedelta, tzinfo
 from sqlalchemy import delete, or_, select, text, update
 
 from jupyterhub_gpu.clock import aware_utc, naive_utc
+from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB
 from jupyterhub_gpu.ledger.models import (
     GroupShare,
     QueueEntry,
@@ -260,7 +261,9 @@ def order_stop(
             if known == stop_at or (known < stop_at and not later):
                 return False
         if row is None:
-            row = ScheduleOrder(session_id=session.id, user=session.user, server_name=session.server_name)
+            row = ScheduleOrder(
+                session_id=session.id, hub=session.hub, user=session.user, server_name=session.server_name
+            )
             db.add(row)
         row.kind = kind
         row.stop_at = naive_utc(stop_at)
@@ -290,9 +293,14 @@ def withdraw_order(ledger: Ledger, session_id: str, now: datetime, not_before: d
         return True
 
 
-def stop_orders(ledger: Ledger, session_ids: Sequence[str] | None = None, *, pending: bool = True) -> list[StopOrder]:
-    """The orders not done yet (``pending``), or every one; of ``session_ids`` when given; by stop time."""
+def stop_orders(
+    ledger: Ledger, session_ids: Sequence[str] | None = None, *, pending: bool = True, hub: str | None = None
+) -> list[StopOrder]:
+    """The orders not done yet (``pending``), or every one; of ``session_ids`` when given, of the sessions of
+    ``hub`` when given; by stop time."""
     query = select(ScheduleOrder).order_by(ScheduleOrder.stop_at, ScheduleOrder.session_id)
+    if hub is not None:
+        query = query.where(ScheduleOrder.hub == hub)
     if pending:
         query = query.where(ScheduleOrder.done_at.is_(None))
     if session_ids is not None:
@@ -301,8 +309,8 @@ def stop_orders(ledger: Ledger, session_ids: Sequence[str] | None = None, *, pen
         return [_order(row) for row in db.scalars(query)]
 
 
-def preemptions(ledger: Ledger, since: datetime, user: str | None = None) -> list[StopOrder]:
-    """The preemption records decided since ``since`` (of ``user``), newest first."""
+def preemptions(ledger: Ledger, since: datetime, user: str | None = None, hub: str | None = None) -> list[StopOrder]:
+    """The preemption records decided since ``since`` (of ``user``, of the sessions of ``hub``), newest first."""
     query = (
         select(ScheduleOrder)
         .where(ScheduleOrder.kind == PREEMPTED, ScheduleOrder.decided_at >= naive_utc(since))
@@ -310,6 +318,8 @@ def preemptions(ledger: Ledger, since: datetime, user: str | None = None) -> lis
     )
     if user is not None:
         query = query.where(ScheduleOrder.user == user)
+    if hub is not None:
+        query = query.where(ScheduleOrder.hub == hub)
     with ledger.Session() as db:
         return [_order(row) for row in db.scalars(query)]
 
@@ -379,15 +389,19 @@ class Queued:
     reason_key: str
     values: dict
     updated: datetime
+    #: the hub whose queue it waits in (each hub publishes its own; :meth:`publish_queue` sets the ledger's)
+    hub: str = DEFAULT_HUB
 
 
 def publish_queue(ledger: Ledger, entries: Sequence[Queued]) -> None:
-    """Replace the published queue with ``entries`` (one step: a reader sees the old queue or the new)."""
+    """Replace the queue the ledger's hub published with ``entries`` (one step: a reader sees the old queue or the
+    new); the other hubs' queues stay."""
     with ledger.Session() as db:
-        db.execute(delete(QueueEntry))
+        db.execute(delete(QueueEntry).where(QueueEntry.hub == ledger.hub))
         for e in entries:
             db.add(
                 QueueEntry(
+                    hub=ledger.hub,
                     key=e.key,
                     user=e.user,
                     server_name=e.server_name,
@@ -408,11 +422,13 @@ def publish_queue(ledger: Ledger, entries: Sequence[Queued]) -> None:
         db.commit()
 
 
-def queue(ledger: Ledger, user: str | None = None) -> list[Queued]:
-    """The published queue (of ``user``), by model and position."""
-    query = select(QueueEntry).order_by(QueueEntry.gpu_model, QueueEntry.position, QueueEntry.key)
+def queue(ledger: Ledger, user: str | None = None, hub: str | None = None) -> list[Queued]:
+    """The queues every hub published (or ``hub``'s; of ``user``), by model, position and hub."""
+    query = select(QueueEntry).order_by(QueueEntry.gpu_model, QueueEntry.position, QueueEntry.key, QueueEntry.hub)
     if user is not None:
         query = query.where(QueueEntry.user == user)
+    if hub is not None:
+        query = query.where(QueueEntry.hub == hub)
     with ledger.Session() as db:
         return [
             Queued(
@@ -431,6 +447,7 @@ def queue(ledger: Ledger, user: str | None = None) -> list[Queued]:
                 reason_key=r.reason_key,
                 values=values_from_json(r.reason_values),
                 updated=aware_utc(r.updated),
+                hub=r.hub,
             )
             for r in db.scalars(query)
         ]
