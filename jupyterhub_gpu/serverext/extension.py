@@ -8,7 +8,9 @@ last exchange with this server.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import collections
 import json
 import os
 from datetime import datetime, timezone
@@ -98,6 +100,19 @@ def budget_summary(me: dict | None, session: dict) -> dict:
     return {"budget_remaining": b["remaining"], "budget_unit": b["unit"], "budget_minutes_left": minutes}
 
 
+#: Pushes kept for the service while it answers 503 (ten minutes at the default 30 s); older ones are dropped.
+UNSENT_MAX = 20
+
+
+def retry_after(value: str | None, default: float = 5.0) -> float:
+    """The seconds of a ``Retry-After`` header (1 to 300; ``default`` when absent or not a number)."""
+    try:
+        seconds = float(value) if value is not None else default
+    except ValueError:
+        seconds = default
+    return min(max(seconds, 1.0), 300.0) if seconds == seconds else default
+
+
 class GPUExtension:
     """State of the extension in one server: sampler, session, last word from the service."""
 
@@ -110,6 +125,9 @@ class GPUExtension:
         self.activity = KernelActivity()
         self.last_kernel_activity: datetime | None = None
         self.reason: str | None = None
+        # pushes the service answered 503 (it stored nothing): sent again, oldest first, before the next one
+        self.unsent: collections.deque[dict] = collections.deque(maxlen=UNSENT_MAX)
+        self._pushing = asyncio.Lock()
         self.service_me: dict | None = None
         self.service_available = False
         self.sampler: Sampler | None = None
@@ -186,10 +204,36 @@ class GPUExtension:
             **summary,
         }
 
-    async def exchange_with_service(self):
-        """Push the samples since the last push, and fetch the budget and notices."""
+    async def push_samples(self) -> None:
+        """Send the kept pushes, oldest first. A 503 means the service stored nothing (its writer is behind):
+        that push stays, and is sent again after the ``Retry-After`` it names (or with the next push); any
+        other answer ends it (a refusal would be refused again)."""
+        async with self._pushing:
+            while self.unsent:
+                try:
+                    await self._service("POST", "api/v1/samples", self.unsent[0])
+                except HTTPClientError as e:
+                    if e.code != 503:
+                        self.unsent.popleft()
+                        raise
+                    retry = retry_after(e.response.headers.get("Retry-After") if e.response else None)
+                    if retry < self.config.push_interval:
+                        IOLoop.current().call_later(retry, self._push_again)
+                    raise
+                self.unsent.popleft()
+
+    async def _push_again(self) -> None:
         try:
-            await self._service("POST", "api/v1/samples", self.sample_payload())
+            await self.push_samples()
+        except (HTTPClientError, OSError, ValueError) as e:
+            self.serverapp.log.warning("jupyterhub-gpu: the gpu service did not take the samples again: %s", e)
+
+    async def exchange_with_service(self):
+        """Push the samples since the last push (after any the service asked for again), and fetch the budget
+        and notices."""
+        self.unsent.append(self.sample_payload())
+        try:
+            await self.push_samples()
             self.service_me = await self._service("GET", "api/v1/me")
             self.service_available = True
         except (HTTPClientError, OSError, ValueError) as e:

@@ -20,13 +20,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jupyterhub.services.auth import HubOAuth
 from tornado.httpserver import HTTPServer
 from tornado.web import Application as WebApplication
-from traitlets import Float, TraitError, Unicode, default, validate
+from traitlets import Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Application
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.ledger.writer import DEFAULT_LIMIT, LedgerWriter
 from jupyterhub_gpu.money import check_currency_code, check_currency_symbol
 from jupyterhub_gpu.rules.advice import WEEKDAYS, AdviceError, AdviceSettings
 from jupyterhub_gpu.rules.cullrules import parse_config
@@ -191,7 +192,17 @@ class GPUService(Application):
         """,
     ).tag(config=True)
 
-    @validate("tick_interval", "reconcile_interval")
+    write_queue_limit = Int(
+        DEFAULT_LIMIT,
+        help="""
+        Ledger writes (GPU samples) that may wait for the service's one writer; past it a new push is
+        answered 503 with Retry-After, and the server sends it again (docs/service.md, The ledger's writer).
+
+            c.GPUService.write_queue_limit = 2000
+        """,
+    ).tag(config=True)
+
+    @validate("tick_interval", "reconcile_interval", "write_queue_limit")
     def _valid_positive(self, proposal):
         if proposal.value <= 0:
             raise ValueError(f"{proposal.trait.name} must be positive, got {proposal.value}")
@@ -258,6 +269,7 @@ class GPUService(Application):
             self.log.critical("jupyterhub-gpu service configuration error: %s", self._as_written(str(e)))
             self.exit(1)
         self.ledger = Ledger(self.db_url)
+        self.writer = LedgerWriter.of(self.ledger, limit=self.write_queue_limit)
         self.take_lab_settings()
         try:
             self.notifier = Notifier(self.ledger, self.alert_settings, default_language=self.default_language)
@@ -439,6 +451,7 @@ class GPUService(Application):
         ticker.cancel()
         server.stop()
         await asyncio.gather(ticker, return_exceptions=True)
+        await asyncio.to_thread(self.writer.close)  # every write taken is committed (and answered) first
         self.notifier.close()
         self.ledger.close()
 

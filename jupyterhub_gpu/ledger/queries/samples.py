@@ -4,7 +4,7 @@ Utilization is kept as a sum and a count (so that merging is exact), memory as a
 kernels' activity; every sum is bounded (``MAX_SAMPLES_PER_MINUTE``, ``MAX_PUSHES_PER_MINUTE``, as
 many distinct GPUs as the session holds), so that a 32-bit column never overflows whatever a server
 sends. :func:`record_samples` writes many pushes in one transaction (the service's
-:class:`~jupyterhub_gpu.ledger.batch.SampleBatcher`), with exactly the rows that pushing them one by
+:class:`~jupyterhub_gpu.ledger.writer.LedgerWriter`), with exactly the rows that pushing them one by
 one with :func:`record_sample` gives: a push that a full minute refuses fails alone.
 """
 

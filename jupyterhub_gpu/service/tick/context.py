@@ -32,7 +32,7 @@ from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.notify import Notifier
 
 #: The longest stretch a pass of the tick holds the event loop before the requests that wait get their turn
-#: (about the SampleBatcher's window: a push that lands in the tick waits at most this long more).
+#: (a request that lands in the tick waits at most this long more).
 LOOP_SLICE = 0.02
 #: Sessions whose samples one query reads (culling, advice): a few hundred bound ids at most.
 CHUNK = 100

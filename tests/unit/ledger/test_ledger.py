@@ -18,10 +18,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event, inspect, text
 
 from jupyterhub_gpu.billing import BudgetRule
-from jupyterhub_gpu.ledger.batch import SampleBatcher
 from jupyterhub_gpu.ledger.models import Base, SessionRecord
 from jupyterhub_gpu.ledger.queries.samples import Push, record_sample, session_minutes
 from jupyterhub_gpu.ledger.store import MIGRATIONS, Ledger, upgrade
+from jupyterhub_gpu.ledger.writer import LedgerWriter
 from jupyterhub_gpu.rules.samples import Sample, SampleError
 from jupyterhub_gpu.session import SessionStart
 
@@ -582,8 +582,8 @@ def one_by_one(ledger: Ledger, pushes: list[Push]) -> list[str | None]:
     return errors
 
 
-async def batched(ledger: Ledger, pushes: list[Push], batcher: SampleBatcher) -> list[str | None]:
-    results = await asyncio.gather(*(batcher.submit(p) for p in pushes), return_exceptions=True)
+async def batched(ledger: Ledger, pushes: list[Push], batcher: LedgerWriter) -> list[str | None]:
+    results = await asyncio.gather(*(batcher.push(p) for p in pushes), return_exceptions=True)
     for r in results:
         assert not isinstance(r, Exception) or isinstance(r, SampleError), r
     return [str(r) if isinstance(r, SampleError) else None for r in results]
@@ -597,8 +597,9 @@ async def test_samples_in_batches_leave_exactly_the_rows_of_pushing_them_one_by_
         other_url = db_url
     batch_ledger = Ledger(db_url)
     start_sample_sessions(batch_ledger)
-    batcher = SampleBatcher(batch_ledger)
+    batcher = LedgerWriter(batch_ledger, window=0.05)  # gathers what the test sends at once
     errors = await batched(batch_ledger, pushes, batcher)
+    batcher.close()
     assert batcher.batches < len(pushes) / 4  # gathered: not one transaction per push
     batch_rows = usage_rows(batch_ledger)
     if other_url == db_url:  # one PostgreSQL database per test: the reference goes into the same one, emptied
@@ -625,11 +626,11 @@ async def test_a_refused_sample_in_a_batch_fails_alone(ledger):
     good = Sample("a", T0, 3, 40.0, 100, 16_384, 1, 1, None, None, (("GPU-a-0", 40.0, 100),))
     later = Sample("a", T0 + timedelta(seconds=30), 3, 60.0, 200, 16_384, 1, 0, None, None, (("GPU-a-0", 60.0, 200),))
     too_many_gpus = Sample("a", T0, 3, 99.0, 9_999, 16_384, 9, 9, None, None, (("GPU-a-1", 99.0, 9_999),))
-    batcher = SampleBatcher(ledger)
+    batcher = LedgerWriter(ledger, window=0.05)
     results = await asyncio.gather(
-        batcher.submit(Push("ann", good, 1, T0)),
-        batcher.submit(Push("ann", too_many_gpus, 1, T0 + timedelta(seconds=50))),
-        batcher.submit(Push("ann", later, 1, T0 + timedelta(seconds=20))),
+        batcher.push(Push("ann", good, 1, T0)),
+        batcher.push(Push("ann", too_many_gpus, 1, T0 + timedelta(seconds=50))),
+        batcher.push(Push("ann", later, 1, T0 + timedelta(seconds=20))),
         return_exceptions=True,
     )
     assert batcher.batches == 1
@@ -645,13 +646,13 @@ async def test_a_refused_sample_in_a_batch_fails_alone(ledger):
 
 async def test_a_failing_database_fails_every_push_of_its_batch(ledger):
     start_sample_sessions(ledger)
-    batcher = SampleBatcher(ledger)
+    batcher = LedgerWriter(ledger)
     ledger.engine.dispose()
     with ledger.engine.begin() as conn:
         conn.execute(text("DROP TABLE gpu_usage_minutes"))
     sample = Sample("a", T0, 3, 40.0, 100, 16_384, 1, 1, None, None, ())
     results = await asyncio.gather(
-        *(batcher.submit(Push("ann", sample, 1, None)) for _ in range(3)), return_exceptions=True
+        *(batcher.push(Push("ann", sample, 1, None)) for _ in range(3)), return_exceptions=True
     )
     assert all(isinstance(r, Exception) and not isinstance(r, SampleError) for r in results)
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from tornado import web
 
-from jupyterhub_gpu.ledger.batch import SampleBatcher
 from jupyterhub_gpu.ledger.queries.samples import Push
+from jupyterhub_gpu.ledger.writer import LedgerWriter, WriterBusy
 from jupyterhub_gpu.rules.samples import SampleError, check_sample_times, parse_sample
 from jupyterhub_gpu.service.web.auth import BaseHandler, is_server_token
+
+WRITER_BUSY = (
+    "The gpu service is writing more samples than its database takes in just now; this sample was not stored."
+    " Send it again in {seconds} s (Retry-After)."
+)
 
 
 class SamplesHandler(BaseHandler):
@@ -35,8 +40,12 @@ class SamplesHandler(BaseHandler):
         activity = min(max(moments), now) if moments else None
         try:
             check_sample_times(sample, record.started, record.stopped, now)
-            # written with the other pushes of its batch, in one transaction; a refused one fails alone
-            row = await SampleBatcher.of(self.ledger).submit(Push(user, sample, record.gpu_count, activity))
+            # written by the ledger's writer with the other pushes waiting, in one transaction, off the event
+            # loop; answered once committed (a refused one fails alone)
+            row = await LedgerWriter.of(self.ledger).push(Push(user, sample, record.gpu_count, activity))
         except SampleError as e:
             raise web.HTTPError(400, str(e)) from None
+        except WriterBusy as e:  # nothing was written: the server keeps its sample and pushes it again
+            self.set_header("Retry-After", str(e.retry_after))
+            raise web.HTTPError(503, self._(WRITER_BUSY, seconds=e.retry_after)) from None
         self.write_json({"session_id": sample.session_id, "minute": row.minute.isoformat() + "Z"}, status=201)
