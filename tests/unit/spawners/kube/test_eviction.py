@@ -1,0 +1,129 @@
+"""A pod evicted by Kueue: found on the pod as Kueue v0.17 marks it, billed to the eviction, written as a preemption."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, stop_orders
+from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.session import SessionStart, StopReason
+from jupyterhub_gpu.spawners.kube.eviction import (
+    QUEUE_LABEL,
+    Eviction,
+    eviction_end,
+    kueue_managed,
+    pod_eviction,
+    record_eviction,
+)
+
+UTC = timezone.utc
+T0 = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
+MESSAGE = "Preempted to accommodate a workload (UID: u1, JobUID: j1) due to prioritization in the ClusterQueue"
+
+
+def pod(conditions=(), grace=30, deleted=None, queue="cs231n"):
+    """A pod as Kueue's plain-pod integration leaves one it stops: the condition it patches, then its deletion."""
+    meta = {"name": "jupyter-alice", "labels": {QUEUE_LABEL: queue} if queue else {}}
+    if deleted:
+        meta["deletionTimestamp"] = deleted
+    return {
+        "metadata": meta,
+        "spec": {"terminationGracePeriodSeconds": grace},
+        "status": {"phase": "Running", "conditions": list(conditions)},
+    }
+
+
+def termination_target(reason="WorkloadEvictedDueToPreempted", status="True", at="2026-12-01T05:00:00Z"):
+    return {
+        "type": "TerminationTarget",
+        "status": status,
+        "reason": reason,
+        "message": MESSAGE,
+        "lastTransitionTime": at,
+    }
+
+
+def test_kueues_eviction_of_a_pod_is_read_from_its_termination_target():
+    found = pod_eviction(pod([{"type": "Ready", "status": "True"}, termination_target()], grace=45))
+    assert found == Eviction(
+        at=T0,
+        reason="WorkloadEvictedDueToPreempted",
+        message=MESSAGE,
+        grace=timedelta(seconds=45),
+    )
+    assert found.why == "Preempted" and found.cause == "kueue:WorkloadEvictedDueToPreempted"
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        termination_target(reason="WorkloadDeleted"),  # the hub's own stop deleted the workload: no eviction
+        termination_target(reason="NotAdmitted"),
+        termination_target(status="False"),
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},  # not Kueue's
+    ],
+)
+def test_other_stops_are_no_eviction(condition):
+    assert pod_eviction(pod([condition])) is None
+
+
+def test_an_eviction_without_its_time_takes_the_deletion_less_the_grace():
+    condition = termination_target(at=None)
+    found = pod_eviction(pod([condition], grace=30, deleted="2026-12-01T05:00:30Z"))
+    assert found.at == T0
+    assert pod_eviction(pod([condition])) is None  # no time to bill to: not guessed
+
+
+def test_only_a_pod_in_a_local_queue_is_watched():
+    assert kueue_managed(pod()) and not kueue_managed(pod(queue="")) and not kueue_managed(None)
+
+
+def test_billing_ends_at_the_eviction_not_at_the_containers_end():
+    spawner = SimpleNamespace(_gpu_eviction=Eviction(T0, "WorkloadEvictedDueToPreempted"))
+    assert eviction_end(spawner, T0 + timedelta(seconds=25)) == T0
+    assert eviction_end(spawner, None) == T0
+    assert eviction_end(SimpleNamespace(_gpu_eviction=None), T0 + timedelta(seconds=25)) == T0 + timedelta(seconds=25)
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    yield ledger
+    ledger.close()
+
+
+def started(ledger, sid="s1"):
+    record = SessionStart(
+        sid, "alice", "", ("cs231n",), "t4-pre", ("GPU-t4-0",), 20_000, "CNY", T0 - timedelta(hours=1),
+        pool="cs231n", tier="preemptible", resume=True,
+    )  # fmt: skip
+    ledger.record_start(record)
+
+
+def test_an_eviction_is_recorded_as_a_preemption_order_and_the_stops_reason(ledger):
+    started(ledger)
+    eviction = Eviction(T0, "WorkloadEvictedDueToPreempted", grace=timedelta(seconds=30))
+    assert record_eviction(ledger, "s1", eviction)
+    (order,) = stop_orders(ledger)
+    assert (order.kind, order.stop_at, order.decided_at, order.cause) == (
+        PREEMPTED,
+        T0,
+        T0,
+        "kueue:WorkloadEvictedDueToPreempted",
+    )
+    assert order.reason_key == "preempt" and order.noticed_at is None
+    # the spawner finds the pod gone and records what it saw: the eviction's reason stays, billed to the eviction
+    ledger.record_stop("s1", T0, StopReason.EXITED)
+    session = ledger.get_session("s1")
+    assert session.stop_reason == StopReason.PREEMPTED
+    assert not record_eviction(ledger, "s1", eviction)  # closed: nothing more
+
+
+def test_a_stop_already_under_way_for_a_reason_that_stays_is_not_a_preemption(ledger):
+    started(ledger)
+    ledger.claim_stop_reason("s1", StopReason.BUDGET)
+    assert not record_eviction(ledger, "s1", Eviction(T0, "WorkloadEvictedDueToPreempted"))
+    assert stop_orders(ledger) == []
