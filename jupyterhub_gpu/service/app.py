@@ -33,7 +33,10 @@ from jupyterhub_gpu.rules.advice import WEEKDAYS, AdviceError, AdviceSettings
 from jupyterhub_gpu.rules.cullrules import parse_config
 from jupyterhub_gpu.service.channels import check_mail_url, configured_channel
 from jupyterhub_gpu.service.domain.notices import AlertSettings
+from jupyterhub_gpu.service.feeds.kueue import kueue_api_client
 from jupyterhub_gpu.service.hubapi import HubClient
+from jupyterhub_gpu.service.kueue import QuotaMover
+from jupyterhub_gpu.service.kueue.settings import Kueue
 from jupyterhub_gpu.service.notify import Notifier, check_language
 from jupyterhub_gpu.service.settings import (
     DEPRECATED,
@@ -298,6 +301,8 @@ class GPUService(Application):
             self.jobs = Jobs(parent=self)
             self.scheduling = Scheduling(parent=self)
             self.advice = Advice(parent=self)
+            self.kueue = Kueue(parent=self)
+            self.kueue_quotas = self.kueue.quota_config()
         except (TraitError, ValueError) as e:
             raise type(e)(self._as_written(str(e))) from None
 
@@ -384,7 +389,16 @@ class GPUService(Application):
             digest_weekday=WEEKDAYS.index(weekday) if weekday else None,
             digest_hour=self.advice.digest_hour,
             reconcile_interval=timedelta(seconds=self.reconcile_interval),
+            kueue_quota=self.kueue_mover(),
         )
+
+    def kueue_mover(self) -> QuotaMover | None:
+        """The quota mover of class reservations kept by Kueue (``c.Kueue``), or None when no group is given one."""
+        quotas = getattr(self, "kueue_quotas", None)
+        if quotas is None or not quotas.enabled:
+            return None
+        kubeconfig = self.kueue.kubeconfig
+        return QuotaMover(quotas, lambda: kueue_api_client(kubeconfig))
 
     def _configured_channels(self) -> tuple:
         """The ``c.Notify`` channels, each checked by Apprise (ValueError naming the setting otherwise)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -74,6 +74,9 @@ class TickContext:
     digest_hour: int = 8
     #: Between reconciliations with the hub (``c.GPUService.reconcile_interval``): listing its servers costs it.
     reconcile_interval: timedelta = timedelta(minutes=10)
+    #: Class reservations kept by Kueue: ``await kueue_quota(bookings, now)`` moves ClusterQueue quota for the
+    #: windows in force (:class:`jupyterhub_gpu.service.kueue.QuotaMover`); None: no Kueue reservations.
+    kueue_quota: Callable[[list, datetime], Awaitable[list[str]]] | None = None
 
     def __post_init__(self):
         if self.notifier is None:

@@ -19,7 +19,7 @@ from jupyterhub_gpu.service.tick.context import TickContext, TickState
 from jupyterhub_gpu.service.tick.culling import enforce_culling
 from jupyterhub_gpu.service.tick.jobs import announce_finished_runs, enforce_jobs
 from jupyterhub_gpu.service.tick.reconcile import reconcile
-from jupyterhub_gpu.service.tick.scheduling import enforce_schedule
+from jupyterhub_gpu.service.tick.scheduling import enforce_schedule, move_quotas
 
 
 async def run_tick(ctx: TickContext, state: TickState, now: datetime, log: logging.Logger) -> bool:
@@ -44,6 +44,7 @@ async def run_tick(ctx: TickContext, state: TickState, now: datetime, log: loggi
         ("budgets", lambda: enforce_budgets(ctx, now)),
         ("culling", lambda: enforce_culling(ctx, now)),
         ("schedule", lambda: enforce_schedule(ctx, now, state.follow)),
+        ("kueue quotas", lambda: move_quotas(ctx, now)),
         ("jobs", lambda: enforce_jobs(ctx, now)),
         ("run notices", lambda: announce_finished_runs(ctx, now)),
     ]

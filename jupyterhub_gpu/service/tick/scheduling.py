@@ -15,8 +15,16 @@ from datetime import datetime, timedelta
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.ledger.queries.jobs import SERVER_PREFIX, get_job
-from jupyterhub_gpu.ledger.queries.schedule import StopOrder, get_reservation, mark_order, preemptions, stop_orders
+from jupyterhub_gpu.ledger.queries.schedule import (
+    StopOrder,
+    get_reservation,
+    mark_order,
+    preemptions,
+    reservations,
+    stop_orders,
+)
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.scheduler.snapshot import Reservation
 from jupyterhub_gpu.service.domain.notices import CHANNELS, Once
 from jupyterhub_gpu.service.domain.schedule import (
     PREEMPTED,
@@ -100,6 +108,12 @@ async def enforce_schedule(ctx: TickContext, now: datetime, follow: ScheduleFoll
     for order in orders:
         session = ledger.get_session(order.session_id)
         if session is None or session.stopped is not None:
+            if session is not None and evicted_untold(order):
+                # Kueue stopped it before this tick: its student is told all the same, as of a preemption
+                if models is None:
+                    models = {p["slug"]: p["gpu_model"] for p in ledger.pricing() if p.get("gpu_model")}
+                message = order_message(order, session, tz, now, notifier.settings, models.get(session.profile))
+                await notifier.send(message, CHANNELS, once=order_once(order), now=now)
             mark_order(ledger, order.session_id, done=now)
             result["closed"].append(order.session_id)
             if _preempted_for_this(order, session, now):
@@ -173,6 +187,12 @@ async def enforce_schedule(ctx: TickContext, now: datetime, follow: ScheduleFoll
         elif outcome in ("resumed", "refused"):
             result[outcome].append(session_id)
     return result
+
+
+def evicted_untold(order: StopOrder) -> bool:
+    """Whether an order is a Kueue eviction (written by the spawner when Kueue stopped the pod: cause
+    ``kueue:...``) whose notice has not gone out: the server may have ended before the tick saw the order."""
+    return order.kind == PREEMPTED and order.noticed_at is None and (order.cause or "").startswith("kueue:")
 
 
 def due_at(order: StopOrder, noticed: datetime) -> datetime:
@@ -256,3 +276,16 @@ async def resume_server(ctx: TickContext, session: SessionRecord, now: datetime)
         return "refused"
     log.info("preempted %s/%s is back in the queue", session.user, session.server_name)
     return "resumed"
+
+
+async def move_quotas(ctx: TickContext, now: datetime) -> list[str]:
+    """Class reservations kept by Kueue (``c.Kueue.cluster_queues``): the bookings handed to the quota mover
+    (``ctx.kueue_quota``), which gives each window in force its ClusterQueue's quota and gives back the others'
+    (docs/kubernetes.md, "Class reservations through Kueue"). The ClusterQueues written; none without Kueue."""
+    if ctx.kueue_quota is None:
+        return []
+    bookings = [
+        Reservation(str(r.id), r.group, r.gpu_model, r.count, r.start, r.end, r.weekly_until, r.note)
+        for r in reservations(ctx.ledger, ctx.tz)
+    ]
+    return await ctx.kueue_quota(bookings, now)

@@ -42,6 +42,7 @@ from jupyterhub_gpu.spawners.assign.cluster import (
     fetch_with_kubernetes_asyncio,
     shared_cluster_allocator,
 )
+from jupyterhub_gpu.spawners.kube import eviction
 from jupyterhub_gpu.spawners.kube.objects import (
     SESSION_LABEL,
     SchemaError,
@@ -456,10 +457,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     async def start(self):
         self._gpu_pod_requested = self._gpu_pod_built = False
         self._gpu_pod_finished_at = None
+        self._gpu_eviction = None
         return await super().start()
 
     # -- billing: from the pod's binding to its container's end -----------------
     _gpu_pod_finished_at: datetime | None = None
+    _gpu_eviction: eviction.Eviction | None = None  # Kueue evicted this session's pod (billed to then)
+    _gpu_eviction_watch: eviction.EvictionWatch | None = None
 
     def gpu_pod(self) -> dict | None:
         """This server's pod as KubeSpawner's pod reflector holds it (the API's Pod JSON), or None."""
@@ -515,17 +519,22 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         if started != requested:
             self.log.info("%s: billed from the pod's binding at %s (asked at %s)", self._log_name, started, requested)
         self._gpu_session = replace(self._gpu_session, started=started)
+        eviction.watch(self)  # a pod in a Kueue LocalQueue: its eviction is noted within a second
 
     async def poll(self):
         # note the container's end before KubeSpawner's poll deletes the stopped pod
         finished = pod_finished_at(self.gpu_pod())
         if finished is not None:
             self._gpu_pod_finished_at = finished
+        if self._gpu_session is not None and not self._gpu_launching:
+            await eviction.check_pod(self)  # Kueue's eviction, before the pod is gone
+            if self._gpu_eviction_watch is None and self._gpu_eviction is None:
+                eviction.watch(self)  # a hub restarted under a running server
         return await super().poll()
 
     async def gpu_stopped_at(self):
-        """The server container's termination time, as the pod reported it."""
-        return pod_finished_at(self.gpu_pod()) or self._gpu_pod_finished_at
+        """The server container's termination time, as the pod reported it; Kueue's eviction when it came first."""
+        return eviction.eviction_end(self, pod_finished_at(self.gpu_pod()) or self._gpu_pod_finished_at)
 
     # -- startup check -----------------------------------------------------
     @classmethod
