@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -288,20 +289,22 @@ class Reading:
 
 
 class KueueStatus:
-    """The configured ClusterQueues' use, read at most every ``ttl`` seconds; the pages ask :meth:`get`.
+    """The use of each group's ClusterQueue (``queues``: group -> ClusterQueue), read at most every ``ttl`` seconds.
 
-    ``connect`` is an ``async () -> ApiClient`` (default: :func:`kueue_api_client` over ``kubeconfig``). A read
-    that fails keeps no stale figures: the page says the cluster could not be read, and why.
+    The pages ask :meth:`get`. ``connect`` is an ``async () -> ApiClient`` (default: :func:`kueue_api_client`
+    over ``kubeconfig``). A read that fails keeps no stale figures: the page says the cluster could not be
+    read, and why.
     """
 
     def __init__(
-        self, cluster_queues: list[str], kubeconfig: str = "", ttl: float = 30, timeout: float = 5, connect=None
+        self, queues: Mapping[str, str], kubeconfig: str = "", ttl: float = 30, timeout: float = 5, connect=None
     ):
-        self.cluster_queues = list(cluster_queues)
+        self.queues = dict(queues)
         self.ttl = ttl
         self.timeout = timeout
         self.connect = connect or (lambda: kueue_api_client(kubeconfig))
         self.reading: Reading | None = None
+        self.reads = 0  # how many times the cluster was read (the cache's test)
         self._lock = asyncio.Lock()
 
     async def get(self) -> Reading:
@@ -311,6 +314,7 @@ class KueueStatus:
             return self.reading
 
     async def read(self) -> Reading:
+        self.reads += 1
         try:
             api = await self.connect()
             async with api:
@@ -329,9 +333,21 @@ class KueueStatus:
         workloads = (await get_json(api, f"{KUEUE_API}/workloads", self.timeout) or {}).get("items") or []
         local_queues = (await get_json(api, f"{KUEUE_API}/localqueues", self.timeout) or {}).get("items") or []
         by_name = {(cq.get("metadata") or {}).get("name"): cq for cq in cqs.get("items") or []}
-        for name in self.cluster_queues:
+        for name in sorted(set(self.queues.values())):
             if name in by_name:
                 reading.queues[name] = queue_usage(by_name[name], workloads, local_queues)
             else:
                 reading.missing.append(name)
         return reading
+
+
+#: Seconds the pages' reading of Kueue is kept: a page costs at most three list calls this often.
+PAGE_TTL = 30.0
+
+
+def status_of(settings) -> KueueStatus | None:
+    """The pages' reader for ``c.Kueue`` (its ``cluster_queues`` and ``kubeconfig``), or None when no group has one."""
+    queues = getattr(settings, "cluster_queues", None)
+    if not queues:
+        return None
+    return KueueStatus(queues, settings.kubeconfig, ttl=PAGE_TTL)

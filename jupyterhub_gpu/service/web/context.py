@@ -17,6 +17,7 @@ from jupyterhub.services.auth import HubOAuth
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.rules.advice import AdviceSettings
+from jupyterhub_gpu.service.feeds.kueue import KueueStatus, status_of
 from jupyterhub_gpu.service.hubapi import HubClient
 from jupyterhub_gpu.service.notify import Notifier
 from jupyterhub_gpu.service.tick import TickHealth
@@ -53,6 +54,9 @@ class WebContext:
     reservation_max_pool_fraction: float = 1.0
     #: How far ahead an instructor must book (``c.Scheduling.reservation_notice_hours``); admins are not limited.
     reservation_notice_hours: float = 24.0
+    #: Kueue's ClusterQueues as the pages show them (:class:`~jupyterhub_gpu.service.feeds.kueue.KueueStatus`,
+    #: cached, failing soft); None when no group has a ClusterQueue (``c.Kueue.cluster_queues``).
+    kueue: KueueStatus | None = None
 
     @property
     def base_url(self) -> str:
@@ -80,4 +84,5 @@ class WebContext:
             reservation_notice_hours=service.scheduling.reservation_notice_hours,
             reservation_max_gpu_hours_per_week=service.scheduling.reservation_max_gpu_hours_per_week,
             reservation_max_pool_fraction=service.scheduling.reservation_max_pool_fraction,
+            kueue=status_of(getattr(service, "kueue", None)),
         )

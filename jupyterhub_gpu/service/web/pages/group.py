@@ -13,6 +13,7 @@ from jupyterhub_gpu.service.web.actions.schedule import book, cancel, limits_wor
 from jupyterhub_gpu.service.web.api.schedule import reservation_json, share_json
 from jupyterhub_gpu.service.web.auth import http_error_text
 from jupyterhub_gpu.service.web.pages.base import BUDGET_COLUMNS, CULLING_COLUMNS, DAILY_COLUMNS, TOTAL_COLUMNS
+from jupyterhub_gpu.service.web.pages.kueue import kueue_section
 from jupyterhub_gpu.service.web.pages.schedule import (
     BOOKING_FIELDS,
     FORM_REFUSALS,
@@ -41,7 +42,9 @@ class GroupView(ScheduleView):
     def group_url(self, group: str, **params) -> str:
         return self.page_url("groups/" + url_escape(group, plus=False), **params)
 
-    def show(self, group: str, status: int = 200, booking_error: str = "", booking: dict | None = None) -> None:
+    def show(
+        self, group: str, status: int = 200, booking_error: str = "", booking: dict | None = None, kueue=None
+    ) -> None:
         self.check_group(group)
         since, until, values = self.page_query()
         sessions = self.sessions(since, until, pool=group)  # what the group paid for, as its budget counts
@@ -73,6 +76,7 @@ class GroupView(ScheduleView):
             budgets=budgets,
             users=users,
             culled=culled,
+            kueue=kueue,
             saved=self.get_query_argument("saved", ""),
             schedule={
                 "reservations": self.reservation_rows(booked),
@@ -92,8 +96,9 @@ class GroupPage(GroupView):
     """``GET groups/NAME``: the group page (``custom:gpu-usage:read``, or ``!group=NAME``: its instructors)."""
 
     @web.authenticated
-    def get(self, group: str):
-        self.show(group)
+    async def get(self, group: str):
+        self.check_group(group)  # refused before the cluster is read
+        self.show(group, kueue=await kueue_section(self.ctx.kueue, [group], self._))
 
 
 class ReservationFormHandler(GroupView):
