@@ -29,6 +29,7 @@ from jupyterhub_gpu.serverext.extension import GPUStats
 from jupyterhub_gpu.serverext.startup import StartupScript
 from jupyterhub_gpu.serverext.stopwhendone import GPUStopWhenDone
 from jupyterhub_gpu.service.app import GPUService
+from jupyterhub_gpu.service.kueue.settings import Kueue
 from jupyterhub_gpu.service.settings import DEPRECATED, SETTINGS_CLASSES
 from jupyterhub_gpu.service.web.auth import CUSTOM_SCOPES
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
@@ -57,6 +58,7 @@ CLASSES = {
         GPUStopWhenDone,
         StartupScript,
         *SETTINGS_CLASSES,  # the gpu service's settings by concern (c.Budgets, c.Notify, ...)
+        Kueue,  # the gpu service's class reservations kept by Kueue (c.Kueue)
     )
 }
 

@@ -6,8 +6,10 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from traitlets.config import Config
 
 from jupyterhub_gpu.scheduler.snapshot import Reservation
+from jupyterhub_gpu.service.app import _unknown_options
 from jupyterhub_gpu.service.kueue.cluster import ANNOTATION, QuotaError, patch_for, queue_of
 from jupyterhub_gpu.service.kueue.plan import (
     KueueConfigError,
@@ -221,6 +223,14 @@ def test_bad_settings_are_refused_naming_the_setting(settings, message):
 
 
 def test_groups_without_flavors_are_refused():
-    with pytest.raises(KueueConfigError, match="c.Kueue.flavors is empty"):
+    with pytest.raises(KueueConfigError, match=r"c\.Kueue\.flavors is empty"):
         Kueue(cluster_queues={"cs231n": "cs231n-cq"}).quota_config()
     assert Kueue(cluster_queues={"cs231n": "a"}, flavors={"T4": "t4"}).quota_config().queues == {"cs231n": "a"}
+
+
+def test_the_service_reads_its_kueue_section_and_still_refuses_a_misspelt_option():
+    config = Config({"Kueue": {"cluster_queues": {"cs231n": "cs231n"}, "flavors": {"T4": "gpu-t4"}}})
+    assert _unknown_options(config, "gpu_service_config.py") == []
+    config = Config({"Kueue": {"cluster_queue": {"cs231n": "cs231n"}}})
+    (problem,) = _unknown_options(config, "gpu_service_config.py")
+    assert "Kueue.cluster_queue (in gpu_service_config.py) is not an option" in problem
