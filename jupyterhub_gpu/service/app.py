@@ -69,7 +69,7 @@ def _line_in(error: BaseException, path: str) -> str:
 
 def _unknown_options(config, path: str) -> list[str]:
     """What ``config`` sets that the service does not read: a misspelt option or section is not ignored."""
-    groups = {cls.__name__: cls.class_traits(config=True) for cls in SETTINGS_CLASSES}
+    groups = {cls.__name__: cls.class_traits(config=True) for cls in (*SETTINGS_CLASSES, Kueue)}
     groups["GPUService"] = {**GPUService.class_traits(config=True), **dict.fromkeys(DEPRECATED)}
     problems = []
     for section in config:
