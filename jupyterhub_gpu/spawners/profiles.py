@@ -21,6 +21,7 @@ from jupyterhub_gpu.spawners.messages import UserError, shown
 access_log = logging.getLogger("jupyterhub_gpu.access")
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+KUEUE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MEM_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
 MEM_FACTORS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -41,6 +42,7 @@ PROFILE_FIELDS = {
     "mig",
     "preemptible",
     "price_factor",
+    "kueue_queue",
 }
 #: A MIG profile's name, as ``nvidia-smi mig -lgip`` lists it ("1g.10gb", "3g.20gb", "1g.10gb+me").
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
@@ -91,6 +93,8 @@ class Profile:
     #: ``price_factor`` is what its configured prices were multiplied by (the prices above are the factored ones)
     preemptible: bool = False
     price_factor: Decimal = Decimal(1)
+    #: Kubernetes: the LocalQueue of Kueue this profile's pods go to (docs/kubernetes.md, "With Kueue"); None: none
+    kueue_queue: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -242,7 +246,21 @@ def parse_profile(raw: object, position: int, require_image: bool = True, curren
         mig=mig,
         preemptible=preemptible,
         price_factor=factor,
+        kueue_queue=parse_kueue_queue(raw, where),
     )
+
+
+def parse_kueue_queue(raw: dict, where: str) -> str | None:
+    """A profile's ``kueue_queue``: the name of a LocalQueue (Kubernetes only), or None."""
+    value = raw.get("kueue_queue")
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 63 or not KUEUE_NAME_RE.fullmatch(value):
+        raise ProfileError(
+            f"{where}: 'kueue_queue' must be the name of a LocalQueue (lowercase letters, digits and '-',"
+            f" at most 63 characters), got {value!r}"
+        )
+    return value
 
 
 def parse_tier(raw: dict, gpu_count: int, where: str) -> tuple[bool, Decimal]:

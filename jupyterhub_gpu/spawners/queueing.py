@@ -21,6 +21,7 @@ from jupyterhub_gpu.spawners.assign.restore import wait_restored
 from jupyterhub_gpu.spawners.budget import refusal_of
 from jupyterhub_gpu.spawners.cancel import raise_if_cancelled
 from jupyterhub_gpu.spawners.form import queue_message, queue_status
+from jupyterhub_gpu.spawners.kube.kueue import in_kueue_mode
 from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.profiles import Profile
 
@@ -69,14 +70,23 @@ async def attach_planner(spawner) -> Planner | None:
             {
                 p.slug: ProfileFacts(p.gpu_model, unit_of(p.gpu_share, p.mig))
                 for p in await spawner.gpu_profiles()
-                if p.gpu_count
+                # Kueue admits, orders and preempts the sessions of its profiles: the planner leaves them alone
+                if p.gpu_count and not in_kueue_mode(getattr(spawner, "kueue", None), p)
             }
         )
     return planner
 
 
 async def take_gpus(spawner, profile: Profile) -> None:
-    """Wait in the queue for the profile's GPUs, then check the budget again before anything runs."""
+    """Wait in the queue for the profile's GPUs, then check the budget again before anything runs.
+
+    A spawn in Kueue mode (its target set by the Kubernetes spawner's pre-spawn hook) stands in no queue of
+    the hub: Kueue admits, orders and preempts it (docs/kubernetes.md, "With Kueue").
+    """
+    if getattr(spawner, "_gpu_kueue", None) is not None:
+        spawner._gpu_devices = []
+        spawner._gpu_granted_at = utcnow()  # billing starts at the pod's binding (gpu_confirm_start)
+        return
     key = spawner._gpu_key
     allocator = spawner.allocator
     unit = {"share": profile.gpu_share, "mig": profile.mig}  # a time-sliced share or a MIG slice

@@ -43,6 +43,8 @@ from jupyterhub_gpu.spawners.assign.cluster import (
     shared_cluster_allocator,
 )
 from jupyterhub_gpu.spawners.kube import eviction
+from jupyterhub_gpu.spawners.kube.kueue import kueue_labels, kueue_profile_problems
+from jupyterhub_gpu.spawners.kube.kueue_mode import KueueMode
 from jupyterhub_gpu.spawners.kube.objects import (
     SESSION_LABEL,
     SchemaError,
@@ -71,7 +73,7 @@ from jupyterhub_gpu.spawners.startup import probe_and_check
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
+class GPUKubeSpawner(KueueMode, GPUSpawnerMixin, KubeSpawner):
     """One hardened pod per session asking the NVIDIA device plugin for its profile's GPUs."""
 
     work_dir = Unicode(
@@ -313,7 +315,10 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             "container_security_context": container_sc,
             "volumes": volumes,
             "volume_mounts": mounts,
-            "labels": make_pod_labels(profile_slug=profile.slug, session_id=session_id),
+            "labels": {
+                **make_pod_labels(profile_slug=profile.slug, session_id=session_id),
+                **kueue_labels(self._gpu_kueue),  # its LocalQueue and priority in Kueue mode
+            },
             "gpu_resource": resource,
             "memory_limit_mib": memory_limit,
             "share": share,
@@ -446,7 +451,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     # -- spawn progress ----------------------------------------------------
     async def progress(self):
         """The queue position and the request first, then Kubernetes' own events (scheduling, image pull)."""
-        async for event in self._gpu_progress(lambda: getattr(self, "_gpu_pod_requested", False)):
+        # in Kueue mode our events go on while the pod is gated: its place in Kueue's queue, then its admission
+        requested = lambda: getattr(self, "_gpu_pod_requested", False)  # noqa: E731
+        async for event in self._gpu_progress(lambda: requested() and self.kueue_settled):
             yield event
         async for event in KubeSpawner.progress(self):
             yield event
@@ -558,6 +565,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
                 for model in sorted(set(probe.gpu_node_products) - models):
                     problems.append(f"gpu_node_products names {model!r}, which no GPU profile uses")
                 problems.extend(kube_unit_problems(profiles))
+                problems.extend(kueue_profile_problems(probe.kueue, profiles))
                 if not problems and any(getattr(p, "gpu_share", None) or getattr(p, "mig", None) for p in profiles):
                     start_replica_check(probe, profiles)
         return problems

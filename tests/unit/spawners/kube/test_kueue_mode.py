@@ -1,0 +1,271 @@
+"""GPUKubeSpawner in Kueue mode without a cluster: the real spawner of a real JupyterHub ``User`` through the hub's
+spawn sequence, with the pod's labels, the hub's queue skipped, the gated wait's progress in English and
+Chinese, its time limit (the pod deleted), the start_timeout that covers it, and a LocalQueue that does not
+exist refused before any pod.
+
+What stands in for the cluster is named for it: :class:`StandInCluster` holds the pods (as KubeSpawner's pod
+reflector would), the Workloads and the visibility API's answers that Kueue would give, and answers the few
+calls the spawner makes (Kueue's objects through ``CustomObjectsApi``, the pod's creation and deletion). The
+real-cluster tests are tests/k8s/test_kueue_spawn.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from jupyterhub.spawner import SpawnException
+from kubernetes_asyncio.client.rest import ApiException
+
+from jupyterhub_gpu.spawners.kube.kueue import ADMISSION_GATE
+from jupyterhub_gpu.spawners.progress import SPAWN_LANGUAGES
+from tests.unit.spawners.kube.test_kube_spawner import (  # noqa: F401  (kubeconfig: KubeSpawner needs a client config)
+    Cluster,
+    RecordingKubeSpawner,
+    kubeconfig,
+    make_config,
+    make_spawner,
+    serialized,
+    spawn,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+KUEUE = {"groups": {"cs231n": "cs231n-q"}, "default": "shared-q"}
+
+
+class StandInCluster:
+    """What the API server and Kueue would answer, for one namespace."""
+
+    def __init__(self, queues=("cs231n-q", "shared-q")):
+        self.queues = set(queues)
+        self.pods: dict[str, dict] = {}  # "namespace/name" -> Pod JSON
+        self.workloads: list[dict] = []
+        self.pending: dict | None = {"items": []}  # the visibility API's answer; None: not served
+        self.deleted: list[str] = []
+        self.api_client = self
+
+    # CustomObjectsApi
+    async def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        assert (group, version, plural) == ("kueue.x-k8s.io", "v1beta2", "localqueues")
+        if name not in self.queues:
+            raise ApiException(status=404, reason="Not Found")
+        return {"metadata": {"name": name}}
+
+    async def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=""):
+        assert plural == "workloads" and label_selector.startswith("kueue.x-k8s.io/job-uid=")
+        return {"items": list(self.workloads)}
+
+    async def call_api(self, path, method, **kwargs):
+        assert path.endswith("/pendingworkloads") and "/localqueues/" in path
+        if self.pending is None:
+            raise ApiException(status=404, reason="Not Found")
+        return self.pending
+
+    # Kueue's decisions
+    def wait(self, position=None, length=None, reason=""):
+        (uid,) = [p["metadata"]["uid"] for p in self.pods.values()]
+        condition = {"type": "QuotaReserved", "status": "False", "message": reason}
+        self.workloads = [
+            {
+                "metadata": {"name": "pod-w", "ownerReferences": [{"kind": "Pod", "uid": uid}]},
+                "status": {"conditions": [condition]},
+            }
+        ]
+        if self.pending is not None and position:
+            others = [{"metadata": {"name": f"x{i}"}, "positionInLocalQueue": i} for i in range(length)]
+            others[position - 1] = {"metadata": {"name": "pod-w"}, "positionInLocalQueue": position - 1}
+            self.pending = {"items": others}
+
+    def admit(self):
+        for pod in self.pods.values():
+            pod["spec"].pop("schedulingGates", None)
+
+
+class KueueSpawner(RecordingKubeSpawner):
+    """The real GPUKubeSpawner; only its calls to the API server reach :class:`StandInCluster` instead."""
+
+    cluster: StandInCluster
+
+    def _kueue_api(self):
+        return self.cluster
+
+    async def _start_watching_pods(self, replace=False):
+        return None
+
+    @property
+    def pod_reflector(self):
+        return self
+
+    @property
+    def pods(self):  # the reflector's pods
+        return self.cluster.pods
+
+    async def _start(self):
+        """KubeSpawner's start: the pod created (Kueue's webhook gates it), then waited for until it runs."""
+        self.created_pod = serialized(await self.get_pod_manifest())
+        pod = {
+            "metadata": {**self.created_pod["metadata"], "uid": "uid-1", "namespace": self.namespace},
+            "spec": {**self.created_pod["spec"], "schedulingGates": [{"name": ADMISSION_GATE}]},
+            "status": {"phase": "Pending"},
+        }
+        key = f"{self.namespace}/{self.pod_name}"
+        self.cluster.pods[key] = pod
+        while "schedulingGates" in self.cluster.pods[key]["spec"]:  # noqa: ASYNC110  (Kueue ungates it)
+            await asyncio.sleep(0.02)
+        return ("10.0.0.5", 8888)
+
+    async def _make_delete_pod_request(self, name, options, grace, timeout):
+        self.cluster.deleted.append(name)
+        self.cluster.pods.pop(f"{self.namespace}/{name}", None)
+        return True
+
+
+def kueue_spawner(cluster: StandInCluster, groups=("cs231n",), **options):
+    gpus = Cluster()
+    gpus.occupy_t4s()  # the hub's own queue would wait: every T4 of the cluster is taken
+    config = make_config(gpus, **{"kueue": KUEUE, "kueue_poll_interval": 0.5, **options})
+    spawner = make_spawner(config, groups=groups, cls=KueueSpawner)
+    spawner.cluster = cluster
+    return spawner
+
+
+def messages(spawner) -> list[str]:
+    return [e["message"] for e in spawner._gpu_events]
+
+
+async def test_the_pod_carries_its_queue_and_priority_and_skips_the_hubs_queue():
+    cluster = StandInCluster()
+    spawner = kueue_spawner(
+        cluster, kueue_priority_class="notebook-normal", kueue_preemptible_priority_class="notebook-low"
+    )
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    labels = spawner.created_pod["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "cs231n-q"
+    assert labels["kueue.x-k8s.io/priority-class"] == "notebook-normal"
+    assert labels["jupyterhub-gpu/profile"] == "t4"
+    assert spawner.allocator.waiting("T4") == 0  # in no queue of the hub
+    cluster.admit()
+    assert await task == ("10.0.0.5", 8888)
+    assert "Admitted by Kueue from the cs231n-q queue; the server is starting" in messages(spawner)
+    # the hub's start_timeout covers the gated wait: JupyterHub reads it after the pre-spawn hook
+    assert spawner.start_timeout == 60 + 5
+    assert spawner.gpu_session["devices"] == []
+
+
+async def test_a_spawn_without_kueue_keeps_the_hubs_queue_and_its_pod_has_no_kueue_label():
+    spawner = make_spawner(make_config(Cluster()), groups=["cs231n"])
+    await spawn(spawner, "t4")
+    pod = serialized(spawner.created_pod)
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in pod["metadata"]["labels"])
+    assert spawner.start_timeout == 60
+    assert spawner.gpu_session["devices"]  # a claim of the hub's cluster allocator
+
+
+async def test_the_gated_wait_shows_kueues_position_and_reason_in_chinese_too():
+    cluster = StandInCluster()
+    spawner = kueue_spawner(cluster)
+    SPAWN_LANGUAGES[spawner._gpu_key] = "zh-CN"
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    cluster.wait(3, 7, "insufficient unused quota for nvidia.com/gpu in flavor sim-gpu, 1 more needed")
+    await wait_until(lambda: any("第 3 位，共 7 位" in m for m in messages(spawner)))
+    cluster.wait(1, 7, "insufficient unused quota for nvidia.com/gpu in flavor sim-gpu, 1 more needed")
+    await wait_until(lambda: any("第 1 位，共 7 位" in m for m in messages(spawner)))
+    cluster.admit()
+    await task
+    shown = messages(spawner)
+    assert (
+        "在 cs231n-q 队列（Kueue）中等待——第 3 位，共 7 位。Kueue 说明：insufficient unused quota for nvidia.com/gpu"
+        " in flavor sim-gpu, 1 more needed"
+    ) in shown
+    assert shown[-1] == "Kueue 已从 cs231n-q 队列准入，服务器正在启动"
+
+
+async def test_without_the_visibility_api_the_workloads_reason_is_shown():
+    cluster = StandInCluster()
+    cluster.pending = None
+    spawner = kueue_spawner(cluster, groups=("other",))  # the default queue
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    cluster.wait(reason="borrowing limit for nvidia.com/gpu in flavor sim-gpu exceeded")
+    await wait_until(lambda: len(messages(spawner)) > 3 and "borrowing" in messages(spawner)[-1])
+    assert messages(spawner)[-1] == (
+        "Waiting in the shared-q queue (Kueue). Kueue says: borrowing limit for nvidia.com/gpu in flavor sim-gpu"
+        " exceeded"
+    )
+    cluster.admit()
+    await task
+
+
+async def test_the_wait_is_bounded_by_the_queue_timeout_and_its_pod_is_deleted():
+    cluster = StandInCluster()
+    spawner = kueue_spawner(cluster, queue_timeout=1)
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    cluster.wait(2, 2, "")
+    with pytest.raises(SpawnException) as e:
+        await task
+    assert e.value.jupyterhub_message == (
+        "Kueue did not admit this server from the cs231n-q queue within 1 seconds; nothing was started."
+        " Try again later or choose another profile."
+    )
+    assert cluster.deleted == [spawner.pod_name] and not cluster.pods
+    assert spawner.gpu_session == {}
+
+
+async def test_a_stop_while_gated_deletes_the_pod():
+    cluster = StandInCluster()
+    spawner = kueue_spawner(cluster)
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    task.cancel()  # JupyterHub's stop of a pending spawn cancels it
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cluster.deleted == [spawner.pod_name] and not cluster.pods
+    assert spawner.gpu_session == {}
+
+
+async def test_a_local_queue_that_does_not_exist_is_refused_before_any_pod():
+    cluster = StandInCluster(queues=("shared-q",))
+    spawner = kueue_spawner(cluster)
+    with pytest.raises(SpawnException) as e:
+        await spawn(spawner, "t4")
+    assert e.value.jupyterhub_message == (
+        "The Kueue queue cs231n-q does not exist in the namespace default; nothing was started."
+        " Please tell your administrator."
+    )
+    assert not cluster.pods and not hasattr(spawner, "created_pod")
+
+
+async def test_a_spawn_no_queue_names_is_refused():
+    cluster = StandInCluster()
+    spawner = kueue_spawner(cluster, kueue={"groups": {"cs231n": "cs231n-q"}}, groups=("other",))
+    with pytest.raises(SpawnException, match="No Kueue queue is set for your groups"):
+        await spawn(spawner, "t4")
+    assert not cluster.pods
+
+
+async def test_a_callable_names_the_queue_and_a_profile_key_wins():
+    cluster = StandInCluster(queues=("from-callable", "own-q"))
+    seen = []
+
+    def choose(spawner):
+        seen.append(spawner.gpu_chosen_profile.slug)
+        return "from-callable"
+
+    spawner = kueue_spawner(cluster, kueue=choose)
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    assert spawner.created_pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "from-callable"
+    assert seen == ["t4"]
+    cluster.admit()
+    await task
+
+
+async def wait_until(predicate, timeout=10):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
