@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -10,6 +12,7 @@ import pytest
 from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, stop_orders
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.session import SessionStart, StopReason
+from jupyterhub_gpu.spawners.kube import eviction
 from jupyterhub_gpu.spawners.kube.eviction import (
     QUEUE_LABEL,
     Eviction,
@@ -127,3 +130,45 @@ def test_a_stop_already_under_way_for_a_reason_that_stays_is_not_a_preemption(le
     ledger.claim_stop_reason("s1", StopReason.BUDGET)
     assert not record_eviction(ledger, "s1", Eviction(T0, "WorkloadEvictedDueToPreempted"))
     assert stop_orders(ledger) == []
+
+
+class PodHolder:
+    """What the watch reads of GPUKubeSpawner: its session, its pod as the reflector holds it, its ledger."""
+
+    def __init__(self, ledger, session):
+        self.ledger, self._gpu_session, self.pod = ledger, session, pod()
+        self._gpu_eviction = self._gpu_eviction_watch = None
+        self._log_name = "alice"
+        self.log = logging.getLogger("test")
+
+    def gpu_pod(self):
+        return self.pod
+
+
+def test_the_watch_notes_an_eviction_within_its_interval_and_once(ledger):
+    started(ledger)
+    holder = PodHolder(ledger, SimpleNamespace(id="s1"))
+
+    async def run():
+        watch = eviction.watch(holder)
+        assert watch is not None
+        watch.every = 0.01
+        await asyncio.sleep(0.05)
+        assert holder._gpu_eviction is None and stop_orders(ledger) == []
+        holder.pod = pod([termination_target()])  # Kueue patched the pod
+        await asyncio.wait_for(watch.task, 2)  # it ends once it has noted the eviction
+        assert await eviction.check_pod(holder) == holder._gpu_eviction  # a later poll notes nothing new
+
+    asyncio.run(run())
+    assert holder._gpu_eviction.at == T0
+    assert [o.cause for o in stop_orders(ledger)] == ["kueue:WorkloadEvictedDueToPreempted"]
+
+
+def test_a_pod_in_no_local_queue_is_not_watched(ledger):
+    holder = PodHolder(ledger, SimpleNamespace(id="s1"))
+    holder.pod = pod(queue="")
+
+    async def run():
+        return eviction.watch(holder)
+
+    assert asyncio.run(run()) is None
