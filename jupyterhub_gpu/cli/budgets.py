@@ -77,7 +77,7 @@ def cmd_budget(client: Client, args, out) -> None:
 
 def cmd_usage(client: Client, args, out) -> None:
     params = {}
-    for name in ("user", "group", "since", "until"):
+    for name in ("user", "group", "hub", "since", "until"):
         if getattr(args, name):
             params[name] = getattr(args, name)
     if args.all:
@@ -98,11 +98,16 @@ def cmd_usage(client: Client, args, out) -> None:
         print(json.dumps(data, indent=2), file=out)
         return
     zone = zone_of(args, data)
+    # the hub of each session where the sessions listed ran on several hubs of one ledger
+    hubs = len({s.get("hub") for s in data["sessions"]}) > 1
     rows = [["USER", "SERVER", "PROFILE", "GPUS", f"STARTED ({zone.key})", f"STOPPED ({zone.key})", "MINUTES", "COST"]]
+    if hubs:
+        rows[0].insert(0, "HUB")
     for s in data["sessions"]:
         currency = money_of(s["currency"])
         rows.append(
             [
+                *([s["hub"]] if hubs else []),
                 s["user"],
                 s["server_name"] or "-",
                 s["profile"],

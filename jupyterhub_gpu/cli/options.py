@@ -70,6 +70,13 @@ def name_type(value: str) -> str:
     return value
 
 
+def hub_type(value: str) -> str:
+    """A hub's name as its gpu service names it (c.GPUService.hub_name); the service says whether the ledger has it."""
+    if not value or value != value.strip() or "/" in value or len(value) > 255 or not value.isprintable():
+        raise argparse.ArgumentTypeError(f"is not a hub name: {value!r}")
+    return value
+
+
 def notebook_type(value: str) -> str:
     if not value.endswith(".ipynb") or value.startswith(("/", "~")) or ".." in value.split("/"):
         raise argparse.ArgumentTypeError(f"must be a .ipynb path relative to your home folder, got {value!r}")
@@ -216,6 +223,11 @@ def make_parser() -> argparse.ArgumentParser:
         "--paid", action="store_true", help="with --group: only the sessions the group paid for (its budget pool)"
     )
     usage.add_argument("--all", action="store_true", help="every user's sessions (admins)")
+    usage.add_argument(
+        "--hub",
+        type=hub_type,
+        help="only the sessions of this hub, on a ledger several hubs share (default: every hub)",
+    )
     usage.add_argument(
         "--since",
         type=moment_type,

@@ -371,7 +371,7 @@ def test_usage_as_csv(env):
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert r.text.splitlines()[0] == (
         "id,user,server_name,profile,gpus,gpu_count,started,stopped,minutes_billed,rate_per_minute,cost,currency,"
-        "stop_reason,running,minutes_in_window,cost_in_window"
+        "stop_reason,running,minutes_in_window,cost_in_window,hub"
     )
     assert [row["id"] for row in rows] == ["seed-a", "seed-b", "seed-c", "seed-d"]
     c = rows[2]
@@ -594,7 +594,13 @@ def scrape(env) -> dict[tuple, float]:
     }
 
 
+#: the sessions' families, labelled with the hub of each session (this hub sets no name: "default")
+HUB_FAMILIES = ("active_sessions", "active_gpus", "busy_gpus", "billed_minutes_total", "spend_total", "stops_total")
+
+
 def m(name: str, **labels) -> tuple:
+    if name.removeprefix("jupyterhub_gpu_") in HUB_FAMILIES:
+        labels.setdefault("hub", "default")
     return (name, *sorted(labels.items()))
 
 

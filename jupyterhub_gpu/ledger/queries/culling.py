@@ -22,9 +22,10 @@ from jupyterhub_gpu.session import SessionFacts
 
 
 def load_culling_inputs(
-    ledger: Ledger, since: datetime | None, until: datetime, group: str | None = None
+    ledger: Ledger, since: datetime | None, until: datetime, group: str | None = None, hub: str | None = None
 ) -> tuple[list[SessionFacts], dict[str, MinuteCounts]]:
-    """The sessions that ran in ``[since, until)`` (every user's) and the minute counts of the reported ones.
+    """The sessions that ran in ``[since, until)`` (every user's; of one hub with ``hub``) and the minute counts of
+    the reported ones.
 
     Two plain queries: the sessions that started before ``until`` and had not
     stopped before ``since``; then, per chunk of the reported GPU sessions (the
@@ -50,6 +51,8 @@ def load_culling_inputs(
     ).where(s.started < naive_utc(until))
     if since is not None:
         query = query.where(or_(s.stopped.is_(None), s.stopped >= naive_utc(since)))
+    if hub is not None:
+        query = query.where(s.hub == hub)
     facts = []
     with ledger.engine.connect() as db:
         for sid, user, server, groups, profile, gpus, rate, currency, started, stopped, reason, pool in db.execute(

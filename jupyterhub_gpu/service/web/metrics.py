@@ -7,6 +7,10 @@ open sessions, one aggregate over stopped sessions, and two aggregates per
 budget; none of them grows with the ledger's history. Budgets come from
 :meth:`.ledger.Ledger.statuses_of`, as everywhere else.
 
+Several hubs may share the ledger: the sessions' families carry a ``hub`` label (one value per hub, a handful)
+and every hub's gpu service reports every hub, as its pages do; budgets hold across hubs and have none
+(docs/monitoring.md, several hubs).
+
 Counters count stopped sessions only: a stopped session's charge is final, so
 the counters never go down; running sessions show in the ``active_*`` gauges.
 Money is summed as integer micro-units and turned into a float only for the
@@ -62,13 +66,13 @@ class LedgerCollector:
         # the names without touching the database (the registry calls this on register)
         return [
             GaugeMetricFamily(f"{NAMESPACE}_ledger_up", ""),
-            GaugeMetricFamily(f"{NAMESPACE}_active_sessions", "", labels=["profile"]),
-            GaugeMetricFamily(f"{NAMESPACE}_active_gpus", "", labels=["profile"]),
-            GaugeMetricFamily(f"{NAMESPACE}_session_gpu_idle_seconds", "", labels=["user", "server", "profile"]),
-            GaugeMetricFamily(f"{NAMESPACE}_busy_gpus", "", labels=["profile"]),
-            CounterMetricFamily(f"{NAMESPACE}_billed_minutes", "", labels=["profile"]),
-            CounterMetricFamily(f"{NAMESPACE}_spend", "", labels=["group", "profile", "currency"]),
-            CounterMetricFamily(f"{NAMESPACE}_stops", "", labels=["reason"]),
+            GaugeMetricFamily(f"{NAMESPACE}_active_sessions", "", labels=["hub", "profile"]),
+            GaugeMetricFamily(f"{NAMESPACE}_active_gpus", "", labels=["hub", "profile"]),
+            GaugeMetricFamily(f"{NAMESPACE}_session_gpu_idle_seconds", "", labels=["hub", "user", "server", "profile"]),
+            GaugeMetricFamily(f"{NAMESPACE}_busy_gpus", "", labels=["hub", "profile"]),
+            CounterMetricFamily(f"{NAMESPACE}_billed_minutes", "", labels=["hub", "profile"]),
+            CounterMetricFamily(f"{NAMESPACE}_spend", "", labels=["hub", "group", "profile", "currency"]),
+            CounterMetricFamily(f"{NAMESPACE}_stops", "", labels=["hub", "reason"]),
             GaugeMetricFamily(f"{NAMESPACE}_budget_limit", "", labels=["scope", "subject", "unit"]),
             GaugeMetricFamily(f"{NAMESPACE}_budget_used", "", labels=["scope", "subject", "unit"]),
             GaugeMetricFamily(f"{NAMESPACE}_budget_remaining", "", labels=["scope", "subject", "unit"]),
@@ -92,71 +96,75 @@ class LedgerCollector:
 
     def _ledger_families(self, now):
         profiles = [p["slug"] for p in self.ledger.pricing()]
+        # every hub on the ledger (a few: one per hub that shares it), each with every profile from the start
+        hubs = self.ledger.hub_names() or [self.ledger.hub]
 
         open_sessions = self.ledger.open_sessions()
-        active_sessions = Counter(dict.fromkeys(profiles, 0))
-        active_gpus = Counter(dict.fromkeys(profiles, 0))
+        every = {(hub, profile): 0 for hub in hubs for profile in profiles}
+        active_sessions, active_gpus = Counter(every), Counter(every)
         for s in open_sessions:
-            active_sessions[s.profile] += 1
-            active_gpus[s.profile] += s.gpu_count
+            active_sessions[(s.hub, s.profile)] += 1
+            active_gpus[(s.hub, s.profile)] += s.gpu_count
         sessions = GaugeMetricFamily(
-            f"{NAMESPACE}_active_sessions", "GPU sessions running now, by profile", labels=["profile"]
+            f"{NAMESPACE}_active_sessions", "GPU sessions running now, by hub and profile", labels=["hub", "profile"]
         )
         gpus = GaugeMetricFamily(
-            f"{NAMESPACE}_active_gpus", "GPUs held by running sessions, by profile", labels=["profile"]
+            f"{NAMESPACE}_active_gpus", "GPUs held by running sessions, by hub and profile", labels=["hub", "profile"]
         )
-        for profile in sorted(active_sessions):
-            sessions.add_metric([profile], active_sessions[profile])
-            gpus.add_metric([profile], active_gpus[profile])
+        for key in sorted(active_sessions):
+            sessions.add_metric(list(key), active_sessions[key])
+            gpus.add_metric(list(key), active_gpus[key])
         yield sessions
         yield gpus
-        yield from self._gpu_idle(now, [s for s in open_sessions if s.gpu_count > 0], profiles)
+        yield from self._gpu_idle(now, [s for s in open_sessions if s.gpu_count > 0], every)
 
-        minutes = Counter(dict.fromkeys(profiles, 0))
+        minutes = Counter(every)
         spend: Counter = Counter()
         # every reason from the start, so that a first cull is an increase Prometheus sees
-        stops: Counter = Counter(dict.fromkeys((r.value for r in StopReason), 0))
+        stops: Counter = Counter({(hub, r.value): 0 for hub in hubs for r in StopReason})
         for row in self.ledger.closed_session_totals():
-            minutes[row["profile"]] += row["minutes"]
-            stops[row["stop_reason"]] += row["sessions"]
+            minutes[(row["hub"], row["profile"])] += row["minutes"]
+            stops[(row["hub"], row["stop_reason"])] += row["sessions"]
             # a session counts once, for the one group that paid (its pool); "" for none
-            spend[(row["pool"] or "", row["profile"], row["currency"])] += row["cost_micros"]
+            spend[(row["hub"], row["pool"] or "", row["profile"], row["currency"])] += row["cost_micros"]
         billed = CounterMetricFamily(
             f"{NAMESPACE}_billed_minutes",
-            "Minutes billed for stopped GPU sessions (every started minute), by profile",
-            labels=["profile"],
+            "Minutes billed for stopped GPU sessions (every started minute), by hub and profile",
+            labels=["hub", "profile"],
         )
-        for profile in sorted(minutes):
-            billed.add_metric([profile], minutes[profile])
+        for key in sorted(minutes):
+            billed.add_metric(list(key), minutes[key])
         yield billed
         money = CounterMetricFamily(
             f"{NAMESPACE}_spend",
-            "Money charged for stopped GPU sessions, by the group that paid, profile and currency",
-            labels=["group", "profile", "currency"],
+            "Money charged for stopped GPU sessions, by hub, the group that paid, profile and currency",
+            labels=["hub", "group", "profile", "currency"],
         )
-        for (group, profile, currency), micros in sorted(spend.items()):
-            money.add_metric([group, profile, currency], micros / MICROS)
+        for key, micros in sorted(spend.items()):
+            money.add_metric(list(key), micros / MICROS)
         yield money
-        stopped = CounterMetricFamily(f"{NAMESPACE}_stops", "Stopped GPU sessions, by stop reason", labels=["reason"])
-        for reason, count in sorted(stops.items()):
-            stopped.add_metric([reason], count)
+        stopped = CounterMetricFamily(
+            f"{NAMESPACE}_stops", "Stopped GPU sessions, by hub and stop reason", labels=["hub", "reason"]
+        )
+        for key, count in sorted(stops.items()):
+            stopped.add_metric(list(key), count)
         yield stopped
 
         yield from self._budgets(now)
 
-    def _gpu_idle(self, now, sessions, profiles):
+    def _gpu_idle(self, now, sessions, every: dict):
         """Seconds since each running GPU session's GPUs last worked in a minute (:data:`.idle.IDLE`), and the
         GPUs by profile whose latest sampled minute was at or above it (busy now).
 
         Counted from the end of that minute, or from the session's start (at most IDLE_HORIZON back) when
         there was none; only sessions whose server sent samples in the last SAMPLED_WITHIN are judged.
         """
-        busy = Counter(dict.fromkeys(profiles, 0))
+        busy = Counter(every)  # by (hub, profile)
         family = GaugeMetricFamily(
             f"{NAMESPACE}_session_gpu_idle_seconds",
             f"Seconds since a running GPU session's GPUs last averaged {idle.IDLE.util_percent}% utilization"
             f" in a minute (at most {int(IDLE_HORIZON.total_seconds())}), for sessions whose server sends samples",
-            labels=["user", "server", "profile"],
+            labels=["hub", "user", "server", "profile"],
         )
         horizon = now - IDLE_HORIZON
         for i in range(0, len(sessions), IDS_PER_QUERY):
@@ -167,19 +175,19 @@ class LedgerCollector:
                 if last_sampled is None or aware_utc(last_sampled) + timedelta(minutes=1) < now - SAMPLED_WITHIN:
                     continue
                 if last_busy is not None and last_busy == last_sampled:
-                    busy[s.profile] += s.gpu_count
+                    busy[(s.hub, s.profile)] += s.gpu_count
                 since = aware_utc(last_busy) + timedelta(minutes=1) if last_busy else aware_utc(s.started)
                 since = max(since, horizon)
-                family.add_metric([s.user, s.server_name, s.profile], max(0.0, (now - since).total_seconds()))
+                family.add_metric([s.hub, s.user, s.server_name, s.profile], max(0.0, (now - since).total_seconds()))
         yield family
         busy_gpus = GaugeMetricFamily(
             f"{NAMESPACE}_busy_gpus",
             f"GPUs of running sessions whose latest sampled minute averaged {idle.IDLE.util_percent}% utilization"
-            " or more, by profile (the busy part of active_gpus)",
-            labels=["profile"],
+            " or more, by hub and profile (the busy part of active_gpus)",
+            labels=["hub", "profile"],
         )
-        for profile in sorted(busy):
-            busy_gpus.add_metric([profile], busy[profile])
+        for key in sorted(busy):
+            busy_gpus.add_metric(list(key), busy[key])
         yield busy_gpus
 
     def _budgets(self, now):

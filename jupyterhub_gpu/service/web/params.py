@@ -16,14 +16,15 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from jupyterhub_gpu.billing import PERIODS, UNITS, BudgetRule
+from jupyterhub_gpu.ledger.hubnames import check_hub_name
 from jupyterhub_gpu.ledger.queries.schedule import Draft
 from jupyterhub_gpu.money import MoneyError, from_micros, parse_amount, to_micros
 from jupyterhub_gpu.service.domain.savings import DEFAULT_HORIZON
 
 BUDGET_FIELDS = ("limit", "unit", "period", "term_start", "term_end")
 BUDGET_SCOPES = ("user", "group")
-USAGE_PARAMS = ("user", "group", "paid", "all", "since", "until", "format")
-CULLING_PARAMS = ("since", "until", "group", "horizon_hours", "format")
+USAGE_PARAMS = ("user", "group", "hub", "paid", "all", "since", "until", "format")
+CULLING_PARAMS = ("since", "until", "group", "hub", "horizon_hours", "format")
 ADVICE_PARAMS = ("since", "until", "group")
 #: Query parameters JupyterHub's own auth may use; accepted and ignored by our parsers.
 AUTH_PARAMS = ("token", "_xsrf")
@@ -196,6 +197,8 @@ class UsageQuery:
     format: str = "json"
     #: With ``group``: only the sessions the group paid for (its pool), whose totals add up across groups.
     paid: bool = False
+    #: Only the sessions of this hub (``c.GPUService.hub_name``); None: every hub on the ledger.
+    hub: str | None = None
 
 
 def query_values(arguments: dict[str, list[bytes]], params: tuple[str, ...]) -> dict[str, str]:
@@ -242,6 +245,23 @@ def query_window(values: dict[str, str], tz: ZoneInfo) -> tuple[datetime | None,
     return since, until
 
 
+def parse_hub(value: str) -> str:
+    """A hub filter's name (``?hub=``) by the rule of ``c.GPUService.hub_name``, or BadRequest; whether the ledger
+    has it: :func:`known_hub`."""
+    try:
+        return check_hub_name(value, "hub")
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
+
+
+def known_hub(hub: str | None, hubs: list[str]) -> str | None:
+    """``hub`` when the ledger knows it (``hubs``: its sessions' and its members' hubs), else BadRequest naming them."""
+    if hub is None or hub in hubs:
+        return hub
+    have = ", ".join(map(repr, hubs)) if hubs else "none yet"
+    raise BadRequest(f"The ledger has no hub named {hub!r}; its hubs: {have}")
+
+
 def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQuery:
     """The query of ``GET usage``; each parameter at most once, unknown ones refused."""
     values = query_values(arguments, USAGE_PARAMS)
@@ -254,9 +274,10 @@ def parse_usage_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> UsageQ
     paid = query_flag(values, "paid")
     if paid and "group" not in values:
         raise BadRequest("paid=true lists the sessions a group paid for: give group= too")
+    hub = parse_hub(values["hub"]) if "hub" in values else None
     fmt = query_format(values)
     since, until = query_window(values, tz)
-    return UsageQuery(values.get("user"), values.get("group"), everyone, since, until, fmt, paid)
+    return UsageQuery(values.get("user"), values.get("group"), everyone, since, until, fmt, paid, hub)
 
 
 @dataclass(frozen=True)
@@ -266,6 +287,7 @@ class CullingQuery:
     group: str | None = None
     horizon: timedelta = DEFAULT_HORIZON
     format: str = "json"
+    hub: str | None = None
 
 
 def parse_culling_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> CullingQuery:
@@ -283,7 +305,8 @@ def parse_culling_query(arguments: dict[str, list[bytes]], tz: ZoneInfo) -> Cull
             )
         horizon = timedelta(hours=int(text))
     since, until = query_window(values, tz)
-    return CullingQuery(since, until, values.get("group"), horizon, fmt)
+    hub = parse_hub(values["hub"]) if "hub" in values else None
+    return CullingQuery(since, until, values.get("group"), horizon, fmt, hub)
 
 
 # -- the schedule: reservations and group shares ----------------------------------------------------------------

@@ -45,6 +45,8 @@ CSV_COLUMNS = (
     # them): summed, they are the page's and GET usage's totals; cost is the whole session's charge
     "minutes_in_window",
     "cost_in_window",
+    # the hub the session ran on (c.GPUService.hub_name): last, so that readers of the older columns keep them
+    "hub",
 )
 
 CULLING_CSV_COLUMNS = (
@@ -121,6 +123,7 @@ def session_json(
         minutes = record.minutes
     return {
         "id": record.id,
+        "hub": record.hub,  # the hub it ran on, one of several on a shared ledger
         "user": record.user,
         "server_name": record.server_name,
         "profile": record.profile,
@@ -321,6 +324,7 @@ def usage_csv(sessions: list[dict]) -> str:
                 "true" if s["running"] else "false",
                 s.get("minutes_in_window", s["minutes_billed"]),  # without its window's part: counts whole
                 s.get("cost_in_window", s["cost"]),
+                s.get("hub", ""),
             ]
         )
     return out.getvalue()

@@ -7,7 +7,7 @@ from tornado import web
 from jupyterhub_gpu.ledger.queries.culling import load_culling_inputs
 from jupyterhub_gpu.service.domain.savings import culling_report
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler
-from jupyterhub_gpu.service.web.params import BadRequest, parse_culling_query
+from jupyterhub_gpu.service.web.params import BadRequest, known_hub, parse_culling_query
 from jupyterhub_gpu.service.web.views import culling_csv, culling_json
 
 
@@ -26,11 +26,15 @@ class CullingHandler(BaseHandler):
             self.require_scope(SCOPE_USAGE_READ)
         else:
             self.require_group(query.group)  # instructors: their own groups
+        try:
+            known_hub(query.hub, self.ledger.hub_names() if query.hub is not None else [])
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
         now = self.now()
         end = now if query.until is None else min(query.until, now)
-        facts, counts = load_culling_inputs(self.ledger, query.since, end, query.group)
+        facts, counts = load_culling_inputs(self.ledger, query.since, end, query.group, query.hub)
         report = culling_report(facts, counts, query.since, query.until, now, query.horizon, query.group)
         if query.format == "csv":
             self.send_csv("culling", culling_csv(report))
             return
-        self.write_json(culling_json(report, self.ctx.currency.code))
+        self.write_json({**culling_json(report, self.ctx.currency.code), "hub": query.hub})

@@ -6,7 +6,7 @@ from tornado import web
 
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler
-from jupyterhub_gpu.service.web.params import BadRequest, parse_usage_query
+from jupyterhub_gpu.service.web.params import BadRequest, known_hub, parse_usage_query
 from jupyterhub_gpu.service.web.views import sessions_json, usage_csv, usage_totals
 
 
@@ -28,6 +28,10 @@ class UsageHandler(BaseHandler):
             user = self.own_name("give user=, group= or all=true")
         elif not self.is_user:  # a service named like a user sees nothing of that user's
             self.require_scope(SCOPE_USAGE_READ)
+        try:  # after the scopes: the hubs' names are told only to a caller who may read the report
+            known_hub(query.hub, self.ledger.hub_names() if query.hub is not None else [])
+        except BadRequest as e:
+            raise web.HTTPError(400, str(e)) from None
         now = self.now()
         currency = self.ctx.currency
         # every session with a minute in the window; totals count the minutes inside it (as budgets do)
@@ -38,6 +42,7 @@ class UsageHandler(BaseHandler):
             group=query.group,
             overlapping=True,
             pool=query.group if query.paid else None,
+            hub=query.hub,  # one hub of a shared ledger (docs/admin.md, "Two hubs on one ledger"); None: every hub
         )
         sessions = sessions_json(self.ledger, records, now, currency, (query.since, query.until))
         if query.format == "csv":
@@ -47,6 +52,7 @@ class UsageHandler(BaseHandler):
             {
                 "user": user,
                 "group": query.group,
+                "hub": query.hub,
                 "paid": query.paid,
                 "all": query.everyone,
                 "since": isoformat(query.since) if query.since else None,

@@ -29,6 +29,7 @@ from jupyterhub_gpu.service.web.pages.base import (
     UTILIZATION_COLUMNS,
 )
 from jupyterhub_gpu.service.web.pages.channels import channel_block, channel_section
+from jupyterhub_gpu.service.web.pages.kueue import kueue_section
 from jupyterhub_gpu.service.web.pages.schedule import (
     FORM_REFUSALS,
     PREEMPTION_COLUMNS,
@@ -62,6 +63,7 @@ class AdminView(ScheduleView):
         by_user = totals_by(sessions, lambda s: [s["user"]])
         by_profile = totals_by(sessions, lambda s: [s["profile"]])
         series = daily_series(sessions, self.ctx.tz, since, until, self.now())
+        by_hub = totals_by(sessions, lambda s: [s["hub"]])
         culled = self.culling(since, until)
         budgets = self.budget_rows(self.ledger.budget_rules())
         profiles = self.profiles()
@@ -86,6 +88,7 @@ class AdminView(ScheduleView):
                 "users": (TOTAL_COLUMNS, by_user),
                 "profiles": (TOTAL_COLUMNS, by_profile),
                 "daily": (DAILY_COLUMNS, series),
+                "hubs": (TOTAL_COLUMNS, by_hub),
                 "utilization": (UTILIZATION_COLUMNS, [culled["utilization"]]),
                 "culling": (CULLING_COLUMNS, culled["rows"]),
                 "budgets": (BUDGET_COLUMNS, budgets),
@@ -106,6 +109,7 @@ class AdminView(ScheduleView):
             by_user=by_user,
             by_profile=by_profile,
             culled=culled,
+            by_hub=by_hub,
             budgets=budgets,
             profiles=profiles,
             error=error,

@@ -25,7 +25,7 @@ from jupyterhub_gpu.service.web.pages.series import (
     month_start,
     saved_row,
 )
-from jupyterhub_gpu.service.web.params import BadRequest, query_values, query_window
+from jupyterhub_gpu.service.web.params import BadRequest, parse_hub, query_values, query_window
 from jupyterhub_gpu.service.web.views import sessions_json, status_json, table_csv, usage_totals
 from jupyterhub_gpu.session import CULL_REASONS
 
@@ -33,7 +33,7 @@ TEMPLATES = Path(__file__).parent.with_name("templates")
 STATIC = Path(__file__).parent.with_name("static")
 #: For ``c.JupyterHub.template_paths``: the hub's home page with a link to the usage pages.
 HUB_TEMPLATES = str(TEMPLATES / "hub")
-PAGE_PARAMS = ("since", "until", "format", "table", "lang", "saved")
+PAGE_PARAMS = ("since", "until", "hub", "format", "table", "lang", "saved")
 BUDGET_FORM_FIELDS = ("scope", "subject", "limit", "unit", "period", "term_start", "term_end")
 
 _env = jinja2.Environment(
@@ -47,6 +47,9 @@ class PageHandler(BaseHandler):
     """A page: HTML, errors as HTML pages in the reader's language."""
 
     _lang: str | None = None
+    #: The hub the page shows (``?hub=``; None: every hub) and the hubs on the ledger, set by :meth:`page_query`.
+    hub: str | None = None
+    hubs: tuple[str, ...] = ()
 
     @property
     def lang(self) -> str:
@@ -89,7 +92,7 @@ class PageHandler(BaseHandler):
         path = context.pop("path", self.request.path)
         args = {k: v[0].decode("utf-8", "replace") for k, v in self.request.query_arguments.items() if k != "lang"}
         switch = {code: f"{path}?{urlencode({**args, 'lang': code})}" for code in LANGUAGES}
-        window = {k: v for k, v in args.items() if k in ("since", "until")}
+        window = {k: v for k, v in args.items() if k in ("since", "until", "hub")}
 
         def csv_url(table: str) -> str:
             return f"{path}?{urlencode({**window, 'format': 'csv', 'table': table})}"
@@ -116,6 +119,10 @@ class PageHandler(BaseHandler):
                 csv_url=csv_url,
                 path=path,
                 xsrf=self.xsrf_token.decode() if self.current_user else "",
+                hub=self.hub or "",
+                hubs=self.hubs,
+                # a hub column and the hub filter only where several hubs share the ledger
+                show_hub=len(self.hubs) > 1,
                 **context,
             )
         )
@@ -152,11 +159,34 @@ class PageHandler(BaseHandler):
             since, until = query_window(values, self.ctx.tz)
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
+        self.hubs = tuple(self.ledger.hub_names())
+        self.hub = self.page_hub(values.get("hub"))
         if "since" not in values:
             since = month_start(self.now(), self.ctx.tz)
             if until is not None and until <= since:
                 since = None
         return since, until, values
+
+    def page_hub(self, hub: str | None) -> str | None:
+        """The page's hub filter, None for every hub; 400 in the reader's language for one the ledger lacks."""
+        if hub is None or hub == "":  # the filter's "every hub" sends an empty value
+            return None
+        try:
+            parse_hub(hub)
+        except BadRequest:
+            raise web.HTTPError(
+                400,
+                self._(
+                    "{hub} is not a hub name: a hub's name is lowercase letters, digits, '.', '-' and '_'.",
+                    hub=repr(hub),
+                ),
+            ) from None
+        if hub not in self.hubs:
+            known = ", ".join(self.hubs) if self.hubs else self._("none yet")
+            raise web.HTTPError(
+                400, self._("The ledger has no hub named {hub}; its hubs: {hubs}.", hub=hub, hubs=known)
+            )
+        return hub
 
     def window_text(self, since, until) -> dict:
         tz = self.ctx.tz
@@ -168,7 +198,9 @@ class PageHandler(BaseHandler):
     def sessions(self, since, until, user=None, group=None, pool=None) -> list[dict]:
         """Sessions as ``GET usage`` shows them; the group that paid for each is kept for :meth:`session_groups`."""
         # every session with a minute in the window, each counted for its minutes inside it (as budgets are)
-        records = self.ledger.sessions(user=user, since=since, until=until, group=group, pool=pool, overlapping=True)
+        records = self.ledger.sessions(
+            user=user, since=since, until=until, group=group, pool=pool, overlapping=True, hub=self.hub
+        )
         self._groups_by_id = {r.id: r.group_list for r in records}
         self._pool_by_id = {r.id: r.pool for r in records}
         now = self.now()
@@ -225,7 +257,7 @@ class PageHandler(BaseHandler):
         """Culling's savings and the billed idle share in the window (the numbers of ``GET culling``)."""
         now = self.now()
         end = now if until is None else min(until, now)
-        facts, counts = load_culling_inputs(self.ledger, since, end, group)
+        facts, counts = load_culling_inputs(self.ledger, since, end, group, self.hub)
         report = culling_report(facts, counts, since, until, now, DEFAULT_HORIZON, group)
         currency = self.ctx.currency.code
         rows = [{"name": reason, **saved_row(report.by_reason[reason], currency)} for reason in CULL_REASONS]

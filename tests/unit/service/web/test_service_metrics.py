@@ -58,10 +58,16 @@ def test_gpu_idle_seconds_count_from_the_last_busy_minute(tmp_path):
     minute(ledger, "eve", "old", m - timedelta(minutes=1), 0.0)  # idle for 3 days: shown as the 1-day horizon
     found = scrape(make_registry(ledger, TZ, clock=lambda: NOW))
     idle = {k[1]: v for k, v in found.items() if k[0] == "jupyterhub_gpu_session_gpu_idle_seconds"}
+    hub = ("hub", "default")  # the hub of a single hub that sets no name
     assert idle == {
-        (("profile", "t4"), ("server", ""), ("user", "ann")): 90.0,  # from 11:59 (the busy minute's end) to 12:00:30
-        (("profile", "t4"), ("server", "exp"), ("user", "bob")): 40 * 60 + 30.0,
-        (("profile", "t4"), ("server", ""), ("user", "eve")): 86400.0,
+        (
+            hub,
+            ("profile", "t4"),
+            ("server", ""),
+            ("user", "ann"),
+        ): 90.0,  # from 11:59 (the busy minute's end) to 12:00:30
+        (hub, ("profile", "t4"), ("server", "exp"), ("user", "bob")): 40 * 60 + 30.0,
+        (hub, ("profile", "t4"), ("server", ""), ("user", "eve")): 86400.0,
     }
     assert found[key("jupyterhub_gpu_ledger_up")] == 1
 
@@ -81,7 +87,7 @@ def test_an_unreadable_ledger_gives_ledger_up_0_and_no_ledger_family(tmp_path):
     start(ledger, "s1", "ann", NOW - timedelta(hours=1))
     health = TickHealth(interval=30, started=1000.0)
     registry = make_registry(ledger, TZ, clock=lambda: NOW, tick_health=health)
-    assert scrape(registry)[key("jupyterhub_gpu_active_sessions", profile="t4")] == 1
+    assert scrape(registry)[key("jupyterhub_gpu_active_sessions", hub="default", profile="t4")] == 1
     ledger.close()
     path.write_bytes(b"this is not a database" * 100)  # every later query fails
     found = scrape(registry)
