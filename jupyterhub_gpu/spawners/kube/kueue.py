@@ -69,7 +69,7 @@ def check_kueue_option(value: object, option: str = "c.GPUKubeSpawner.kueue") ->
             problem = name_problem(queue)
             if problem:
                 raise KueueConfigError(f"{option}[{part!r}][{key!r}] {problem}")
-    if "default" in value:
+    if value.get("default", "") != "":  # "": no LocalQueue for everyone else
         problem = name_problem(value["default"])
         if problem:
             raise KueueConfigError(f"{option}['default'] {problem}")

@@ -46,6 +46,7 @@ def test_a_good_option_is_kept_as_it_is():
     value = {"groups": {"cs231n": "cs231n-notebooks"}, "profiles": {"a100": "thesis"}, "default": "shared"}
     assert check_kueue_option(value) is value
     assert check_kueue_option({}) == {}
+    assert check_kueue_option({"default": ""}) == {"default": ""}
 
 
 @pytest.mark.parametrize(
