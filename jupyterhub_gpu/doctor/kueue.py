@@ -39,6 +39,7 @@ from jupyterhub_gpu.service.feeds.kueue import (
     kueue_api_client,
     served_groups,
 )
+from jupyterhub_gpu.spawners.kube.kueue import check_kueue_option, in_kueue_mode, kueue_profile_problems
 from jupyterhub_gpu.spawners.kube.objects import unit_resource
 from jupyterhub_gpu.spawners.profiles import ProfileError, parse_profiles
 
@@ -73,39 +74,42 @@ class ClusterObjects:
 
 
 def queue_uses(probe) -> list[QueueUse]:
-    """The profiles in Kueue mode and their queues, from the spawner's configuration.
+    """Each GPU profile in Kueue mode with each LocalQueue a spawn of it may go to, from the spawner's settings.
 
-    Raises ValueError naming the setting when the spawner would refuse it, Unavailable when the
-    queues are known only at spawn time (a callable).
+    A profile's own ``kueue_queue`` or ``kueue["profiles"][slug]`` is its one queue; otherwise the queue is
+    the user's group's (``kueue["groups"]``) or ``kueue["default"]``, so each of those is checked. Raises
+    ValueError naming the setting when the spawner would refuse it, Unavailable when the profiles do not
+    parse (the profiles check says why) or the queues are known only at spawn time (a callable).
     """
     cls = type(probe).__name__
     setting = probe.kueue
     if callable(setting) or callable(probe.profiles):
         raise Unavailable(f"c.{cls}.kueue or the profiles are a callable: the queues are known only at spawn time")
-    if not setting:
-        return []
-    profiles = parse_profiles(probe.profiles, require_image=type(probe)._require_image)
+    check_kueue_option(setting or {}, f"c.{cls}.kueue")
+    try:
+        profiles = parse_profiles(probe.profiles, require_image=type(probe)._require_image)
+    except ProfileError as e:
+        raise Unavailable(f"the profiles do not parse ({e})") from None
+    problems = kueue_profile_problems(setting, profiles)
+    if problems:
+        raise ValueError("; ".join(problems))
+    by_profile = (setting or {}).get("profiles") or {}
+    shared = sorted(set(((setting or {}).get("groups") or {}).values()) | {(setting or {}).get("default") or ""} - {""})
     uses = []
     for profile in profiles:
-        own = getattr(profile, "kueue", None) or {}
-        queue = own.get("local_queue") or setting.get("local_queue")
-        if isinstance(queue, dict):
-            queue = queue.get(profile.slug)
-        if not queue:
+        if not in_kueue_mode(setting, profile):
             continue
-        if not isinstance(queue, str):
-            raise ValueError(f"c.{cls}.kueue: the LocalQueue of profile {profile.slug!r} must be a name, got {queue!r}")
-        resource = None
-        if profile.gpu_count:
-            resource = unit_resource(
-                profile.gpu_model,
-                share=getattr(profile, "gpu_share", None),
-                mig=getattr(profile, "mig", None),
-                shared_resource=probe.gpu_shared_resource,
-                backend=probe.gpu_backend,
-            )[0]
-        priority = own.get("priority_class") or setting.get("priority_class") or None
-        uses.append(QueueUse(profile.slug, queue, probe.namespace, resource, priority))
+        own = profile.kueue_queue or by_profile.get(profile.slug)
+        resource = unit_resource(
+            profile.gpu_model,
+            share=getattr(profile, "gpu_share", None),
+            mig=getattr(profile, "mig", None),
+            shared_resource=probe.gpu_shared_resource,
+            backend=probe.gpu_backend,
+        )[0]
+        priority = probe.kueue_preemptible_priority_class if profile.preemptible else probe.kueue_priority_class
+        for queue in [own] if own else shared or [""]:  # "": no queue named, its spawns are refused
+            uses.append(QueueUse(profile.slug, queue, probe.namespace, resource, priority or None))
     return uses
 
 
@@ -135,6 +139,18 @@ def findings(uses: list[QueueUse], found: ClusterObjects) -> list[Result]:
     results.append(Result(CHECK, PASS, f"Kueue's API is served ({KUEUE_GROUP} {', '.join(found.groups[KUEUE_GROUP])})"))
     seen_cq: set[str] = set()
     for use in uses:
+        if not use.local_queue:
+            results.append(
+                Result(
+                    CHECK,
+                    FAIL,
+                    f"profile {use.profile!r} is in Kueue mode but no LocalQueue is named for it: its spawns are"
+                    " refused ('No Kueue queue is set for your groups and this profile')",
+                    "name one: the profile's 'kueue_queue', or c.GPUKubeSpawner.kueue's 'profiles', 'groups' or"
+                    f" 'default' ({DOCS})",
+                )
+            )
+            continue
         lq = found.local_queues.get((use.namespace, use.local_queue))
         where = f"profile {use.profile!r}: LocalQueue {use.namespace}/{use.local_queue}"
         if lq is None:
@@ -275,6 +291,8 @@ async def read_cluster(api, uses: list[QueueUse], timeout: float = 10) -> Cluste
     if KUEUE_GROUP not in found.groups:
         return found
     for use in uses:
+        if not use.local_queue:
+            continue
         key = (use.namespace, use.local_queue)
         if key not in found.local_queues:
             found.local_queues[key] = await get_json(
@@ -325,7 +343,7 @@ def check_kueue(setup: Setup) -> Iterator[Result]:
     probe = setup.need_probe()
     try:
         uses = kueue_plan(probe)
-    except (ValueError, ProfileError) as e:
+    except ValueError as e:
         yield Result(CHECK, FAIL, f"Kueue mode: {e}", f"correct the setting it names in {setup.hub_config} ({DOCS})")
         return
     if not uses:

@@ -15,8 +15,10 @@ import yaml
 from sphinx.errors import ExtensionError
 
 from jupyterhub_gpu.service.app import GPUService
+from jupyterhub_gpu.service.kueue.settings import Kueue
 from jupyterhub_gpu.service.settings import SETTINGS_CLASSES
 from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
+from jupyterhub_gpu.spawners.kube.kueue_mode import KueueMode
 from jupyterhub_gpu.spawners.kube.spawner import GPUKubeSpawner
 from jupyterhub_gpu.spawners.local import GPULocalSpawner
 from jupyterhub_gpu.spawners.mixin import GPUSpawnerMixin
@@ -45,13 +47,25 @@ def test_the_configuration_page_documents_the_spawners_and_the_service():
         GPULocalSpawner,
         GPUService,
         *SETTINGS_CLASSES,  # the service's settings by concern (c.Budgets, c.Notify, ...)
+        KueueMode,  # GPUKubeSpawner's Kueue mode, set on GPUKubeSpawner
+        Kueue,  # c.Kueue, beside the code it configures (service/kueue/)
     }
     # the mixin's options are set through the three spawners, and the entry points name exactly those
     assert blocks["jupyterhub_gpu.spawners.mixin.GPUSpawnerMixin"]["shared"].replace(" ", "").split(",") == SHARED
 
 
 @pytest.mark.parametrize(
-    "cls", [GPUSpawnerMixin, GPUDockerSpawner, GPUKubeSpawner, GPULocalSpawner, GPUService, *SETTINGS_CLASSES]
+    "cls",
+    [
+        GPUSpawnerMixin,
+        GPUDockerSpawner,
+        GPUKubeSpawner,
+        KueueMode,
+        GPULocalSpawner,
+        GPUService,
+        *SETTINGS_CLASSES,
+        Kueue,
+    ],
 )
 def test_every_own_option_is_there_with_its_type_default_and_help(cls):
     shared = SHARED if cls is GPUSpawnerMixin else []

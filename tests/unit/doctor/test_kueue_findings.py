@@ -183,3 +183,10 @@ def test_findings_do_not_change_what_was_read():
     before = copy.deepcopy(found)
     findings([USE], found)
     assert found == before
+
+
+def test_a_profile_in_kueue_mode_with_no_queue_named_fails_with_where_to_name_one():
+    results = findings([QueueUse("t4-low", "", NS, "nvidia.com/gpu", None)], good())
+    (fail,) = [r for r in results if r.status == FAIL]
+    assert "profile 't4-low' is in Kueue mode but no LocalQueue is named for it" in fail.message
+    assert "'kueue_queue'" in fail.fix
