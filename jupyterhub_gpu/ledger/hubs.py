@@ -10,6 +10,7 @@ its sessions under another name meters none of them.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -17,9 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.ledger.models import HubMember, SessionRecord
+
+log = logging.getLogger("jupyterhub_gpu.ledger")
 
 #: A member whose heartbeat is older than this is taken for gone (a service beats every tick, 30 s by default;
 #: a hub process writes its row at start, and is alive while its service beats).
@@ -102,9 +106,12 @@ class HubBook:
         """Remove this process's row (a clean stop: the doctor no longer counts it)."""
         if self.member_id is None:
             return
-        with self.Session() as db:
-            db.execute(delete(HubMember).where(HubMember.id == self.member_id))
-            db.commit()
+        try:
+            with self.Session() as db:
+                db.execute(delete(HubMember).where(HubMember.id == self.member_id))
+                db.commit()
+        except SQLAlchemyError as e:  # stopping all the same: the row ages out (ALIVE)
+            log.warning("could not remove this process from the ledger's hub members: %s", e)
         self.member_id = None
 
     def hub_members(self) -> list[Member]:

@@ -26,7 +26,8 @@ from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
-from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB, check_hub_name
+from jupyterhub_gpu.ledger.store import Ledger, LedgerSchemaError
 from jupyterhub_gpu.ledger.writer import DEFAULT_LIMIT, LedgerWriter
 from jupyterhub_gpu.money import check_currency_code, check_currency_symbol
 from jupyterhub_gpu.rules.advice import WEEKDAYS, AdviceError, AdviceSettings
@@ -97,6 +98,7 @@ class GPUService(Application):
     aliases = {
         "config": "GPUService.config_file",
         "db-url": "GPUService.db_url",
+        "hub-name": "GPUService.hub_name",
         "currency": "GPUService.currency",
         "timezone": "GPUService.timezone",
         "tick-interval": "GPUService.tick_interval",
@@ -125,6 +127,21 @@ class GPUService(Application):
             c.GPUService.db_url = "postgresql+psycopg://gpu:secret@db/jupyterhub_gpu"
         """,
     ).tag(config=True)
+
+    hub_name = Unicode(
+        DEFAULT_HUB,
+        help="""
+        This hub's name on the ledger: the service meters, culls, reconciles and stops only the sessions its
+        hub's spawners record under this name (the spawner's ``hub_name``, the same), and reads budgets, alerts
+        and use across every hub of the ledger. Several hubs on one ledger each have their own (docs/admin.md).
+
+            c.GPUService.hub_name = "lab-docker"
+        """,
+    ).tag(config=True)
+
+    @validate("hub_name")
+    def _valid_hub_name(self, proposal):
+        return check_hub_name(proposal.value, "GPUService.hub_name")
 
     currency = Unicode(
         "USD",
@@ -271,7 +288,11 @@ class GPUService(Application):
             # a setting's own validation names the setting and what it accepts: say that, not a traceback
             self.log.critical("jupyterhub-gpu service configuration error: %s", self._as_written(str(e)))
             self.exit(1)
-        self.ledger = Ledger(self.db_url)
+        try:
+            self.ledger = Ledger(self.db_url, hub=self.hub_name)
+        except LedgerSchemaError as e:
+            self.log.critical("jupyterhub-gpu service cannot start: %s", e)
+            self.exit(1)
         self.writer = LedgerWriter.of(self.ledger, limit=self.write_queue_limit)
         self.take_lab_settings()
         try:
@@ -281,6 +302,7 @@ class GPUService(Application):
             self.exit(1)
         self._warn_deprecated_alert_settings()
         self.hub = HubClient.from_env()
+        self.ledger.announce("service", self.hub.api_url, utcnow(), __version__)  # for the doctor's hub names
         self.prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu/")
         # the singleton: HubOAuthCallbackHandler uses HubOAuth.instance() too (PKCE state lives there)
         self.hub_auth = HubOAuth.instance(api_token=self.hub.token, cache_max_age=60)
@@ -447,7 +469,12 @@ class GPUService(Application):
 
     async def tick(self) -> None:
         """One metering tick (:func:`.tick.metering.run_tick`); failures are logged and the next tick tries again."""
-        await run_tick(self.tick_context, self.tick_state, utcnow(), self.log)
+        now = utcnow()
+        try:
+            self.ledger.heartbeat(now)  # this service alive on the shared ledger (the doctor's check of hub names)
+        except Exception:
+            self.log.warning("could not note this service's heartbeat in the ledger", exc_info=True)
+        await run_tick(self.tick_context, self.tick_state, now, self.log)
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
@@ -467,6 +494,7 @@ class GPUService(Application):
         await asyncio.gather(ticker, return_exceptions=True)
         await asyncio.to_thread(self.writer.close)  # every write taken is committed (and answered) first
         self.notifier.close()
+        self.ledger.withdraw()
         self.ledger.close()
 
     def own_lab_settings(self) -> dict[str, str | None]:

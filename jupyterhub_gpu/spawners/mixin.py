@@ -23,6 +23,7 @@ from traitlets.config import Configurable
 
 from jupyterhub_gpu.env import JOB_ID
 from jupyterhub_gpu.gpus.device import GPUDevice, InventoryError
+from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.session import SessionStart
@@ -237,6 +238,10 @@ class GPUSpawnerMixin(Configurable):
         """,
     ).tag(config=True)
 
+    hub_name = Unicode(
+        DEFAULT_HUB, help="This hub's name on a shared ledger, recorded with its sessions: c.GPUService.hub_name's"
+    ).tag(config=True)
+
     kernel_cull_idle_timeout = Int(
         1800,
         help="""
@@ -373,7 +378,7 @@ class GPUSpawnerMixin(Configurable):
         """The shared ledger of this hub, or None when billing is off."""
         if not self.ledger_db_url:
             return None
-        return shared_ledger(self.ledger_db_url)
+        return shared_ledger(self.ledger_db_url, self.hub_name)
 
     _gpu_pool: str | None = None
     _gpu_resume = False  # put back in the queue when preempted (a preemptible profile's choice)

@@ -30,10 +30,11 @@ from jupyterhub.app import JupyterHub
 from traitlets import TraitError
 from traitlets.config import Configurable
 
-from jupyterhub_gpu import lab
+from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import session_from_env
 from jupyterhub_gpu.gpus.device import InventoryError
+from jupyterhub_gpu.ledger.hubnames import check_hub_name
 from jupyterhub_gpu.ledger.store import shared_ledger
 from jupyterhub_gpu.money import Currency, MoneyError
 from jupyterhub_gpu.session import SessionStart, StopReason
@@ -51,7 +52,7 @@ def config_probe(config, spawner_class):
 
 
 def probe_and_check(config, spawner_class) -> tuple[object | None, list[str]]:
-    """A :func:`config_probe` and the problems every backend checks first: option values, currency.
+    """A :func:`config_probe` and the problems every backend checks first: option values, currency, hub name.
 
     The probe is None when an option's value is invalid.
     """
@@ -63,6 +64,10 @@ def probe_and_check(config, spawner_class) -> tuple[object | None, list[str]]:
     try:
         Currency.from_config(probe.currency, probe.currency_symbol, what=f"c.{spawner_class.__name__}.currency")
     except MoneyError as e:
+        problems.append(str(e))
+    try:
+        check_hub_name(probe.hub_name, f"c.{spawner_class.__name__}.hub_name")
+    except ValueError as e:
         problems.append(str(e))
     return probe, problems
 
@@ -262,7 +267,10 @@ def publish_pricing(app, spawner_class) -> None:
     probe = config_probe(app.config, spawner_class)
     if not probe.ledger_db_url:
         return
-    publish_lab_settings(app, spawner_class, probe, shared_ledger(probe.ledger_db_url))
+    ledger = shared_ledger(probe.ledger_db_url, probe.hub_name)
+    # this hub on the shared ledger, for the doctor's check of the hubs' names (docs/admin.md)
+    ledger.announce("hub", app.hub.api_url, utcnow(), __version__)
+    publish_lab_settings(app, spawner_class, probe, ledger)
     if callable(probe.profiles):
         return
     profiles = parse_profiles(probe.profiles, require_image=spawner_class._require_image)
@@ -277,7 +285,7 @@ def publish_pricing(app, spawner_class) -> None:
             row["gpu_memory_mib"] = memory // p.gpu_share if memory and p.gpu_share else memory
     except Exception as e:  # no host inventory (Kubernetes): the advice takes memory from the profile
         app.log.debug("jupyterhub-gpu: no GPU inventory to publish memory sizes from: %s", e)
-    count = shared_ledger(probe.ledger_db_url).set_pricing(rows, currency, utcnow())
+    count = ledger.set_pricing(rows, currency, utcnow())
     app.log.info("jupyterhub-gpu: published %d profiles and their prices to the ledger", count)
 
 
@@ -334,7 +342,7 @@ async def reap_orphans(app) -> list[str]:
         api_url = app.hub.api_url
         running = await asyncio.to_thread(spawner_class.gpu_orphans, probe, api_url)
         known = known_sessions(app)
-        ledger = shared_ledger(probe.ledger_db_url) if probe.ledger_db_url else None
+        ledger = shared_ledger(probe.ledger_db_url, probe.hub_name) if probe.ledger_db_url else None
         orphans = [o for o in running if o[0] not in known]
 
         async def reap(session, what, handle, env):

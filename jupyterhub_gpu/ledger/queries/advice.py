@@ -34,7 +34,8 @@ def save_advice(ledger: Ledger, session_id: str, final: bool, values: dict) -> S
 def sessions_without_final_advice(
     ledger: Ledger, stopped_from: datetime, stopped_until: datetime, limit: int
 ) -> list[SessionRecord]:
-    """GPU sessions that stopped in ``[stopped_from, stopped_until]`` and have no final advice, oldest stop first."""
+    """GPU sessions of the ledger's hub (its service advises them) that stopped in ``[stopped_from, stopped_until]``
+    and have no final advice, oldest stop first."""
     s, a = SessionRecord, SessionAdvice
     query = (
         select(s)
@@ -43,6 +44,7 @@ def sessions_without_final_advice(
             s.stopped.is_not(None),
             s.stopped <= naive_utc(stopped_until),
             s.stopped >= naive_utc(stopped_from),
+            s.hub == ledger.hub,
             s.gpu_count > 0,
             or_(a.session_id.is_(None), a.final.is_(False)),
         )
@@ -61,14 +63,15 @@ def running_sessions_due_for_advice(
     unjudged_computed_until: datetime,
     limit: int,
 ) -> list[SessionRecord]:
-    """Running GPU sessions started by ``started_until`` whose live advice is missing or was computed by
-    ``computed_until`` (by ``unjudged_computed_until`` when its reason is one of ``unjudged``)."""
+    """Running GPU sessions of the ledger's hub started by ``started_until`` whose live advice is missing or was
+    computed by ``computed_until`` (by ``unjudged_computed_until`` when its reason is one of ``unjudged``)."""
     s, a = SessionRecord, SessionAdvice
     query = (
         select(s)
         .outerjoin(a, a.session_id == s.id)
         .where(
             s.stopped.is_(None),
+            s.hub == ledger.hub,
             s.gpu_count > 0,
             s.started <= naive_utc(started_until),
             or_(

@@ -212,6 +212,8 @@ class StopOrder:
     done_at: datetime | None
     cause: str | None = None
     withdrawn_at: datetime | None = None
+    #: the hub of the session (its scheduler gave the order; its gpu service carries it out)
+    hub: str = DEFAULT_HUB
 
 
 def _order(row: ScheduleOrder) -> StopOrder:
@@ -229,6 +231,7 @@ def _order(row: ScheduleOrder) -> StopOrder:
         done_at=aware_utc(row.done_at) if row.done_at else None,
         cause=row.cause,
         withdrawn_at=aware_utc(row.withdrawn_at) if row.withdrawn_at else None,
+        hub=row.hub,
     )
 
 

@@ -163,7 +163,8 @@ def chunks(items: list, size: int = CHUNK) -> Iterator[list]:
 
 
 async def open_session_pages(ledger: Ledger, pause: LoopSlice) -> AsyncIterator[list[SessionRecord]]:
-    """The open sessions, a page of :data:`CHUNK` at a time (in id order), the loop's turn before each page.
+    """The open sessions of the ledger's hub (this service's: another hub's are its service's to meter, cull
+    and stop), a page of :data:`CHUNK` at a time (in id order), the loop's turn before each page.
 
     Each page is read when it is reached: a session that opens or closes during the pass is judged as the
     page that holds it finds it (as by a pass that began a moment earlier or later).
@@ -171,7 +172,7 @@ async def open_session_pages(ledger: Ledger, pause: LoopSlice) -> AsyncIterator[
     after = None
     while True:
         await pause()
-        page = ledger.open_sessions(after=after, limit=CHUNK)
+        page = ledger.open_sessions(after=after, limit=CHUNK, hub=ledger.hub)
         if not page:
             return
         yield page

@@ -42,7 +42,7 @@ async def enforce_jobs(ctx: TickContext, now: datetime) -> dict:
     """
     ledger, hub = ctx.ledger, ctx.hub
     summary = {"time_limit": [], "lost": [], "ended_still_running": [], "requeued": []}
-    for job, session in ended_jobs_still_running(ledger, now, TIME_LIMIT_MARGIN):
+    for job, session in ended_jobs_still_running(ledger, now, TIME_LIMIT_MARGIN, hub=ledger.hub):
         ledger.claim_stop_reason(session.id, StopReason.JOB_FINISHED)
         try:
             await hub.remove_server(job.user, job.server_name)
@@ -50,7 +50,7 @@ async def enforce_jobs(ctx: TickContext, now: datetime) -> dict:
             job_log.error("could not stop the server of ended job %s: %s", job.id, e)
             continue
         summary["ended_still_running"].append(job.id)
-    for job in active_jobs(ledger):
+    for job in active_jobs(ledger, hub=ledger.hub):
         session = job_session(ledger, job)
         if session is not None and session.stopped is not None and session.stop_reason == StopReason.PREEMPTED:
             outcome = await requeue_job(ctx, job, session, now)
@@ -169,7 +169,7 @@ async def announce_finished_runs(
     ledger, channels = ctx.ledger, ctx.alert_channels or ()
     announce = announce if announce is not None else run_announcer(ctx)
     sent = 0
-    for session in finished_runs(ledger, now - window):
+    for session in finished_runs(ledger, now - window, hub=ledger.hub):
         job = None
         if session.server_name.startswith(SERVER_PREFIX):
             job = run_job(session, get_job(ledger, session.server_name[len(SERVER_PREFIX) :]))

@@ -18,14 +18,16 @@ from jupyterhub_gpu.session import SessionStart, StopReason
 async def reconcile(ctx: TickContext, now: datetime, missing: dict[str, datetime]) -> dict:
     """One reconciliation: ``{"alive": n, "closed": [ids], "recorded": [ids]}``.
 
-    A session is closed only after it has been missing from two listings in a row, at the last moment it was
+    Only the sessions of this service's hub (``ledger.hub``) are compared with its hub's listing: another hub's,
+    even of equal user and server names, are its own service's. A session is closed only after it has been
+    missing from two listings in a row, at the last moment it was
     seen running; ``missing`` (kept by the caller between calls: :attr:`.context.TickState.missing`) holds the
     sessions missing from the last listing and since when.
     """
     ledger = ctx.ledger
     servers = await ctx.hub.active_servers()
     active = {(s["user"], s["name"]): s for s in servers}
-    open_sessions = ledger.open_sessions()
+    open_sessions = ledger.open_sessions(hub=ledger.hub)  # the hub lists only its own servers
     alive, closed, recorded = [], [], []
     newest: dict[tuple[str, str], str] = {}
     for s in sorted(open_sessions, key=lambda s: s.started):

@@ -62,7 +62,10 @@ def release_resume(ledger: Ledger, key: Once) -> None:
 
 async def back_already(ctx: TickContext, user: str, server_name: str, since: datetime) -> bool:
     """Whether the server is back (started again after ``since``, or waiting in the hub's queue) without us."""
-    if any(s.server_name == server_name and aware_utc(s.started) > since for s in ctx.ledger.open_sessions_of(user)):
+    if any(
+        s.server_name == server_name and aware_utc(s.started) > since
+        for s in ctx.ledger.open_sessions_of(user, ctx.ledger.hub)
+    ):
         return True
     model = await ctx.hub.user(user)
     server = ((model or {}).get("servers") or {}).get(server_name)
@@ -99,11 +102,11 @@ async def enforce_schedule(ctx: TickContext, now: datetime, follow: ScheduleFoll
     result = {"noticed": [], "stopped": [], "closed": [], "withdrawn": [], "resumed": [], "refused": []}
     follow = follow if follow is not None else ScheduleFollow()
     if not follow.loaded:
-        for order in preemptions(ledger, now - RESUME_WITHIN):
+        for order in preemptions(ledger, now - RESUME_WITHIN, hub=ledger.hub):
             if order.done_at is not None and now - order.done_at <= RESUME_WITHIN:
                 follow.waiting.setdefault(order.session_id, order)
         follow.loaded = True
-    orders = stop_orders(ledger)
+    orders = stop_orders(ledger, hub=ledger.hub)  # the orders of this hub's sessions (its scheduler's)
     models: dict[str, str] | None = None  # profile -> GPU model, read at the first notice
     for order in orders:
         session = ledger.get_session(order.session_id)

@@ -219,9 +219,11 @@ class Planner:
             )
             for r in rows.reservations(self.ledger, self.tz)
         ]
-        opened = self.ledger.open_sessions()
+        opened = self.ledger.open_sessions(hub=self.ledger.hub)  # this hub's GPUs: its own sessions
         view.open = {f"{s.user}/{s.server_name}": s for s in opened}
-        view.orders = {o.session_id: o for o in rows.stop_orders(self.ledger) if o.withdrawn_at is None}
+        view.orders = {
+            o.session_id: o for o in rows.stop_orders(self.ledger, hub=self.ledger.hub) if o.withdrawn_at is None
+        }
         view.last_use = rows.last_gpu_use(self.ledger, [s.id for s in opened], now - GPU_USE_SINCE)
         return view
 
