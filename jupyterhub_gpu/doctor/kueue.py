@@ -311,25 +311,28 @@ async def read_cluster(api, uses: list[QueueUse], timeout: float = 10) -> Cluste
             found.priority_classes[use.priority_class] = await get_json(
                 api, f"{KUEUE_API}/workloadpriorityclasses/{use.priority_class}", timeout
             )
-    found.visibility = await _visibility(api, found, timeout)
+    found.visibility = await _visibility(api, found, uses, timeout)
     return found
 
 
-async def _visibility(api, found: ClusterObjects, timeout: float) -> str:
+async def _visibility(api, found: ClusterObjects, uses: list[QueueUse], timeout: float) -> str:
+    """ "" when the VisibilityOnDemand API answers for a LocalQueue as the spawner asks it, else why not."""
     versions = found.groups.get(VISIBILITY_GROUP)
     if not versions:
         return "not served: no APIService for it"
-    queue = next((name for name, cq in found.cluster_queues.items() if cq), None)
-    if queue is None:
-        return ""  # served; nothing to ask it about
+    use = next((u for u in uses if found.local_queues.get((u.namespace, u.local_queue))), None)
+    if use is None:
+        return ""  # served; no queue to ask it about
     version = "v1beta2" if "v1beta2" in versions else versions[0]
+    path = (
+        f"/apis/{VISIBILITY_GROUP}/{version}/namespaces/{use.namespace}/localqueues/{use.local_queue}"
+        "/pendingworkloads?limit=1"
+    )
     try:
-        answer = await get_json(
-            api, f"/apis/{VISIBILITY_GROUP}/{version}/clusterqueues/{queue}/pendingworkloads?limit=1", timeout
-        )
+        answer = await get_json(api, path, timeout)
     except KueueReadError as e:
         return str(e)
-    return "" if answer is not None else "404 for the pending workloads of a ClusterQueue"
+    return "" if answer is not None else f"GET {path}: 404"
 
 
 async def _read(probe, uses, timeout: float) -> ClusterObjects:
@@ -355,8 +358,9 @@ def check_kueue(setup: Setup) -> Iterator[Result]:
             CHECK,
             FAIL,
             f"Kueue mode is on, but the cluster cannot be read: {e}",
-            "run the doctor where the hub runs, with its credentials (the hub pod's service account, or the"
-            " kubeconfig it uses: KUBECONFIG)",
+            "run the doctor with credentials that reach the cluster and may get Kueue's objects (an admin's"
+            " kubeconfig: KUBECONFIG=...; or the hub's account with get of clusterqueues, resourceflavors and"
+            f" workloadpriorityclasses besides its own: {DOCS})",
         )
         return
     yield from findings(uses, found)
