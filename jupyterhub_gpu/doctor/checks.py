@@ -25,6 +25,7 @@ from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.doctor import channels, databases
 from jupyterhub_gpu.doctor.dockerchecks import check_docker, check_images
 from jupyterhub_gpu.doctor.gpus import _inventory_problem, _is_kube, check_gpu_host, check_gpus
+from jupyterhub_gpu.doctor.hubs import check_hub_names
 from jupyterhub_gpu.doctor.kueue import check_kueue
 from jupyterhub_gpu.doctor.loading import SERVICE_NAME, Setup, is_gpu_spawner
 from jupyterhub_gpu.doctor.ports import check_ports, port_problem
@@ -554,6 +555,7 @@ CHECKS: tuple[Check, ...] = (
     check_named_servers,
     check_currency,
     check_ledger,
+    check_hub_names,
     check_alerts,
     check_ports,
 )

@@ -1,0 +1,84 @@
+"""The doctor's check of the hub names on a shared ledger (docs/admin.md, two hubs on one ledger).
+
+The spawner's ``hub_name`` and the service's ``c.GPUService.hub_name`` must be the same (the service meters,
+culls and stops only the sessions recorded under its own name); and on a ledger several hubs share, each hub
+must have its own name. The ledger records every hub process and gpu service that opened it, with its hub
+API URL and a heartbeat (:mod:`jupyterhub_gpu.ledger.hubs`): two hub API URLs alive under one name are two
+hubs configured with the same name. Nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.doctor import databases
+from jupyterhub_gpu.doctor.loading import Setup
+from jupyterhub_gpu.doctor.results import FAIL, PASS, Result
+from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB
+from jupyterhub_gpu.ledger.hubs import ALIVE, hub_name_problems
+from jupyterhub_gpu.ledger.store import Ledger
+
+
+def check_hub_names(setup: Setup) -> Iterator[Result]:
+    """The hub's name the same on the spawner and the service, and no two hubs under one name on the ledger."""
+    probe = setup.need_probe()
+    service = setup.need_service()
+    cls = type(probe).__name__
+    spawner_name, service_name = probe.hub_name, service.hub_name
+    if spawner_name != service_name:
+        yield Result(
+            "hub-names",
+            FAIL,
+            f"the spawner records sessions as hub {spawner_name!r} (c.{cls}.hub_name) but the gpu service meters"
+            f" hub {service_name!r} (c.GPUService.hub_name): it would meter, cull and stop none of this hub's"
+            " sessions",
+            f"set c.{cls}.hub_name and c.GPUService.hub_name to the same name",
+        )
+        return
+    url = probe.ledger_db_url
+    path = databases.sqlite_path(url, Path.cwd()) if url else None
+    if not url or (path is not None and not path.exists()):
+        return  # no ledger (yet): the ledger check says so; a sqlite file is not created by reading it
+    try:
+        revision, _ = databases.database_revision(url, setup.timeout)
+    except Exception:
+        return  # unreachable: the ledger check says so
+    if revision != databases.migration_head():
+        yield Result(
+            "hub-names", PASS, f"this hub is {spawner_name!r} (the ledger's hubs are read once it is migrated)"
+        )
+        return
+    ledger = Ledger(url, migrate=False, hub=spawner_name)  # reads only
+    try:
+        members = ledger.hub_members()
+        names = ledger.hub_names()
+    finally:
+        ledger.close()
+    now = utcnow()
+    problems = hub_name_problems(members, now)
+    for problem in problems:
+        yield Result(
+            "hub-names",
+            FAIL,
+            problem,
+            "give each hub on the ledger its own hub_name (the spawner's and its service's, the same), and restart it",
+        )
+    if problems:
+        return
+    others = [n for n in names if n != spawner_name]
+    shown = make_url(url).render_as_string(hide_password=True)
+    if not others:
+        alone = "" if spawner_name != DEFAULT_HUB else " (the default name)"
+        yield Result("hub-names", PASS, f"this hub is {spawner_name!r}{alone}, the only hub on the ledger {shown}")
+        return
+    alive = sorted({m.hub for m in members if now - m.heartbeat <= ALIVE})
+    yield Result(
+        "hub-names",
+        PASS,
+        f"this hub is {spawner_name!r}; the ledger {shown} is shared with {', '.join(map(repr, others))}"
+        f" (running now: {', '.join(map(repr, alive)) or 'none'}), each under its own name",
+    )

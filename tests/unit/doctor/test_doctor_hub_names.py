@@ -1,0 +1,67 @@
+"""The doctor's check of the hub names: the spawner's and the service's the same, and on a ledger that several
+hubs share, no two hubs (two hub API URLs, both alive) under one name. Real sqlite ledgers; nothing started."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.doctor.hubs import check_hub_names
+from jupyterhub_gpu.doctor.results import FAIL, PASS
+from jupyterhub_gpu.ledger.store import Ledger
+from tests.unit.doctor.test_doctor_checks import doctor, one
+
+ONLY = [check_hub_names]
+
+
+def ledger_of(tmp_path, hub: str) -> Ledger:
+    return Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}", hub=hub)
+
+
+def test_a_single_hub_with_the_default_name_passes(tmp_path):
+    ledger_of(tmp_path, "default").close()
+    result = one(doctor(tmp_path, only=ONLY), "hub-names", PASS)
+    assert "this hub is 'default' (the default name), the only hub on the ledger" in result.message
+
+
+def test_a_spawner_and_a_service_of_different_hub_names_fail_naming_both(tmp_path):
+    extra = 'c.GPULocalSpawner.hub_name = "lab"\n'
+    result = one(
+        doctor(tmp_path, extra, only=ONLY, service_config='c.GPUService.hub_name = "dept"\n'), "hub-names", FAIL
+    )
+    assert "records sessions as hub 'lab' (c.GPULocalSpawner.hub_name)" in result.message
+    assert "meters hub 'dept' (c.GPUService.hub_name)" in result.message
+    assert "c.GPULocalSpawner.hub_name and c.GPUService.hub_name" in result.fix
+
+
+def test_two_live_hubs_under_one_name_on_the_ledger_fail(tmp_path):
+    now = utcnow()
+    first, second = ledger_of(tmp_path, "lab"), ledger_of(tmp_path, "lab")
+    first.announce("service", "http://lab.example.edu:8081/hub/api", now)
+    second.announce("service", "http://dept.example.edu:8081/hub/api", now)
+    first.close()
+    second.close()
+    extra = 'c.GPULocalSpawner.hub_name = "lab"\n'
+    result = one(
+        doctor(tmp_path, extra, only=ONLY, service_config='c.GPUService.hub_name = "lab"\n'), "hub-names", FAIL
+    )
+    assert "two hubs run under the hub name 'lab'" in result.message
+    assert "http://lab.example.edu:8081/hub/api" in result.message and "http://dept.example.edu" in result.message
+    assert "its own hub_name" in result.fix
+
+
+def test_a_ledger_shared_with_another_hub_under_its_own_name_passes(tmp_path):
+    now = utcnow()
+    lab, dept = ledger_of(tmp_path, "lab"), ledger_of(tmp_path, "dept")
+    lab.announce("service", "http://lab.example.edu:8081/hub/api", now)
+    dept.announce("service", "http://dept.example.edu:8081/hub/api", now - timedelta(hours=1))  # gone
+    lab.close()
+    dept.close()
+    extra = 'c.GPULocalSpawner.hub_name = "lab"\n'
+    result = one(
+        doctor(tmp_path, extra, only=ONLY, service_config='c.GPUService.hub_name = "lab"\n'), "hub-names", PASS
+    )
+    assert (
+        "this hub is 'lab'; the ledger" in result.message
+        and "is shared with 'dept' (running now: 'lab')" in result.message
+    )
