@@ -30,6 +30,7 @@ from jupyterhub_gpu.service.web.pages.base import (
 )
 from jupyterhub_gpu.service.web.pages.channels import channel_block, channel_section
 from jupyterhub_gpu.service.web.pages.kueue import kueue_section
+from jupyterhub_gpu.service.web.pages.kueue import kueue_section
 from jupyterhub_gpu.service.web.pages.schedule import (
     FORM_REFUSALS,
     PREEMPTION_COLUMNS,
@@ -56,6 +57,7 @@ class AdminView(ScheduleView):
         profile_error: dict | None = None,
         share_error: str = "",
         share_form: dict | None = None,
+        kueue: dict | None = None,
     ):
         since, until, values = self.page_query()
         sessions = self.sessions(since, until)
@@ -119,6 +121,7 @@ class AdminView(ScheduleView):
             right_sizing=advice_summary(self.ledger, since, until, None, self.ctx.currency, self.lang),  # advice.md
             channels=self.channels_section(),
             schedule=schedule,
+            kueue=kueue,
             **self.summary(sessions, series, since, until),
         )
 
@@ -165,9 +168,9 @@ class AdminPage(AdminView):
     """``GET admin``: the admin page (``custom:gpu-usage:read``)."""
 
     @web.authenticated
-    def get(self):
+    async def get(self):
         self.require_scope(SCOPE_USAGE_READ)
-        self.show()
+        self.show(kueue=await kueue_section(self.ctx.kueue, None, self._))
 
 
 class BudgetFormHandler(AdminView):
