@@ -30,7 +30,6 @@ from jupyterhub_gpu.service.web.pages.base import (
 )
 from jupyterhub_gpu.service.web.pages.channels import channel_block, channel_section
 from jupyterhub_gpu.service.web.pages.kueue import kueue_section
-from jupyterhub_gpu.service.web.pages.kueue import kueue_section
 from jupyterhub_gpu.service.web.pages.schedule import (
     FORM_REFUSALS,
     PREEMPTION_COLUMNS,
