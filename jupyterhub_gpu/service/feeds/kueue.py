@@ -32,6 +32,10 @@ KUEUE_VERSION = "v1beta2"
 KUEUE_API = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 #: The label KubeSpawner puts on every user server's pod; a Workload of such a pod is a notebook.
 NOTEBOOK_COMPONENT = "singleuser-server"
+#: The label KubeSpawner puts on a user server's pod with its user's (escaped) name.
+USER_LABEL = "hub.jupyter.org/username"
+#: The user servers' pods, cluster-wide (the hub's account may list pods: its GPU inventory does).
+NOTEBOOK_PODS = f"/api/v1/pods?labelSelector=component%3D{NOTEBOOK_COMPONENT}"
 
 
 class KueueReadError(Exception):
@@ -178,20 +182,30 @@ def cluster_queue_quotas(cq: dict) -> list[Quota]:
     return quotas
 
 
-def _owner(workload: dict) -> tuple[str, str]:
+def _owner(workload: dict, notebooks: Mapping[tuple[str, str], str]) -> tuple[str, str]:
+    """``(kind, owner)``: a notebook and its user when the Workload's pod is a user server, else the owner's kind."""
     meta = workload.get("metadata") or {}
     owners = meta.get("ownerReferences") or []
-    labels = meta.get("labels") or {}
-    pod_labels = {}
-    for podset in (workload.get("spec") or {}).get("podSets") or []:
-        pod_labels.update(((podset.get("template") or {}).get("metadata") or {}).get("labels") or {})
-    if pod_labels.get("component") == NOTEBOOK_COMPONENT or labels.get("component") == NOTEBOOK_COMPONENT:
-        user = pod_labels.get("hub.jupyter.org/username") or (owners[0].get("name") if owners else "")
-        return "notebook", user
-    if owners:
-        kind = owners[0].get("kind", "")
-        return ("job" if kind == "Job" else kind.lower()), owners[0].get("name", "")
-    return "", meta.get("name", "")
+    if not owners:
+        return "", meta.get("name", "")
+    kind, name = owners[0].get("kind", ""), owners[0].get("name", "")
+    if kind == "Pod" and (meta.get("namespace"), name) in notebooks:
+        return "notebook", notebooks[(meta.get("namespace"), name)]
+    return ("job" if kind == "Job" else kind.lower()), name
+
+
+def notebook_pods(pods: list[dict]) -> dict[tuple[str, str], str]:
+    """The user servers' pods (KubeSpawner's label ``component: singleuser-server``): (namespace, name) -> user.
+
+    Kueue's Workload of a plain pod keeps none of the pod's labels, so a notebook is told by its pod.
+    """
+    found = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get("component") == NOTEBOOK_COMPONENT:
+            found[(meta.get("namespace"), meta.get("name"))] = labels.get(USER_LABEL) or meta.get("name", "")
+    return found
 
 
 def _state(workload: dict) -> tuple[str, str]:
@@ -216,8 +230,11 @@ def _gpus(workload: dict, gpu_resources: set[str]) -> Decimal:
     return total
 
 
-def workload_rows(workloads: list[dict], cq: dict, local_queues: list[dict]) -> list[WorkloadRow]:
-    """The Workloads of the ClusterQueue ``cq`` (admitted to it, or waiting in one of its LocalQueues)."""
+def workload_rows(
+    workloads: list[dict], cq: dict, local_queues: list[dict], notebooks: Mapping[tuple[str, str], str]
+) -> list[WorkloadRow]:
+    """The Workloads of the ClusterQueue ``cq`` (admitted to it, or waiting in one of its LocalQueues);
+    ``notebooks`` are the user servers' pods (:func:`notebook_pods`)."""
     name = (cq.get("metadata") or {}).get("name")
     feeding = {
         ((q.get("metadata") or {}).get("namespace"), (q.get("metadata") or {}).get("name"))
@@ -232,7 +249,7 @@ def workload_rows(workloads: list[dict], cq: dict, local_queues: list[dict]) -> 
         admitted_to = ((w.get("status") or {}).get("admission") or {}).get("clusterQueue")
         if admitted_to != name and (meta.get("namespace"), spec.get("queueName")) not in feeding:
             continue
-        kind, owner = _owner(w)
+        kind, owner = _owner(w, notebooks)
         state, reason = _state(w)
         if state == "finished":
             continue
@@ -265,12 +282,14 @@ class QueueUsage:
     active: bool
 
 
-def queue_usage(cq: dict, workloads: list[dict], local_queues: list[dict]) -> QueueUsage:
+def queue_usage(
+    cq: dict, workloads: list[dict], local_queues: list[dict], notebooks: Mapping[tuple[str, str], str]
+) -> QueueUsage:
     return QueueUsage(
         name=(cq.get("metadata") or {}).get("name", ""),
         cohort=(cq.get("spec") or {}).get("cohortName") or (cq.get("spec") or {}).get("cohort") or "",
         quotas=cluster_queue_quotas(cq),
-        workloads=workload_rows(workloads, cq, local_queues),
+        workloads=workload_rows(workloads, cq, local_queues, notebooks),
         active=is_true(cq, "Active"),
     )
 
@@ -332,16 +351,20 @@ class KueueStatus:
             return reading
         workloads = (await get_json(api, f"{KUEUE_API}/workloads", self.timeout) or {}).get("items") or []
         local_queues = (await get_json(api, f"{KUEUE_API}/localqueues", self.timeout) or {}).get("items") or []
+        try:
+            notebooks = notebook_pods((await get_json(api, NOTEBOOK_PODS, self.timeout) or {}).get("items") or [])
+        except KueueReadError:
+            notebooks = {}  # pods not readable: the notebooks show as the pods they are
         by_name = {(cq.get("metadata") or {}).get("name"): cq for cq in cqs.get("items") or []}
         for name in sorted(set(self.queues.values())):
             if name in by_name:
-                reading.queues[name] = queue_usage(by_name[name], workloads, local_queues)
+                reading.queues[name] = queue_usage(by_name[name], workloads, local_queues, notebooks)
             else:
                 reading.missing.append(name)
         return reading
 
 
-#: Seconds the pages' reading of Kueue is kept: a page costs at most three list calls this often.
+#: Seconds the pages' reading of Kueue is kept: the pages cost at most four list calls this often.
 PAGE_TTL = 30.0
 
 

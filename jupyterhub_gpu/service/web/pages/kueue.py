@@ -55,7 +55,7 @@ def queue_view(group: str, usage: QueueUsage, _) -> dict:
             for w in usage.workloads
         ],
         "notebooks": sum(1 for w in usage.workloads if w.kind == "notebook"),
-        "jobs": sum(1 for w in usage.workloads if w.kind != "notebook"),
+        "jobs": sum(1 for w in usage.workloads if w.kind == "job"),
     }
 
 

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from jupyterhub_gpu.service.feeds.kueue import KueueStatus, queue_usage
+from jupyterhub_gpu.service.feeds.kueue import NOTEBOOK_PODS, KueueStatus, notebook_pods, queue_usage
 from tests.unit.service.web import test_schedule_pages as harness
 from tests.unit.service.web.test_schedule_pages import ALICE, PROF, call, section, shown
 
@@ -51,7 +51,7 @@ def cluster_queue(name, nominal="2", used="2", borrowed="0"):
     }
 
 
-def workload(name, ns, queue, owner_kind, owner, gpus, admitted_to=None, labels=None, message=""):
+def workload(name, ns, queue, owner_kind, owner, gpus, admitted_to=None, message=""):
     conditions = []
     if admitted_to:
         conditions += [
@@ -70,7 +70,6 @@ def workload(name, ns, queue, owner_kind, owner, gpus, admitted_to=None, labels=
                     "name": "main",
                     "count": 1,
                     "template": {
-                        "metadata": {"labels": labels or {}},
                         "spec": {
                             "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]
                         },
@@ -82,7 +81,16 @@ def workload(name, ns, queue, owner_kind, owner, gpus, admitted_to=None, labels=
     }
 
 
-NOTEBOOK_LABELS = {"component": "singleuser-server", "hub.jupyter.org/username": "alice"}
+def user_pod(name, user, ns="jhub"):
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {"component": "singleuser-server", "hub.jupyter.org/username": user},
+        }
+    }
+
+
 OBJECTS = {
     f"{API}/clusterqueues": {"items": [cluster_queue("cs231n"), cluster_queue("thesis", used="0")]},
     f"{API}/localqueues": {
@@ -94,7 +102,7 @@ OBJECTS = {
     },
     f"{API}/workloads": {
         "items": [
-            workload("pod-jupyter-alice-1", "jhub", "cs231n", "Pod", "jupyter-alice", 1, "cs231n", NOTEBOOK_LABELS),
+            workload("pod-jupyter-alice-1", "jhub", "cs231n", "Pod", "jupyter-alice", 1, "cs231n"),
             workload("job-resnet-7", "training", "cs231n", "Job", "resnet", 1, "cs231n"),
             workload(
                 "pod-jupyter-bob-2",
@@ -103,12 +111,13 @@ OBJECTS = {
                 "Pod",
                 "jupyter-bob",
                 1,
-                labels={"component": "singleuser-server", "hub.jupyter.org/username": "bob"},
                 message="couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu",
             ),
             workload("job-other-1", "other", "thesis", "Job", "other", 4, "thesis"),
+            workload("pod-stray-1", "jhub", "cs231n", "Pod", "stray", 1, "cs231n"),  # a pod that is no server
         ]
     },
+    "/api/v1/pods": {"items": [user_pod("jupyter-alice", "alice"), user_pod("jupyter-bob", "bob")]},
 }
 
 
@@ -117,7 +126,10 @@ class StandInAPI(BaseHTTPRequestHandler):
 
     def do_GET(self):
         StandInAPI.requests.append(self.path)
-        body = OBJECTS.get(self.path.split("?")[0])
+        path, _, query = self.path.partition("?")
+        body = OBJECTS.get(path)
+        if path == "/api/v1/pods" and query != "labelSelector=component%3Dsingleuser-server":
+            body = None  # only the user servers' pods are asked for
         if body is None:
             self.send_response(404)
             self.end_headers()
@@ -180,6 +192,7 @@ def test_the_group_page_shows_its_cluster_queues_notebooks_and_jobs_with_the_quo
     )
     assert "<td>notebook</td><td>bob</td><td>jhub/pod-jupyter-bob-2</td><td>cs231n</td><td>waiting</td>" in part
     assert "insufficient unused quota for nvidia.com/gpu" in part
+    assert "<td>pod</td><td>stray</td><td>jhub/pod-stray-1</td>" in part  # a plain pod is not a notebook
     assert "Notebooks: 2" in part and "Batch jobs: 1" in part
 
 
@@ -194,7 +207,9 @@ def test_pages_read_the_cluster_once_per_cache_period(kueue_ctx):
     for _ in range(3):
         assert call(kueue_ctx, PROF, "GET", "/services/gpu/groups/cs231n").code == 200
     assert kueue_ctx.kueue.reads == 1
-    assert sorted(StandInAPI.requests) == sorted(f"{API}/{p}" for p in ("clusterqueues", "workloads", "localqueues"))
+    assert sorted(StandInAPI.requests) == sorted(
+        [*(f"{API}/{p}" for p in ("clusterqueues", "workloads", "localqueues")), NOTEBOOK_PODS]
+    )
 
 
 def test_a_cluster_that_cannot_be_read_is_a_note_and_the_page_is_as_always(ctx, tmp_path, monkeypatch):
@@ -233,11 +248,15 @@ def test_a_configured_cluster_queue_missing_from_the_cluster_is_said(ctx, tmp_pa
 
 def test_usage_counts_a_jobs_pods_and_only_the_queues_workloads():
     usage = queue_usage(
-        cluster_queue("cs231n"), [*OBJECTS[f"{API}/workloads"]["items"]], OBJECTS[f"{API}/localqueues"]["items"]
+        cluster_queue("cs231n"),
+        [*OBJECTS[f"{API}/workloads"]["items"]],
+        OBJECTS[f"{API}/localqueues"]["items"],
+        notebook_pods(OBJECTS["/api/v1/pods"]["items"]),
     )
     assert [(w.kind, w.owner, w.state) for w in usage.workloads] == [
         ("job", "resnet", "admitted"),
         ("notebook", "alice", "admitted"),
+        ("pod", "stray", "admitted"),
         ("notebook", "bob", "pending"),
     ]
     (quota,) = usage.quotas
