@@ -11,6 +11,7 @@ import difflib
 import os
 import secrets
 import signal
+import time
 import traceback
 from copy import deepcopy
 from datetime import timedelta
@@ -26,6 +27,7 @@ from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.ledger.counting import statements_of
 from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB, check_hub_name
 from jupyterhub_gpu.ledger.store import Ledger, LedgerSchemaError
 from jupyterhub_gpu.ledger.writer import DEFAULT_LIMIT, LedgerWriter
@@ -474,7 +476,10 @@ class GPUService(Application):
             self.ledger.heartbeat(now)  # this service alive on the shared ledger (the doctor's check of hub names)
         except Exception:
             self.log.warning("could not note this service's heartbeat in the ledger", exc_info=True)
-        await run_tick(self.tick_context, self.tick_state, now, self.log)
+        began = time.monotonic()
+        with statements_of(self.ledger) as statements:  # the tick's own, not the requests' between its slices
+            await run_tick(self.tick_context, self.tick_state, now, self.log)
+        self.log.info("tick: %.3f s, %d ledger statements", time.monotonic() - began, statements[0])
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
+from jupyterhub_gpu.ledger.counting import statements_of
 from jupyterhub_gpu.ledger.queries.samples import Push, session_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.ledger.writer import LedgerWriter, WriterBusy
@@ -230,3 +231,25 @@ async def test_the_event_loop_answers_while_the_writer_waits(writer, ledger):
     gate.opened.set()
     assert (await asyncio.wait_for(pending, 10)).pushes == 1
     assert await writer.call(lambda ledger, sid: pushes_of(ledger, sid), "a") == 1
+
+
+async def test_statements_of_counts_only_its_own_task(ledger):
+    """The tick's count of statements leaves out the requests the loop answers between its slices."""
+    start(ledger)
+
+    async def other_requests():
+        for _ in range(5):
+            ledger.get_session("a")
+            await asyncio.sleep(0)
+
+    async def tick():
+        with statements_of(ledger) as counted:
+            for _ in range(3):
+                ledger.get_session("a")
+                await asyncio.sleep(0)
+            await asyncio.to_thread(ledger.get_session, "a")  # a part run in a thread is the tick's too
+        return counted[0]
+
+    before = ledger.queries
+    mine, _ = await asyncio.gather(tick(), other_requests())
+    assert mine == 4 and ledger.queries - before == 9
