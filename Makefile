@@ -96,7 +96,8 @@ prometheus-setup:
 	@if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus; fi
 
 # the k8s layer's one-node cluster (scripts/k8s-setup.sh; docs/kubernetes.md "The test cluster"): Kubernetes built
-# from its Go modules (cached under .cache/k8s), containerd, a simulated NVIDIA device plugin with 4 GPUs
+# from its Go modules (cached under .cache/k8s), containerd, a simulated NVIDIA device plugin with 4 GPUs, and
+# Kueue's manager built from its Go module (cached under .cache/kueue)
 k8s-setup: tf-test-image k8s-hub-image
 	bash scripts/k8s-setup.sh start
 
@@ -106,13 +107,14 @@ k8s-stop:
 test-k8s: venv k8s-setup
 	$(BIN)/pytest -q -m k8s $(PYTEST_ARGS) tests/k8s
 
-# the cold Kubernetes build (about 10 minutes on 2 cores) starts first, in the background, beside the venv and
-# the images (which wait on downloads much of the time); k8s-setup's own build waits for it (a lock) and reuses it
+# the cold Kubernetes build (about 10 minutes on 2 cores), then Kueue's (tools/kueue), start first, in the
+# background, beside the venv and the images (which wait on downloads much of the time); k8s-setup's own builds
+# wait for them (a lock each) and reuse them
 k8s-build-early:
 	@mkdir -p $(STATE)
 	@if command -v go >/dev/null || test -x /usr/local/go/bin/go; then \
-		echo "building the k8s test layer in the background (log: $(STATE)/k8s-build.log)"; \
-		nohup bash scripts/k8s-build.sh >$(STATE)/k8s-build.log 2>&1 </dev/null & \
+		echo "building the k8s test layer and Kueue in the background (log: $(STATE)/k8s-build.log)"; \
+		nohup bash -c 'bash scripts/k8s-build.sh; bash scripts/kueue-build.sh' >$(STATE)/k8s-build.log 2>&1 </dev/null & \
 	fi
 
 test: k8s-build-early venv postgres-setup test-image tf-test-image browser-setup prometheus-setup k8s-setup test-lab docs

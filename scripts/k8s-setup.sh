@@ -21,6 +21,10 @@
 #     as the values file expects, with 4 simulated `nvidia.com/gpu` (IDs GPU-sim-0..3) from
 #     gpu-device-plugin-sim, which speaks the kubelet's device-plugin API;
 #   * a StorageClass `jhgpu-local` and 16 hostPath PersistentVolumes under $K8S_DIR/volumes, so users' PVCs bind;
+#   * Kueue's manager (scripts/kueue-build.sh, tools/kueue) as a process of the machine in a chroot of its own,
+#     $K8S_DIR/kueue-root: its CRDs, RBAC and webhooks from the Kueue module (scripts/kueue-apply.py), the
+#     webhooks by URL (https://127.0.0.1:$KUEUE_WEBHOOK_PORT), its visibility API through the API server's
+#     aggregation layer (front-proxy certificates, --enable-aggregator-routing);
 #   * the CPU TensorFlow single-user image (make tf-test-image) and the hub image of config/kubernetes/hub.Dockerfile
 #     (make k8s-hub-image) imported into containerd from Docker, and a pause image made from our own pause
 #     binary (there is no registry).
@@ -48,6 +52,14 @@ NODE_IP="$PREFIX.1"
 API_PORT=16443
 ETCD_PORT=23790
 KUBELET_PORT=10260
+# the Kueue manager's ports (none of the machine's ephemeral range, none of the cluster's): the webhook server on
+# 127.0.0.1 (the API server calls it there), health and metrics on 127.0.0.1, the visibility server on the
+# node's address (an EndpointSlice cannot name a loopback address)
+KUEUE_WEBHOOK_PORT=10270
+KUEUE_HEALTH_PORT=10271
+KUEUE_METRICS_PORT=10272
+KUEUE_VISIBILITY_PORT=10273
+KUEUE_ROOT="$K8S_DIR/kueue-root"
 PKI="$K8S_DIR/pki"
 LOGS="$K8S_DIR/logs"
 CONTAINERD_SOCK="$RUN_DIR/containerd.sock"
@@ -76,6 +88,7 @@ install_packages() {
     command -v openssl >/dev/null || missing+=(openssl)
     command -v ip >/dev/null || missing+=(iproute2)
     command -v curl >/dev/null || missing+=(curl)
+    python3 -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)  # scripts/kueue-apply.py reads Kueue's YAML
     [[ ${#missing[@]} -eq 0 ]] && return 0
     log "installing ${missing[*]} with apt-get"
     export DEBIAN_FRONTEND=noninteractive
@@ -85,8 +98,11 @@ install_packages() {
 
 # -- certificates -------------------------------------------------------------------------------------------
 # cert NAME CN [O] [SANS]: a key and a certificate signed by the cluster's CA
-cert() {
-    local name=$1 cn=$2 org=${3:-} sans=${4:-}
+cert() { signed_by ca "$@"; }
+
+# signed_by CA NAME CN [O] [SANS]: a key and a certificate signed by $PKI/CA.crt
+signed_by() {
+    local ca=$1 name=$2 cn=$3 org=${4:-} sans=${5:-}
     [[ -s $PKI/$name.crt ]] && return 0
     local subj="/CN=$cn"
     [[ -n $org ]] && subj="/O=$org$subj"
@@ -98,7 +114,7 @@ cert() {
         echo "extendedKeyUsage=serverAuth,clientAuth"
         [[ -n $sans ]] && echo "subjectAltName=$sans"
     } >"$PKI/$name.ext"
-    openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
         -days 3650 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
 }
 
@@ -126,10 +142,16 @@ EOF
 
 make_pki() {
     mkdir -p "$PKI"
-    if [[ ! -s $PKI/ca.crt ]]; then
-        openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
-        openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=jhgpu-sim-ca" -days 3650 -out "$PKI/ca.crt" 2>/dev/null
-    fi
+    # the cluster's CA, and the front proxy's: the aggregation layer's client certificate (the API server's,
+    # when it forwards a request to the visibility server) is of a CA of its own, which vouches for it alone
+    local ca
+    for ca in ca front-proxy-ca; do
+        if [[ ! -s $PKI/$ca.crt ]]; then
+            openssl genrsa -out "$PKI/$ca.key" 2048 2>/dev/null
+            openssl req -x509 -new -key "$PKI/$ca.key" -subj "/CN=jhgpu-sim-$ca" -days 3650 -out "$PKI/$ca.crt" 2>/dev/null
+        fi
+    done
+    signed_by front-proxy-ca front-proxy-client front-proxy-client
     [[ -s $PKI/sa.key ]] || {
         openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
         openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -145,6 +167,13 @@ make_pki() {
     cert kubelet "system:node:$NODE" system:nodes
     cert kubelet-serving "system:node:$NODE" system:nodes "IP:$NODE_IP,IP:127.0.0.1,DNS:$NODE"
     for n in admin controller-manager scheduler kubelet; do kubeconfig "$n"; done
+    # Kueue's manager (its RBAC: scripts/kueue-apply.py), its webhook server, its visibility server (the
+    # aggregation layer checks the name of the visibility-server Service)
+    cert kueue-manager kueue-manager
+    cert kueue-webhook kueue-webhook "" "IP:127.0.0.1,DNS:localhost"
+    cert kueue-metrics kueue-metrics "" "IP:127.0.0.1,DNS:localhost"
+    cert kueue-visibility visibility-server.kueue-system.svc "" \
+        "DNS:visibility-server.kueue-system.svc,DNS:visibility-server.kueue-system.svc.cluster.local,IP:$NODE_IP"
 }
 
 # -- processes ----------------------------------------------------------------------------------------------
@@ -163,8 +192,10 @@ launch() {
     shift
     running "$name" && return 0
     # no proxy: the API server reaches the kubelet on the bridge, never through a proxy of the environment
-    # fd 8 is the start/stop lock: a daemon that kept it open would hold it for as long as it runs
-    setsid nohup env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
+    # fd 8 is the start/stop lock, and a caller's lock may be open too (`flock FILE scripts/k8s-setup.sh` passes
+    # fd 3): a daemon that kept one open would hold that lock for as long as it runs
+    setsid nohup env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY "$@" >>"$LOGS/$name.log" 2>&1 </dev/null \
+        3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
     echo $! >"$RUN_DIR/$name.pid"
     disown $! 2>/dev/null || true
 }
@@ -371,6 +402,7 @@ restore_host_settings() {
 start() {
     install_packages
     BIN=$(bash "$REPO_ROOT/scripts/k8s-build.sh" | tail -n 1)
+    KUEUE_BIN=$(bash "$REPO_ROOT/scripts/kueue-build.sh" | tail -n 1)
     if foreign_kubelet; then
         die "another kubelet runs on this machine: the test cluster would take over its device plugins"
     fi
@@ -406,7 +438,12 @@ start() {
         --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
         --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
         --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/24 \
-        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=false
+        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=false \
+        --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+        --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+        --requestheader-extra-headers-prefix X-Remote-Extra- \
+        --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+        --enable-aggregator-routing=true
     wait_for kube-apiserver 90 api "https://127.0.0.1:$API_PORT/readyz"
     launch kube-controller-manager "$BIN/kube-controller-manager" \
         --kubeconfig "$K8S_DIR/controller-manager.kubeconfig" \
@@ -429,8 +466,93 @@ start() {
     launch gpu-device-plugin-sim "$BIN/gpu-device-plugin-sim" -dir "$PLUGIN_DIR" -count "$K8S_GPUS" \
         -nvml-root "$K8S_NVML_ROOT"
     make_storage
+    start_kueue
     wait_for "the node with $K8S_GPUS simulated GPUs" "$K8S_WAIT_S" node_ready
     log "ready: KUBECONFIG=$K8S_DIR/admin.kubeconfig (node $NODE, $K8S_GPUS simulated nvidia.com/gpu, pods on $K8S_SUBNET)"
+}
+
+# -- Kueue ---------------------------------------------------------------------------------------------------
+# the Kueue module's directory in Go's module cache (downloaded if missing): CRDs, webhooks, RBAC, APIServices
+kueue_module() {
+    command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"
+    (cd "$REPO_ROOT/tools/kueue" && go mod download -json sigs.k8s.io/kueue) |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+# the manager's chroot: its binary (static), configuration, kubeconfig and certificates, nothing else; the
+# visibility server reads its certificate from /visibility and the metrics server from /etc/kueue/metrics/certs,
+# paths Kueue fixes (the chroot keeps them off the machine's own /)
+kueue_root() {
+    install -d -m 0700 "$KUEUE_ROOT"
+    mkdir -p "$KUEUE_ROOT/pki" "$KUEUE_ROOT/webhook" "$KUEUE_ROOT/visibility" "$KUEUE_ROOT/etc/kueue/metrics/certs" \
+        "$KUEUE_ROOT/tmp"
+    cp "$PKI/kueue-metrics.crt" "$KUEUE_ROOT/etc/kueue/metrics/certs/tls.crt"
+    cp "$PKI/kueue-metrics.key" "$KUEUE_ROOT/etc/kueue/metrics/certs/tls.key"
+    cmp -s "$KUEUE_BIN/kueue" "$KUEUE_ROOT/kueue" || cp "$KUEUE_BIN/kueue" "$KUEUE_ROOT/kueue"
+    cp "$PKI/ca.crt" "$PKI/kueue-manager.crt" "$PKI/kueue-manager.key" "$KUEUE_ROOT/pki/"
+    cp "$PKI/kueue-webhook.crt" "$KUEUE_ROOT/webhook/tls.crt"
+    cp "$PKI/kueue-webhook.key" "$KUEUE_ROOT/webhook/tls.key"
+    cp "$PKI/kueue-visibility.crt" "$KUEUE_ROOT/visibility/tls.crt"
+    cp "$PKI/kueue-visibility.key" "$KUEUE_ROOT/visibility/tls.key"
+    cat >"$KUEUE_ROOT/kueue.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: jhgpu-sim
+  cluster: {certificate-authority: /pki/ca.crt, server: "https://127.0.0.1:$API_PORT"}
+users:
+- name: kueue-manager
+  user: {client-certificate: /pki/kueue-manager.crt, client-key: /pki/kueue-manager.key}
+contexts:
+- name: jhgpu-sim
+  context: {cluster: jhgpu-sim, user: kueue-manager}
+current-context: jhgpu-sim
+EOF
+    # the integrations the hub uses (plain pods: notebooks; batch/v1 Jobs: training beside them); no pod of
+    # kube-system or kueue-system is ever gated; the certificates are ours (no internal certificate manager)
+    cat >"$KUEUE_ROOT/config.yaml" <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health:
+  healthProbeBindAddress: 127.0.0.1:$KUEUE_HEALTH_PORT
+metrics:
+  bindAddress: 127.0.0.1:$KUEUE_METRICS_PORT
+webhook:
+  host: 127.0.0.1
+  port: $KUEUE_WEBHOOK_PORT
+  certDir: /webhook
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+manageJobsWithoutQueueName: false
+managedJobsNamespaceSelector:
+  matchExpressions:
+  - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kueue-system]}
+integrations:
+  frameworks: ["batch/job", "pod"]
+visibilityServer:
+  bindAddress: $NODE_IP
+  bindPort: $KUEUE_VISIBILITY_PORT
+clientConnection:
+  qps: 50
+  burst: 100
+EOF
+}
+
+start_kueue() {
+    local module
+    module=$(kueue_module)
+    [[ -d $module/config/components/crd/bases ]] || die "no Kueue CRDs in $module"
+    export KUEUE_MODULE="$module" K8S_PKI="$PKI" K8S_API="https://127.0.0.1:$API_PORT" K8S_NODE_IP="$NODE_IP" \
+        KUEUE_WEBHOOK_PORT KUEUE_VISIBILITY_PORT KUEUE_USER=kueue-manager
+    python3 "$REPO_ROOT/scripts/kueue-apply.py" crds
+    kueue_root
+    launch kueue chroot "$KUEUE_ROOT" /kueue --config /config.yaml --kubeconfig /kueue.kubeconfig
+    wait_for "the Kueue manager" 120 curl -sf "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz"
+    python3 "$REPO_ROOT/scripts/kueue-apply.py" webhooks
+    log "Kueue $(basename "$module" | sed 's/.*@//') runs: webhooks on 127.0.0.1:$KUEUE_WEBHOOK_PORT, visibility API served"
 }
 
 stop() {
@@ -452,11 +574,11 @@ stop() {
             ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks kill -s SIGKILL "$pid" >/dev/null 2>&1 || true
         done
     fi
-    for name in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
+    for name in kueue kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
         if running "$name"; then kill "$(cat "$RUN_DIR/$name.pid")" 2>/dev/null || true; fi
     done
     sleep 2
-    for name in gpu-device-plugin-sim kubelet kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
+    for name in gpu-device-plugin-sim kubelet kueue kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
         if running "$name"; then kill -9 "$(cat "$RUN_DIR/$name.pid")" 2>/dev/null || true; fi
         rm -f "$RUN_DIR/$name.pid"
     done
@@ -487,7 +609,7 @@ stop() {
 
 status() {
     local name
-    for name in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet gpu-device-plugin-sim; do
+    for name in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet gpu-device-plugin-sim kueue; do
         if running "$name"; then echo "$name: running (pid $(cat "$RUN_DIR/$name.pid"))"; else echo "$name: stopped"; fi
     done
 }

@@ -255,3 +255,7 @@ def wait_pod(kube: Kube, namespace: str, name: str, predicate=running, timeout=1
 
 def now() -> float:
     return time.time()
+
+
+# Kueue's fixtures (the manager runs in the test cluster; tests/k8s/kueue.py), for every test of the layer
+from tests.k8s.kueue import department, kueue  # noqa: E402, F401
