@@ -35,7 +35,7 @@ from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import session_from_env
 from jupyterhub_gpu.gpus.device import InventoryError
 from jupyterhub_gpu.ledger.hubnames import check_hub_name
-from jupyterhub_gpu.ledger.store import shared_ledger
+from jupyterhub_gpu.ledger.store import LedgerSchemaError, shared_ledger
 from jupyterhub_gpu.money import Currency, MoneyError
 from jupyterhub_gpu.session import SessionStart, StopReason
 from jupyterhub_gpu.spawners.assign.host import shared_allocator
@@ -267,7 +267,11 @@ def publish_pricing(app, spawner_class) -> None:
     probe = config_probe(app.config, spawner_class)
     if not probe.ledger_db_url:
         return
-    ledger = shared_ledger(probe.ledger_db_url, probe.hub_name)
+    try:
+        ledger = shared_ledger(probe.ledger_db_url, probe.hub_name)
+    except LedgerSchemaError as e:  # another hub on this ledger runs a newer jupyterhub-gpu
+        app.log.critical("jupyterhub-gpu cannot start: %s", e)
+        app.exit(1)
     # this hub on the shared ledger, for the doctor's check of the hubs' names (docs/admin.md)
     ledger.announce("hub", app.hub.api_url, utcnow(), __version__)
     publish_lab_settings(app, spawner_class, probe, ledger)

@@ -15,9 +15,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from jupyterhub_gpu.billing import BudgetRule
-from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.ledger.store import Ledger, make_engine
 from tests.conftest import wait_for
 from tests.service.conftest import gpu_hub_config
 
@@ -117,3 +118,19 @@ def test_a_service_never_reconciles_culls_or_stops_the_other_hubs_session_of_equ
         assert dept.server("ann") is not None and dept.server("ann").get("ready")  # still running on the dept
     finally:
         ledger.close()
+
+
+def test_a_hub_older_than_the_ledgers_schema_does_not_start_and_says_why(make_hub, tmp_path):
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    Ledger(url).close()
+    engine = make_engine(url)
+    with engine.begin() as connection:  # another hub on this ledger runs a newer jupyterhub-gpu
+        connection.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    hub = make_hub(hub_config(tmp_path, "lab", url), name="lab", start=False)
+    with pytest.raises(AssertionError, match="hub exited"):
+        hub.start()
+    log = hub.log_text()
+    assert "jupyterhub-gpu cannot start: the ledger sqlite:///" in log
+    assert "schema revision 0099, newer than this jupyterhub-gpu knows" in log
+    assert "Traceback" not in log
