@@ -71,6 +71,7 @@ async def get_json(api, path: str, timeout: float = 10) -> dict | None:
     from kubernetes_asyncio.client.rest import ApiException
 
     try:
+        # the raw answer: the client raises for an error status only when it decodes the body itself
         response = await api.call_api(
             path,
             "GET",
@@ -79,17 +80,32 @@ async def get_json(api, path: str, timeout: float = 10) -> dict | None:
             _return_http_data_only=True,
             _request_timeout=timeout,
         )
-        return json.loads(await response.read())
+        body = await response.read()
+        status = response.status
     except ApiException as e:
-        if e.status == 404:
-            return None
-        raise KueueReadError(f"GET {path}: {e.status} {e.reason}") from None
-    except (OSError, asyncio.TimeoutError, ValueError) as e:
+        status, body = e.status, (e.body or b"")
+    except (OSError, asyncio.TimeoutError) as e:
         raise KueueReadError(f"GET {path}: {type(e).__name__}: {e}") from None
     except Exception as e:  # aiohttp's client errors are not OSErrors
         if type(e).__module__.startswith("aiohttp"):
             raise KueueReadError(f"GET {path}: {type(e).__name__}: {e}") from None
         raise
+    if status == 404:
+        return None
+    if not 200 <= status <= 299:
+        raise KueueReadError(f"GET {path}: {status} {_status_message(body)}".rstrip())
+    try:
+        return json.loads(body)
+    except ValueError as e:
+        raise KueueReadError(f"GET {path}: not JSON ({e})") from None
+
+
+def _status_message(body) -> str:
+    """The API server's own words for a refusal (its Status object's message), else nothing."""
+    try:
+        return str(json.loads(body).get("message") or "")
+    except (ValueError, AttributeError):
+        return ""
 
 
 async def served_groups(api, timeout: float = 10) -> dict[str, list[str]]:

@@ -9,6 +9,7 @@ the real Kueue. A cluster that cannot be read leaves the page as it is, with a n
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import socket
@@ -17,7 +18,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from jupyterhub_gpu.service.feeds.kueue import NOTEBOOK_PODS, KueueStatus, notebook_pods, queue_usage
+from jupyterhub_gpu.service.feeds.kueue import (
+    NOTEBOOK_PODS,
+    KueueReadError,
+    KueueStatus,
+    get_json,
+    kueue_api_client,
+    notebook_pods,
+    queue_usage,
+)
 from tests.unit.service.web import test_schedule_pages as harness
 from tests.unit.service.web.test_schedule_pages import ALICE, PROF, call, section, shown
 
@@ -130,12 +139,17 @@ class StandInAPI(BaseHTTPRequestHandler):
         body = OBJECTS.get(path)
         if path == "/api/v1/pods" and query != "labelSelector=component%3Dsingleuser-server":
             body = None  # only the user servers' pods are asked for
-        if body is None:
-            self.send_response(404)
-            self.end_headers()
+        if path == "/forbidden":
+            self.answer(403, {"kind": "Status", "message": 'clusterqueues is forbidden: User "hub" cannot list'})
             return
+        if body is None:
+            self.answer(404, {"kind": "Status", "reason": "NotFound"})
+            return
+        self.answer(200, body)
+
+    def answer(self, code, body):
         data = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -261,3 +275,20 @@ def test_usage_counts_a_jobs_pods_and_only_the_queues_workloads():
     ]
     (quota,) = usage.quotas
     assert (quota.nominal, quota.used, quota.borrowed, quota.borrowing_limit) == (2, 2, 0, 2)
+
+
+def test_get_json_answers_none_for_a_404_and_says_a_refusal(tmp_path, api_server, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    async def go():
+        async with await kueue_api_client(kubeconfig(tmp_path / "kubeconfig", api_server)) as api:
+            found = await get_json(api, f"{API}/clusterqueues")
+            missing = await get_json(api, f"{API}/namespaces/jhub/localqueues/nope")
+            with pytest.raises(KueueReadError) as refused:
+                await get_json(api, "/forbidden")
+            return found, missing, str(refused.value)
+
+    found, missing, refused = asyncio.run(go())
+    assert [q["metadata"]["name"] for q in found["items"]] == ["cs231n", "thesis"]
+    assert missing is None
+    assert refused == 'GET /forbidden: 403 clusterqueues is forbidden: User "hub" cannot list'
