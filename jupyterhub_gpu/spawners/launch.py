@@ -137,7 +137,8 @@ async def start(spawner, backend_start, backend_stop):
             currency_symbol=currency.symbol or "",  # "": the Lab writes its language's symbol
             service_url=spawner.gpu_service_url,
         )
-        spawner._gpu_say(60, partial(assignment_message, profile, devices, currency))
+        if getattr(spawner, "_gpu_kueue", None) is None:  # in Kueue mode no GPU is assigned: Kueue admits the pod
+            spawner._gpu_say(60, partial(assignment_message, profile, devices, currency))
         await spawner.gpu_prepare(profile, devices)
         if spawner._gpu_abort:
             raise spawner._gpu_stopped_while_starting()

@@ -16,7 +16,6 @@ import pytest
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.spawners.kube.pods import kube_time
 from tests.conftest import wait_for
-from tests.k8s import kueue as kueue_helpers
 from tests.k8s.conftest import running, wait_pod
 from tests.k8s.kueue import (
     gated,
@@ -30,9 +29,6 @@ from tests.k8s.kueue import (
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(900)]
 
-#: the fixtures of tests/k8s/kueue.py: Kueue's API served, and the example department made for the test
-kueue = kueue_helpers.kueue
-department = kueue_helpers.department
 
 
 def kueue_config(dept, extra: str = "") -> str:

@@ -58,6 +58,8 @@ from jupyterhub_gpu.spawners.kube.kueue import (
 from jupyterhub_gpu.spawners.kube.objects import MANAGED_LABEL, SESSION_LABEL
 from jupyterhub_gpu.spawners.kube.pods import pod_bound_at
 
+#: starts cancelled while gated, deleting their pods as they unwind (kept from the collector)
+_UNWINDING: set[asyncio.Future] = set()
 #: answers of the VisibilityOnDemand API that mean it is not served here (or not to the hub): fall back
 _NOT_SERVED = (403, 404, 503)
 
@@ -235,15 +237,22 @@ class KueueMode(Configurable):
                 started.cancel()  # the start deletes the gated pod as it unwinds
                 await asyncio.wait({started})
                 raise watch.exception()
-            result = await started
+            if started not in done:
+                await asyncio.wait({started})  # not ``await started``: a cancellation must not wait for it
+            result = started.result()
             if self._gpu_kueue is not None and not self._gpu_kueue_admitted:
                 self._kueue_note_admitted(self._gpu_kueue)  # it runs: admitted before the watch's next look
             return result
-        finally:
-            watch.cancel()
+        except asyncio.CancelledError:
+            # JupyterHub's stop of a pending spawn cancels it, and stops the server a second later only if the
+            # spawn is no longer pending by then: the start unwinds (deleting the gated pod) in the background
             if not started.done():
                 started.cancel()
-                await asyncio.wait({started})
+                _UNWINDING.add(started)
+                started.add_done_callback(_UNWINDING.discard)
+            raise
+        finally:
+            watch.cancel()
 
     async def _kueue_watch(self) -> None:
         """Until Kueue admits the pod: its place and Kueue's reason in the progress; a refusal after the time
