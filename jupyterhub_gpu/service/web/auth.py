@@ -133,16 +133,20 @@ class Caller:
         return self.name
 
 
-def is_server_token(caller: dict | None, session) -> bool:
+def is_server_token(caller: dict | None, session, hub: str | None = None) -> bool:
     """Whether the caller's token is the one JupyterHub gave the server of ``session`` (a ledger record).
 
     The spawner records the id of its server's API token with the session (``server_token``), and the hub
     says which token a request came with (``token_id`` of its ``/api/user`` answer): only that token passes.
     A token the user made with the same scopes (``servers!server=USER/NAME`` is a filter anyone may ask for
     their own servers) is another token, as is the token of another server of the same user. For a session
-    recorded without it (before the ledger kept it) the token must at least hold that server's filter.
+    recorded without it (before the ledger kept it) the token must at least hold that server's filter. With
+    ``hub`` (the service's own), a session of another hub on a shared ledger never passes: each hub numbers its
+    own tokens, so a token of this hub may have the id another hub's session keeps.
     """
     caller = caller or {}
+    if hub is not None and getattr(session, "hub", hub) != hub:
+        return False
     if caller.get("kind", "user") != "user" or caller.get("name") != session.user:
         return False
     own = getattr(session, "server_token", None)

@@ -25,6 +25,7 @@ from jupyterhub_gpu.service import tick
 from jupyterhub_gpu.service.domain.alerts import BudgetAlert
 from jupyterhub_gpu.service.domain.notices import AlertSettings
 from jupyterhub_gpu.service.tick import deliver
+from jupyterhub_gpu.service.web.auth import is_server_token
 from jupyterhub_gpu.session import SessionStart
 from tests.unit.service.conftest import StopHub
 
@@ -178,3 +179,15 @@ def test_each_service_carries_out_only_its_own_hubs_stop_orders(hubs):
     assert result["stopped"] == [("ann", "")]
     assert lab_hub.stops == [] and dept_hub.stops == ["/hub/api/users/ann/server"]
     assert lab.get_session("lab-1").pending_stop_reason is None
+
+
+def test_a_servers_token_never_passes_for_a_session_of_another_hub_even_with_an_equal_token_id(hubs):
+    """Each hub numbers its own tokens: ann's server token on the lab may have the id the dept's session keeps."""
+    (lab, _), (dept, _) = hubs["lab"], hubs["dept"]
+    for ledger, sid in ((lab, "lab-1"), (dept, "dept-1")):
+        start = SessionStart(sid, "ann", "", ("cs101",), "t4", ("GPU-0",), 50_000, "CNY", T0, server_token="a17")
+        ledger.record_start(start)
+    caller = {"kind": "user", "name": "ann", "token_id": "a17", "scopes": []}
+    assert is_server_token(caller, lab.get_session("lab-1"), lab.hub)
+    assert not is_server_token(caller, lab.get_session("dept-1"), lab.hub)  # what the lab's service asks
+    assert is_server_token(caller, dept.get_session("dept-1"), dept.hub)

@@ -60,7 +60,7 @@ class JobBase(BaseHandler):
         if session is None or session.user != job.user or session.server_name != job.server_name:
             raise web.HTTPError(403, "Only the job's own server may report on the job.")
         # the session id is no secret (GET usage shows it): the token must be the job server's own
-        if not is_server_token(self.current_user, session):
+        if not is_server_token(self.current_user, session, self.ledger.hub):
             raise web.HTTPError(403, "Only the job's own server may report on the job, with its own token.")
         return session
 
@@ -233,7 +233,7 @@ class StopWhenDoneHandler(JobBase):
         session = self.ledger.get_session(body["session_id"])
         if session is None or session.user != name:
             raise web.HTTPError(403, "A server may only flag its own session.")
-        if not is_server_token(self.current_user, session):
+        if not is_server_token(self.current_user, session, self.ledger.hub):
             raise web.HTTPError(403, "A server may only flag its own session, with its own token.")
         if session.stopped is not None:
             raise web.HTTPError(409, "The session has already stopped.")
@@ -299,7 +299,7 @@ class RestartBiggerHandler(JobBase):
         session = self.ledger.get_session(body["session_id"])
         if session is None or session.user != name:
             raise web.HTTPError(403, "A server may only restart its own session.")
-        if not is_server_token(self.current_user, session):
+        if not is_server_token(self.current_user, session, self.ledger.hub):
             raise web.HTTPError(403, "A server may only restart its own session, with its own token.")
         if session.stopped is not None:
             raise web.HTTPError(409, "The session has already stopped.")

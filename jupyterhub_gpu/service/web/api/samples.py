@@ -28,7 +28,7 @@ class SamplesHandler(BaseHandler):
         record = self.ledger.get_session(sample.session_id)
         if record is None or record.user != user or not self.is_user:
             raise web.HTTPError(403, "A server may only report the usage of its own session.")
-        if not is_server_token(self.current_user, record):
+        if not is_server_token(self.current_user, record, self.ledger.hub):
             raise web.HTTPError(
                 403,
                 "Only the session's own server may report its usage, with the token JupyterHub gave it"
