@@ -29,6 +29,7 @@ from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, order_stop
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.scheduler.texts import Grace
 from jupyterhub_gpu.session import StopReason
+from jupyterhub_gpu.spawners import stopping
 from jupyterhub_gpu.spawners.kube.pods import kube_time
 
 log = logging.getLogger("jupyterhub_gpu.spawners")
@@ -157,6 +158,17 @@ def eviction_end(spawner, finished: datetime | None) -> datetime | None:
     if finished is None:
         return min(eviction.at, utcnow())
     return min(eviction.at, finished)
+
+
+async def ended_if_evicted(spawner, status):
+    """A poll's status once Kueue has evicted the pod: ended (1), its stop recorded now and billed to the
+    eviction, although the container may still be saving in its grace period. JupyterHub stops only a server
+    its poll finds running, so a status left ``None`` here would have the stop billed to whenever the pod is
+    gone (or to the hub's stop, which the service asks for at once)."""
+    session = spawner._gpu_session
+    if status is not None or spawner._gpu_eviction is None or session is None or spawner._gpu_launching:
+        return status
+    return await stopping.after_poll(spawner, session, 1)
 
 
 class EvictionWatch:
