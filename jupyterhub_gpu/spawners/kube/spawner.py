@@ -537,7 +537,7 @@ class GPUKubeSpawner(KueueMode, GPUSpawnerMixin, KubeSpawner):
             await eviction.check_pod(self)  # Kueue's eviction, before the pod is gone
             if self._gpu_eviction_watch is None and self._gpu_eviction is None:
                 eviction.watch(self)  # a hub restarted under a running server
-        return await super().poll()
+        return await eviction.ended_if_evicted(self, await super().poll())
 
     async def gpu_stopped_at(self):
         """The server container's termination time, as the pod reported it; Kueue's eviction when it came first."""
