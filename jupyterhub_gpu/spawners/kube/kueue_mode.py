@@ -247,6 +247,10 @@ class KueueMode(Configurable):
             # JupyterHub's stop of a pending spawn cancels it, and stops the server a second later only if the
             # spawn is no longer pending by then: the start unwinds (deleting the gated pod) in the background
             if not started.done():
+                if not self._gpu_recorded:
+                    # never started, never billed: JupyterHub's stop, which may come before the unwinding is
+                    # done, must not record a session that never ran
+                    self._gpu_session = None
                 started.cancel()
                 _UNWINDING.add(started)
                 started.add_done_callback(_UNWINDING.discard)

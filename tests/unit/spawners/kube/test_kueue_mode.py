@@ -224,6 +224,7 @@ async def test_a_stop_while_gated_deletes_the_pod():
     task.cancel()  # JupyterHub's stop of a pending spawn cancels it, and stops it if it is not pending a second later
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 0.5)  # at once: the pod's deletion does not hold the cancellation up
+    assert spawner.gpu_session == {}  # never recorded: JupyterHub's stop that follows records nothing
     await wait_until(lambda: not cluster.pods)  # deleted as the start unwinds
     assert cluster.deleted == [spawner.pod_name]
     await wait_until(lambda: spawner.gpu_session == {})
