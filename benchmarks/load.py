@@ -64,6 +64,7 @@ sys.path.append(str(ROOT))  # after PYTHONPATH: an earlier worktree's jupyterhub
 
 from sqlalchemy import text  # noqa: E402
 
+import jupyterhub_gpu  # noqa: E402
 from jupyterhub_gpu.ledger.store import Ledger  # noqa: E402
 from jupyterhub_gpu.service.app import GPUService  # noqa: E402
 from jupyterhub_gpu.session import SessionStart  # noqa: E402
@@ -364,6 +365,7 @@ def summarize(args, users, wall, started, results, acked, missing, before, after
     print(f"load: {args.hubs} hub(s) x {args.clients} clients, {users} users each, {args.db} ledger, one round"
           f" (POST samples + GET me) every {args.push:g}s per client, {wall:.0f}s, through configurable-http-proxy"
           f" on loopback")  # fmt: skip
+    print(f"code: {Path(jupyterhub_gpu.__file__).parent}")
     report: dict = {"hubs": args.hubs, "clients": args.clients, "db": args.db, "wall": wall, "endpoints": {}}
     # from the second round on, the service has checked every token with the hub once (HubAuth caches it)
     for title, since in (("every round", started), ("from the second round on", started + args.push)):

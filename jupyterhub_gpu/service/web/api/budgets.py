@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from tornado import web
 
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.auth import SCOPE_BUDGETS_WRITE, SCOPE_USAGE_READ, BaseHandler
 from jupyterhub_gpu.service.web.params import BadRequest, parse_budget, parse_json_body, validate_subject
 from jupyterhub_gpu.service.web.views import budget_json
+from jupyterhub_gpu.service.web.writes import written
 
 
 class BudgetListHandler(BaseHandler):
@@ -61,7 +63,7 @@ class BudgetHandler(BaseHandler):
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
         existed = self.ledger.get_budget(scope, name) is not None
-        self.ledger.set_budget(rule, self.now())
+        await written(self, Ledger.set_budget, rule, self.now())
         extra = {}
         warning = await self._unknown_subject_warning(scope, name)
         if warning:
@@ -80,10 +82,10 @@ class BudgetHandler(BaseHandler):
         return None
 
     @web.authenticated
-    def delete(self, scope: str, name: str):
+    async def delete(self, scope: str, name: str):
         self.require_scope(SCOPE_BUDGETS_WRITE)
         self._subject(scope, name)
-        if not self.ledger.delete_budget(scope, name):
+        if not await written(self, Ledger.delete_budget, scope, name):
             raise web.HTTPError(404, f"The {scope} {name} has no budget")
         self.set_status(204)
         self.finish()

@@ -22,6 +22,7 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     list_jobs,
     update_job,
 )
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.rules.moves import Chosen, bigger_moves, purse_of, restart_options
 from jupyterhub_gpu.service.domain.jobs import (
     RUNNER_END_STATES,
@@ -33,6 +34,7 @@ from jupyterhub_gpu.service.hubapi import HubAPIError
 from jupyterhub_gpu.service.web.auth import SCOPE_USAGE_READ, BaseHandler, is_server_token
 from jupyterhub_gpu.service.web.params import BadRequest, query_flag, query_values
 from jupyterhub_gpu.service.web.views import job_json
+from jupyterhub_gpu.service.web.writes import written
 from jupyterhub_gpu.session import SELF_STOP_REASONS, StopReason
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
@@ -116,22 +118,47 @@ class JobsHandler(JobBase):
                 raise web.HTTPError(403, f"You may not use the profile {slug!r}: it is reserved for other groups.")
         elif slug is None:
             raise web.HTTPError(400, "profile is required (the hub has not published its profiles yet)")
-        running = active_jobs(self.ledger, name)
-        if len(running) >= ctx.max_concurrent_jobs:
+        job, running = await written(
+            self, create_within_limit, name, request, slug, self.now(), ctx.max_concurrent_jobs
+        )
+        if job is None:
             raise web.HTTPError(
                 429,
-                f"You already have {len(running)} job(s) running; at most {ctx.max_concurrent_jobs}"
+                f"You already have {running} job(s) running; at most {ctx.max_concurrent_jobs}"
                 " may run at once. Wait for one to finish or cancel one.",
             )
-        job = create_job(self.ledger, name, request, slug, self.now())
         try:
             await ctx.hub.start_server(name, job.server_name, {"profile": slug, "job_id": job.id}, display_name=job.id)
         except HubAPIError as e:
             status, message = e.refusal()
-            update_job(self.ledger, job.id, state="failed", finished=self.now(), error=message)
+            await written(self, update_job, job.id, state="failed", finished=self.now(), error=message)
             raise web.HTTPError(status, f"The job's server could not start: {message}") from None
         log.info("job %s of %s: %s on %s", job.id, name, job.notebook, slug)
         self.show(get_job(self.ledger, job.id), 201)
+
+
+def create_within_limit(ledger: Ledger, user: str, request, slug: str, now, limit: int):
+    """(the new job, None), or (None, the user's running jobs) when ``limit`` already run: one write, so that two
+    submissions at once cannot both pass the count."""
+    running = len(active_jobs(ledger, user))
+    if running >= limit:
+        return None, running
+    return create_job(ledger, user, request, slug, now), None
+
+
+def cancel_job(ledger: Ledger, job_id: str, session_id: str | None, now) -> None:
+    """Cancel a job and ask for its session's stop reason in one write (a runner's report cannot come between)."""
+    if session_id is not None:
+        ledger.claim_stop_reason(session_id, StopReason.JOB_CANCELLED)  # a cull or budget stop keeps its own
+    update_job(ledger, job_id, state="cancelled", finished=now, error="Cancelled by its owner.")
+
+
+def finish_job(ledger: Ledger, job_id: str, session_id: str, state: str, now, error: str | None) -> bool:
+    """The runner's end of a job and its session's stop reason in one write; False when the job had ended."""
+    if not update_job(ledger, job_id, state=state, finished=now, error=error, session_id=session_id):
+        return False
+    ledger.claim_stop_reason(session_id, StopReason.JOB_FINISHED)  # a cull or budget stop keeps its own
+    return True
 
 
 class JobHandler(JobBase):
@@ -154,9 +181,7 @@ class JobCancelHandler(JobBase):
         if job.state not in ACTIVE_STATES:
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
         session = job_session(self.ledger, job)
-        if session is not None:
-            self.ledger.claim_stop_reason(session.id, StopReason.JOB_CANCELLED)  # a cull or budget stop keeps its own
-        update_job(self.ledger, job.id, state="cancelled", finished=self.now(), error="Cancelled by its owner.")
+        await written(self, cancel_job, job.id, session.id if session is not None else None, self.now())
         try:
             await self.ctx.hub.remove_server(job.user, job.server_name)
         except HubAPIError as e:
@@ -168,11 +193,11 @@ class JobStartedHandler(JobBase):
     """``POST jobs/{id}/started``: the job's server began the run (its session id in the body)."""
 
     @web.authenticated
-    def post(self, job_id: str):
+    async def post(self, job_id: str):
         job = self.job_or_404(job_id, write=True)
         session = self.runner_session(job, self.json_body())
-        if not update_job(
-            self.ledger, job.id, only_if=("starting",), state="running", started=self.now(), session_id=session.id
+        if not await written(
+            self, update_job, job.id, only_if=("starting",), state="running", started=self.now(), session_id=session.id
         ):
             raise web.HTTPError(409, f"Job {job.id} is {job.state}, not starting")
         self.show(get_job(self.ledger, job.id))
@@ -182,7 +207,7 @@ class JobFinishedHandler(JobBase):
     """``POST jobs/{id}/finished``: the runner's end: state and error; the server then stops itself."""
 
     @web.authenticated
-    def post(self, job_id: str):
+    async def post(self, job_id: str):
         job = self.job_or_404(job_id, write=True)
         body = self.json_body()
         session = self.runner_session(job, body)
@@ -199,16 +224,8 @@ class JobFinishedHandler(JobBase):
             raise web.HTTPError(
                 409, f"Job {job.id}'s server is being preempted: the job goes back to the queue and runs again."
             )
-        if not update_job(
-            self.ledger,
-            job.id,
-            state=state,
-            finished=self.now(),
-            error=(error or None) and error[:4000],
-            session_id=session.id,
-        ):
+        if not await written(self, finish_job, job.id, session.id, state, self.now(), (error or None) and error[:4000]):
             raise web.HTTPError(409, f"Job {job.id} has already ended ({job.state})")
-        self.ledger.claim_stop_reason(session.id, StopReason.JOB_FINISHED)  # a cull or budget stop keeps its own
         self.show(get_job(self.ledger, job.id))
 
 
@@ -216,7 +233,7 @@ class StopWhenDoneHandler(JobBase):
     """``POST stop-when-done``: a server about to stop itself after its flagged run (its session id)."""
 
     @web.authenticated
-    def post(self):
+    async def post(self):
         name = self.own_name("only a user's server stops when done")
         body = self.json_body()
         if (
@@ -237,7 +254,7 @@ class StopWhenDoneHandler(JobBase):
             raise web.HTTPError(403, "A server may only flag its own session, with its own token.")
         if session.stopped is not None:
             raise web.HTTPError(409, "The session has already stopped.")
-        kept = self.ledger.claim_stop_reason(session.id, StopReason(reason))
+        kept = await written(self, Ledger.claim_stop_reason, session.id, StopReason(reason))
         if kept is None:
             raise web.HTTPError(409, "The session has already stopped.")
         if kept != reason:

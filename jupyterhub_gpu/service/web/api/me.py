@@ -10,10 +10,12 @@ from jupyterhub_gpu.billing import applies_to
 from jupyterhub_gpu.gpus.device import parse_share_uuid
 from jupyterhub_gpu.gpus.names import MIG_SLICE
 from jupyterhub_gpu.ledger.queries.samples import share_holders
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.domain.culling import capped_unit
 from jupyterhub_gpu.service.feeds.advice import profile_options
 from jupyterhub_gpu.service.web.auth import BaseHandler
 from jupyterhub_gpu.service.web.views import notice_json, sessions_json, status_json
+from jupyterhub_gpu.service.web.writes import written
 
 _DIGITS_RE = re.compile(r"^[0-9]{1,18}$")
 
@@ -95,7 +97,7 @@ class NoticeDismissHandler(BaseHandler):
     """``POST me/notices/{id}/dismiss``: hide one of the caller's own notices (idempotent)."""
 
     @web.authenticated
-    def post(self, notice_id: str):
+    async def post(self, notice_id: str):
         name = self.own_name("only users have notices")
         if not _DIGITS_RE.fullmatch(notice_id):
             raise web.HTTPError(400, f"A notice id is a number, got {notice_id!r}")
@@ -103,7 +105,7 @@ class NoticeDismissHandler(BaseHandler):
         if body not in (None, {}):
             raise web.HTTPError(400, "Dismissing a notice takes no body (or {})")
         # another user's notice is "not found", so that ids reveal nothing
-        if not self.ledger.dismiss_notice(name, int(notice_id)):
+        if not await written(self, Ledger.dismiss_notice, name, int(notice_id)):
             raise web.HTTPError(404, f"You have no notice {notice_id}")
         notice = next(n for n in self.ledger.notices(name, include_dismissed=True) if n.id == int(notice_id))
         self.write_json(notice_json(notice))
