@@ -273,7 +273,7 @@ def publish_pricing(app, spawner_class) -> None:
         app.log.critical("jupyterhub-gpu cannot start: %s", e)
         app.exit(1)
     # this hub on the shared ledger, for the doctor's check of the hubs' names (docs/admin.md)
-    ledger.announce("hub", app.hub.api_url, utcnow(), __version__)
+    ledger.announce("hub", getattr(getattr(app, "hub", None), "api_url", ""), utcnow(), __version__)
     publish_lab_settings(app, spawner_class, probe, ledger)
     if callable(probe.profiles):
         return
