@@ -171,6 +171,23 @@ async def ended_if_evicted(spawner, status):
     return await stopping.after_poll(spawner, session, 1)
 
 
+async def wait_gone(spawner, every: float = CHECK_EVERY) -> bool:
+    """Before a start: wait while a pod of this server's name is still being deleted (a pod Kueue evicted ends
+    in its grace period, and a resumed server is started at once). KubeSpawner would otherwise find it, stop the
+    server to remove it, and so end the new start. At most its grace and a minute; whether one was waited for."""
+    pod = spawner.gpu_pod()
+    if not pod or not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    limit = (grace if isinstance(grace, int) and grace >= 0 else DEFAULT_GRACE) + 60
+    spawner.log.info("%s: waiting for its last pod to end before starting a new one", spawner._log_name)
+    waited = 0.0
+    while spawner.gpu_pod() is not None and waited < limit:
+        await asyncio.sleep(every)
+        waited += every
+    return True
+
+
 class EvictionWatch:
     """Looks at one session's pod every :data:`CHECK_EVERY` seconds while that session runs, so an eviction
     is noted before Kueue's finalizer lets the pod go (a poll every 30 s can miss it). One task per running

@@ -172,3 +172,19 @@ def test_a_pod_in_no_local_queue_is_not_watched(ledger):
         return eviction.watch(holder)
 
     assert asyncio.run(run()) is None
+
+
+def test_a_start_waits_for_the_evicted_pod_of_its_name_to_be_gone(ledger):
+    holder = PodHolder(ledger, None)
+    holder.pod = pod([termination_target()], deleted="2026-12-01T05:00:30Z")
+
+    async def run():
+        waiting = asyncio.ensure_future(eviction.wait_gone(holder, every=0.01))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # KubeSpawner would find it and stop the new start to remove it
+        holder.pod = None
+        return await asyncio.wait_for(waiting, 2)
+
+    assert asyncio.run(run()) is True
+    holder.pod = pod()  # a pod not being deleted (or none) is not waited for
+    assert asyncio.run(eviction.wait_gone(holder, every=0.01)) is False
