@@ -465,6 +465,7 @@ class GPUKubeSpawner(KueueMode, GPUSpawnerMixin, KubeSpawner):
         self._gpu_pod_requested = self._gpu_pod_built = False
         self._gpu_pod_finished_at = None
         self._gpu_eviction = None
+        await eviction.wait_gone(self)  # a pod Kueue evicted may still end under this name: the new one after it
         return await super().start()
 
     # -- billing: from the pod's binding to its container's end -----------------
