@@ -235,7 +235,14 @@ def _state(workload: dict) -> tuple[str, str]:
     return "pending", pending.get("message", "")
 
 
+def is_accelerator(resource: str) -> bool:
+    """An extended resource of a device plugin (``nvidia.com/gpu``...), not Kubernetes' own (cpu, memory...)."""
+    domain, slash, _ = resource.partition("/")
+    return bool(slash) and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
 def _gpus(workload: dict, gpu_resources: set[str]) -> Decimal:
+    """What the Workload asks of the GPU resources, over its pods (a pod set's count of pods each)."""
     total = Decimal(0)
     for podset in (workload.get("spec") or {}).get("podSets") or []:
         count = int(podset.get("count") or 1)
@@ -257,7 +264,8 @@ def workload_rows(
         for q in local_queues
         if (q.get("spec") or {}).get("clusterQueue") == name
     }
-    gpu_resources = {q.resource for q in cluster_queue_quotas(cq)}
+    # the quota's accelerators: its extended resources (nvidia.com/gpu, a MIG slice, a share), not cpu or memory
+    gpu_resources = {q.resource for q in cluster_queue_quotas(cq) if is_accelerator(q.resource)}
     rows = []
     for w in workloads:
         meta = w.get("metadata") or {}

@@ -41,11 +41,15 @@ def cluster_queue(name, nominal="2", used="2", borrowed="0"):
             "cohortName": "department",
             "resourceGroups": [
                 {
-                    "coveredResources": ["nvidia.com/gpu"],
+                    "coveredResources": ["nvidia.com/gpu", "cpu", "memory"],
                     "flavors": [
                         {
                             "name": "sim-gpu",
-                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": nominal, "borrowingLimit": "2"}],
+                            "resources": [
+                                {"name": "nvidia.com/gpu", "nominalQuota": nominal, "borrowingLimit": "2"},
+                                {"name": "cpu", "nominalQuota": "32"},
+                                {"name": "memory", "nominalQuota": "128Gi"},
+                            ],
                         }
                     ],
                 }
@@ -80,7 +84,14 @@ def workload(name, ns, queue, owner_kind, owner, gpus, admitted_to=None, message
                     "count": 1,
                     "template": {
                         "spec": {
-                            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]
+                            "containers": [
+                                {
+                                    "name": "c",
+                                    "resources": {
+                                        "requests": {"nvidia.com/gpu": str(gpus), "cpu": "500m", "memory": "2Gi"}
+                                    },
+                                }
+                            ]
                         },
                     },
                 }
@@ -273,7 +284,8 @@ def test_usage_counts_a_jobs_pods_and_only_the_queues_workloads():
         ("pod", "stray", "admitted"),
         ("notebook", "bob", "pending"),
     ]
-    (quota,) = usage.quotas
+    (quota,) = [q for q in usage.quotas if q.resource == "nvidia.com/gpu"]
+    assert [w.gpus for w in usage.workloads] == [1, 1, 1, 1]  # GPUs only: not its cpu and memory
     assert (quota.nominal, quota.used, quota.borrowed, quota.borrowing_limit) == (2, 2, 0, 2)
 
 
