@@ -485,7 +485,7 @@ kueue_module() {
 kueue_root() {
     install -d -m 0700 "$KUEUE_ROOT"
     mkdir -p "$KUEUE_ROOT/pki" "$KUEUE_ROOT/webhook" "$KUEUE_ROOT/visibility" "$KUEUE_ROOT/etc/kueue/metrics/certs" \
-        "$KUEUE_ROOT/tmp"
+        "$KUEUE_ROOT/tmp" "$KUEUE_ROOT/proc"
     cp "$PKI/kueue-metrics.crt" "$KUEUE_ROOT/etc/kueue/metrics/certs/tls.crt"
     cp "$PKI/kueue-metrics.key" "$KUEUE_ROOT/etc/kueue/metrics/certs/tls.key"
     cmp -s "$KUEUE_BIN/kueue" "$KUEUE_ROOT/kueue" || cp "$KUEUE_BIN/kueue" "$KUEUE_ROOT/kueue"
@@ -549,7 +549,11 @@ start_kueue() {
         KUEUE_WEBHOOK_PORT KUEUE_VISIBILITY_PORT KUEUE_USER=kueue-manager
     python3 "$REPO_ROOT/scripts/kueue-apply.py" crds
     kueue_root
-    launch kueue chroot "$KUEUE_ROOT" /kueue --config /config.yaml --kubeconfig /kueue.kubeconfig
+    # /proc of the chroot in a mount namespace of the manager's own: it goes with the process, nothing to unmount
+    # shellcheck disable=SC2016  # $0 and $@ are the inner shell's
+    launch kueue unshare --mount --propagation private -- sh -c \
+        'mount -t proc -o ro,nosuid,nodev,noexec proc "$0/proc" && exec chroot "$0" /kueue "$@"' \
+        "$KUEUE_ROOT" --config /config.yaml --kubeconfig /kueue.kubeconfig
     wait_for "the Kueue manager" 120 curl -sf "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz"
     python3 "$REPO_ROOT/scripts/kueue-apply.py" webhooks
     log "Kueue $(basename "$module" | sed 's/.*@//') runs: webhooks on 127.0.0.1:$KUEUE_WEBHOOK_PORT, visibility API served"

@@ -9,6 +9,9 @@ lower-priority notebook of a group is evicted for a higher one; a batch/v1 Job h
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
+
 import pytest
 
 from tests.conftest import wait_for
@@ -47,6 +50,12 @@ def pending_names(kube, cluster_queue: str) -> list[tuple[str, int, int]]:
         (wl["metadata"]["ownerReferences"][0]["name"], wl["positionInClusterQueue"], wl["positionInLocalQueue"])
         for wl in pending(kube, cluster_queue)
     ]
+
+
+def after_second(obj: dict) -> None:
+    """Wait until the clock is past the second of ``obj``'s creation time (API timestamps have whole seconds)."""
+    created = datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+    wait_for(lambda: time.time() >= created + 1.05, timeout=5, what="the next second")
 
 
 def evicted(kube, namespace: str, name: str) -> dict | None:
@@ -90,6 +99,10 @@ def test_over_quota_a_pod_waits_with_its_position_then_runs_when_a_gpu_frees(kue
     run_pods(kube, namespace, department.local_queue("thesis"), ["th-1", "th-2"])
     run_pods(kube, namespace, department.local_queue("cs231n"), ["cs-1", "cs-2"])
     create_pod(kube, namespace, gpu_pod("cs-3", department.local_queue("cs231n")))
+    wait_for(lambda: pending_names(kube, cs231n) == [("cs-3", 0, 0)], timeout=30, what="cs-3 queued")
+    # Kueue orders a queue by its Workloads' creation times, which have whole seconds: two created within one
+    # second may come in either order
+    after_second(workload_of(kube, namespace, "Pod", "cs-3"))
     create_pod(kube, namespace, gpu_pod("cs-4", department.local_queue("cs231n")))
 
     waiting = wait_for(lambda: len(p := pending_names(kube, cs231n)) == 2 and p, timeout=30, what="two pending")
