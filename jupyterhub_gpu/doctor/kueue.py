@@ -67,7 +67,7 @@ class ClusterObjects:
     cluster_queues: dict[str, dict | None] = field(default_factory=dict)
     flavors: dict[str, dict | None] = field(default_factory=dict)
     priority_classes: dict[str, dict | None] = field(default_factory=dict)
-    visibility: str = ""  # "" when it answered, else why not
+    visibility: str | None = ""  # "" when it answered, None when not asked (no LocalQueue), else why not
 
 
 # -- the spawner's Kueue settings ----------------------------------------------------------------------------
@@ -179,26 +179,13 @@ def findings(uses: list[QueueUse], found: ClusterObjects) -> list[Result]:
             continue
         results.extend(_cluster_queue_lines(use, where, cq_name, cq, found, cq_name not in seen_cq))
         seen_cq.add(cq_name)
-        if use.priority_class:
-            if found.priority_classes.get(use.priority_class) is None:
-                results.append(
-                    Result(
-                        CHECK,
-                        FAIL,
-                        f"profile {use.profile!r}: the WorkloadPriorityClass {use.priority_class!r} does not exist:"
-                        " Kueue refuses its pods' workloads",
-                        f"create it (kind WorkloadPriorityClass, {KUEUE_GROUP}; config/kubernetes/kueue/) or correct"
-                        " the profile's priority class",
-                    )
-                )
-            else:
-                value = found.priority_classes[use.priority_class].get("value")
-                results.append(
-                    Result(
-                        CHECK, PASS, f"profile {use.profile!r}: WorkloadPriorityClass {use.priority_class!r} ({value})"
-                    )
-                )
-    if found.visibility:
+    for profile, priority_class in dict.fromkeys((u.profile, u.priority_class) for u in uses if u.priority_class):
+        results.append(_priority_line(profile, priority_class, found))
+    if found.visibility is None:
+        results.append(
+            Result(CHECK, PASS, "Kueue's VisibilityOnDemand API is served (not asked: none of the LocalQueues exists)")
+        )
+    elif found.visibility:
         results.append(
             Result(
                 CHECK,
@@ -214,6 +201,20 @@ def findings(uses: list[QueueUse], found: ClusterObjects) -> list[Result]:
             Result(CHECK, PASS, "Kueue's VisibilityOnDemand API answers: the spawn page shows queue positions")
         )
     return results
+
+
+def _priority_line(profile: str, priority_class: str, found: ClusterObjects) -> Result:
+    obj = found.priority_classes.get(priority_class)
+    if obj is None:
+        return Result(
+            CHECK,
+            FAIL,
+            f"profile {profile!r}: the WorkloadPriorityClass {priority_class!r} does not exist: Kueue refuses its"
+            " pods' workloads",
+            f"create it (kind WorkloadPriorityClass, {KUEUE_GROUP}; config/kubernetes/kueue/) or correct"
+            " c.GPUKubeSpawner.kueue_priority_class (kueue_preemptible_priority_class for a preemptible profile)",
+        )
+    return Result(CHECK, PASS, f"profile {profile!r}: WorkloadPriorityClass {priority_class!r} ({obj.get('value')})")
 
 
 def _cluster_queue_lines(use, where, cq_name, cq, found, first) -> list[Result]:
@@ -291,6 +292,10 @@ async def read_cluster(api, uses: list[QueueUse], timeout: float = 10) -> Cluste
     if KUEUE_GROUP not in found.groups:
         return found
     for use in uses:
+        if use.priority_class and use.priority_class not in found.priority_classes:
+            found.priority_classes[use.priority_class] = await get_json(
+                api, f"{KUEUE_API}/workloadpriorityclasses/{use.priority_class}", timeout
+            )
         if not use.local_queue:
             continue
         key = (use.namespace, use.local_queue)
@@ -307,22 +312,18 @@ async def read_cluster(api, uses: list[QueueUse], timeout: float = 10) -> Cluste
                     found.flavors[quota.flavor] = await get_json(
                         api, f"{KUEUE_API}/resourceflavors/{quota.flavor}", timeout
                     )
-        if use.priority_class and use.priority_class not in found.priority_classes:
-            found.priority_classes[use.priority_class] = await get_json(
-                api, f"{KUEUE_API}/workloadpriorityclasses/{use.priority_class}", timeout
-            )
     found.visibility = await _visibility(api, found, uses, timeout)
     return found
 
 
-async def _visibility(api, found: ClusterObjects, uses: list[QueueUse], timeout: float) -> str:
+async def _visibility(api, found: ClusterObjects, uses: list[QueueUse], timeout: float) -> str | None:
     """ "" when the VisibilityOnDemand API answers for a LocalQueue as the spawner asks it, else why not."""
     versions = found.groups.get(VISIBILITY_GROUP)
     if not versions:
         return "not served: no APIService for it"
     use = next((u for u in uses if found.local_queues.get((u.namespace, u.local_queue))), None)
     if use is None:
-        return ""  # served; no queue to ask it about
+        return None  # served; no LocalQueue to ask it about
     version = "v1beta2" if "v1beta2" in versions else versions[0]
     path = (
         f"/apis/{VISIBILITY_GROUP}/{version}/namespaces/{use.namespace}/localqueues/{use.local_queue}"

@@ -190,3 +190,18 @@ def test_a_profile_in_kueue_mode_with_no_queue_named_fails_with_where_to_name_on
     (fail,) = [r for r in results if r.status == FAIL]
     assert "profile 't4-low' is in Kueue mode but no LocalQueue is named for it" in fail.message
     assert "'kueue_queue'" in fail.fix
+
+
+def test_the_priority_class_is_checked_once_per_profile_even_when_its_queue_is_missing():
+    found = good()
+    found.local_queues = {(NS, "cs231n"): None}
+    found.priority_classes = {"notebook": None}
+    found.visibility = None  # not asked: no LocalQueue exists
+    uses = [USE, QueueUse("t4", "thesis", NS, "nvidia.com/gpu", "notebook")]
+    found.local_queues[(NS, "thesis")] = None
+    results = findings(uses, found)
+    priority = [r for r in results if "WorkloadPriorityClass" in r.message]
+    assert len(priority) == 1 and priority[0].status == FAIL
+    assert "c.GPUKubeSpawner.kueue_priority_class" in priority[0].fix
+    (visibility,) = [r for r in results if "VisibilityOnDemand" in r.message]
+    assert visibility.status == PASS and "not asked" in visibility.message
