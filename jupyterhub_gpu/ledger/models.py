@@ -215,10 +215,12 @@ class UsageMinute(Base):
 
 
 class PriceRecord(Base):
-    """A profile as the hub published it: who may use it and its rate per minute."""
+    """A profile as its hub published it: who may use it and its rate per minute."""
 
     __tablename__ = "gpu_pricing"
 
+    # the hub that published it (migration 0017): each hub's spawner publishes its own profiles and prices
+    hub: Mapped[str] = mapped_column(String(63), primary_key=True, default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     slug: Mapped[str] = mapped_column(String(64), primary_key=True)
     position: Mapped[int] = mapped_column(Integer, default=0)
     display_name: Mapped[str] = mapped_column(String(255))

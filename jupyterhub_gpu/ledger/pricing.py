@@ -1,5 +1,8 @@
 """The ledger's published profiles and prices, and the lab's settings: written by the hub, read by the service.
 
+Each hub publishes its own profiles and prices (its rows carry its name, ``Ledger.hub``); the lab's settings are
+one for the whole ledger (docs/admin.md, "Two hubs on one ledger").
+
 :class:`PricingBook` is a part of :class:`~jupyterhub_gpu.ledger.store.Ledger` (its ``Session``).
 """
 
@@ -9,17 +12,22 @@ import json
 from datetime import datetime
 
 from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
 
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.ledger.models import LabSetting, PriceRecord, SessionRecord
 from jupyterhub_gpu.money import from_micros, parse_amount, to_micros
+
+OWN_HUB = ""  # ``pricing(hub=OWN_HUB)``: the ledger's own hub (no hub has an empty name)
 
 
 class PricingBook:
     """The published profiles and prices, the lab's settings, the currencies charged (part of a ``Ledger``)."""
 
     def set_pricing(self, profiles: list[dict], currency: str, now: datetime) -> int:
-        """Replace the published profiles and their prices; returns how many were stored.
+        """Replace this ledger's hub's published profiles and their prices; returns how many were stored.
+
+        Another hub's profiles on the same ledger are left as they are.
 
         Each dict needs ``slug``, ``gpu_count`` and ``rate_per_minute`` (a Decimal,
         a decimal string or an int, never a float) and may have ``display_name``,
@@ -41,6 +49,7 @@ class PricingBook:
             memory = profile.get("gpu_memory_mib")
             rows.append(
                 PriceRecord(
+                    hub=self.hub,
                     slug=slug,
                     position=position,
                     display_name=profile.get("display_name") or slug,
@@ -61,20 +70,32 @@ class PricingBook:
                 )
             )
         with self.Session() as db:
-            db.execute(delete(PriceRecord))
+            db.execute(delete(PriceRecord).where(PriceRecord.hub == self.hub))
             db.add_all(rows)
             db.commit()
         return len(rows)
 
     def set_lab_settings(self, settings: dict[str, str], now: datetime) -> None:
-        """Replace the published lab settings (``currency``, ``currency_symbol``, ``timezone``...) with ``settings``."""
+        """Replace the published lab settings (``currency``, ``currency_symbol``, ``timezone``...) with ``settings``.
+
+        They are one for the whole ledger: settings equal to the published ones write nothing, so that the hubs of
+        one lab that start at the same time do not collide.
+        """
         for name, value in settings.items():
             if not isinstance(name, str) or not name or len(name) > 64 or not isinstance(value, str):
                 raise ValueError(f"a lab setting needs a name of 1-64 characters and a string value, got {name!r}")
-        with self.Session() as db:
-            db.execute(delete(LabSetting))
-            db.add_all(LabSetting(name=k, value=v, updated=naive_utc(now)) for k, v in settings.items())
-            db.commit()
+        for attempt in range(2):
+            with self.Session() as db:
+                if {r.name: r.value for r in db.scalars(select(LabSetting))} == settings:
+                    return  # already published (another hub of the lab's): nothing changes
+                db.execute(delete(LabSetting))
+                db.add_all(LabSetting(name=k, value=v, updated=naive_utc(now)) for k, v in settings.items())
+                try:
+                    db.commit()
+                    return
+                except IntegrityError:  # another hub published at the same moment: read what it wrote, once
+                    if attempt:
+                        raise
 
     def lab_settings(self) -> dict[str, str]:
         """The settings the hub published at its last start; empty if it never did."""
@@ -87,12 +108,20 @@ class PricingBook:
         with self.Session() as db:
             return {code: int(n) for code, n in db.execute(query)}
 
-    def pricing(self) -> list[dict]:
-        """The published profiles in their configured order, rates as decimal strings."""
+    def pricing(self, hub: str | None = OWN_HUB) -> list[dict]:
+        """The profiles a hub published, in their configured order, rates as decimal strings.
+
+        ``hub``: the ledger's own hub by default, another hub's name, or None for every hub's (by hub, then in
+        each hub's order), each profile then saying its ``hub``.
+        """
+        query = select(PriceRecord).order_by(PriceRecord.hub, PriceRecord.position, PriceRecord.slug)
+        if hub is not None:
+            query = query.where(PriceRecord.hub == (hub or self.hub))
         with self.Session() as db:
-            records = list(db.scalars(select(PriceRecord).order_by(PriceRecord.position, PriceRecord.slug)))
+            records = list(db.scalars(query))
         return [
             {
+                **({"hub": r.hub} if hub is None else {}),
                 "slug": r.slug,
                 "display_name": r.display_name,
                 "gpu_model": r.gpu_model,

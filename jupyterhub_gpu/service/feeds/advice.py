@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from jupyterhub_gpu.billing import minutes_so_far
 from jupyterhub_gpu.clock import aware_utc, naive_utc
 from jupyterhub_gpu.ledger.models import SessionAdvice, SessionRecord
+from jupyterhub_gpu.ledger.pricing import OWN_HUB
 from jupyterhub_gpu.ledger.queries.advice import (
     final_advice_rows,
     running_sessions_due_for_advice,
@@ -49,12 +50,13 @@ from jupyterhub_gpu.session import SessionFacts
 # -- the profile catalogue ----------------------------------------------------------------------
 
 
-def profile_options(ledger: Ledger, settings: AdviceSettings | None = None) -> list[ProfileOption]:
+def profile_options(ledger: Ledger, settings: AdviceSettings | None = None, hub: str = OWN_HUB) -> list[ProfileOption]:
     """The profiles the rules choose from (the advice, a "GPU memory high" or cap notice's bigger profile, a
-    job's restart on a bigger one, a session's unit on the API): the published ones at the rates and groups
-    the spawner charges and allows, the admins' edits applied as ``GET pricing`` shows them, each with its GPU
-    memory (:func:`~jupyterhub_gpu.rules.advice.catalogue`; ``settings`` None: the defaults)."""
-    return catalogue(apply_to_pricing(ledger.pricing(), load_overrides(ledger)), settings or AdviceSettings())
+    job's restart on a bigger one, a session's unit on the API): the ones ``hub`` published (the ledger's own
+    hub by default: a session is advised among its own hub's profiles) at the rates and groups the spawner
+    charges and allows, the admins' edits applied as ``GET pricing`` shows them, each with its GPU memory
+    (:func:`~jupyterhub_gpu.rules.advice.catalogue`; ``settings`` None: the defaults)."""
+    return catalogue(apply_to_pricing(ledger.pricing(hub), load_overrides(ledger)), settings or AdviceSettings())
 
 
 # -- storage ----------------------------------------------------------------------------------
@@ -221,7 +223,8 @@ def summary(
     by_profile: dict[str, Tally] = {}
     sessions = []
     rows = final_advice_rows(ledger, since, until, group, JUDGED)
-    names = {p["slug"]: p["display_name"] for p in ledger.pricing()}
+    # the profiles' names of every hub (the sessions may be of any), the own hub's where two hubs share a slug
+    names = {p["slug"]: p["display_name"] for p in ledger.pricing(hub=None) + ledger.pricing()}
     for row, user, groups, started, pool in rows:
         group_list = json.loads(groups or "[]")
         if row.currency != currency.code:

@@ -95,12 +95,13 @@ class LedgerCollector:
         yield from families
 
     def _ledger_families(self, now):
-        profiles = [p["slug"] for p in self.ledger.pricing()]
-        # every hub on the ledger (a few: one per hub that shares it), each with every profile from the start
+        # every hub on the ledger (a few: one per hub that shares it), each with the profiles it published, from
+        # the start
         hubs = self.ledger.hub_names() or [self.ledger.hub]
+        published = [(p["hub"], p["slug"]) for p in self.ledger.pricing(hub=None) if p["hub"] in hubs]
 
         open_sessions = self.ledger.open_sessions()
-        every = {(hub, profile): 0 for hub in hubs for profile in profiles}
+        every = dict.fromkeys(published, 0)
         active_sessions, active_gpus = Counter(every), Counter(every)
         for s in open_sessions:
             active_sessions[(s.hub, s.profile)] += 1

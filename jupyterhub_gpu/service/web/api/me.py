@@ -63,13 +63,14 @@ class MeHandler(BaseHandler):
         # placeholder (which the published profile explains); whole GPUs on a host cost no read
         if not any(capped_unit(r) or any("/" in u.partition(":")[0] for u in r.gpu_list) for r in records):
             return [dict(none) for _ in records]
-        options = profile_options(self.ledger, self.ctx.advice_settings)
-        capped = [capped_unit(r, options) for r in records]
+        # each session's profile as its own hub published it (a user may have servers on several hubs)
+        options = {hub: profile_options(self.ledger, self.ctx.advice_settings, hub) for hub in {r.hub for r in records}}
+        capped = [capped_unit(r, options[r.hub]) for r in records]
         if not any(capped):
             return [dict(none) for _ in records]
         # a slice named by its profile's mig, or (profiles published before ``mig`` was kept) inside its gpu_model
-        memory = {o.slug: (o.memory_mib, o.mig or _slice_in(o.gpu_model)) for o in options}
-        counts = {o.slug: o.gpu_share for o in options}
+        memory = {(h, o.slug): (o.memory_mib, o.mig or _slice_in(o.gpu_model)) for h in options for o in options[h]}
+        counts = {(h, o.slug): o.gpu_share for h in options for o in options[h]}
         shares = [
             next(filter(None, map(parse_share_uuid, r.gpu_list)), None) if c == "share" else None
             for r, c in zip(records, capped, strict=True)
@@ -77,11 +78,11 @@ class MeHandler(BaseHandler):
         holders = share_holders(self.ledger, sorted({s[0] for s in shares if s}))
         found = []
         for record, unit, share in zip(records, capped, shares, strict=True):
-            cap, mig = memory.get(record.profile, (None, None))
+            cap, mig = memory.get((record.hub, record.profile), (None, None))
             if unit == "share" and share is None:
                 # Kubernetes: a replica of a time-sliced GPU; which GPU, and who else holds one of it, only the
                 # device plugin knows
-                count = counts.get(record.profile)
+                count = counts.get((record.hub, record.profile))
                 found.append({"share": f"1/{count}" if count else None, "memory_limit_mib": cap, "shared_by": None})
             elif unit == "share":
                 parent, _index, count = share
