@@ -27,6 +27,7 @@ from jupyterhub_gpu.rules.advice import AdviceSettings
 from jupyterhub_gpu.service.feeds.advice import profile_options
 from jupyterhub_gpu.service.tick import TickContext, update_advice
 from jupyterhub_gpu.service.web.api import jobs as jobs_api
+from jupyterhub_gpu.service.web.api import me as me_api
 from jupyterhub_gpu.service.web.api import pricing as pricing_api
 from jupyterhub_gpu.service.web.metrics import LedgerCollector
 from jupyterhub_gpu.session import SessionStart
@@ -98,12 +99,14 @@ def call(ledger, method, path, body=None, hub=None):
             job_time_limit_minutes=60,
             max_concurrent_jobs=2,
             advice_settings=AdviceSettings(),
+            tz=timezone.utc,
             hub_auth=SimpleNamespace(get_token=lambda *a, **k: "t"),
         )
         app = Application(
             [
                 (r"/jobs", as_alice(jobs_api.JobsHandler), {"ctx": ctx}),
                 (r"/pricing", as_alice(pricing_api.PricingHandler), {"ctx": ctx}),
+                (r"/me", as_alice(me_api.MeHandler), {"ctx": ctx}),
             ]
         )
         sock, port = bind_unused_port()
@@ -201,3 +204,18 @@ def test_metrics_count_each_hub_with_its_own_profiles(two):
         for s in family.samples
     }
     assert series == {("lab-docker", "t4"), ("lab-docker", "a100"), ("dept-k8s", "l4"), ("dept-k8s", "a100")}
+
+
+def test_get_me_tells_each_session_its_share_from_its_own_hubs_profile(two):
+    lab, dept = two
+    shared = {"slug": "l4-quarter", "display_name": "¼ L4", "gpu_model": "L4", "gpu_count": 1, "gpu_share": 4}
+    dept.set_pricing([*DEPT, {**shared, "rate_per_minute": "0.02"}], "CNY", NOW)
+    # alice on the department's cluster, on a time-sliced replica the device plugin picks
+    placeholder = ("nvidia.com/gpu.shared:0",)
+    dept.record_start(SessionStart("k8s", "alice", "", ("cs231n",), "l4-quarter", placeholder, 20_000, "CNY", NOW))
+    lab.record_start(SessionStart("dkr", "alice", "gpu2", ("cs231n",), "t4", ("GPU-x",), 50_000, "CNY", NOW))
+    for service in (lab, dept):  # either hub's service tells her both, each from its own hub's profile
+        code, answer = call(service, "GET", "/me")
+        assert code == 200
+        shares = {s["id"]: s["share"] for s in answer["active_sessions"]}
+        assert shares == {"k8s": "1/4", "dkr": None}
