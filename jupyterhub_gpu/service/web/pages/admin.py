@@ -63,8 +63,8 @@ class AdminView(ScheduleView):
         by_group = totals_by(sessions, lambda s: [self.session_pool(s) or self._("(no group)")])
         by_user = totals_by(sessions, lambda s: [s["user"]])
         by_profile = totals_by(sessions, lambda s: [s["profile"]])
-        series = daily_series(sessions, self.ctx.tz, since, until, self.now())
         by_hub = totals_by(sessions, lambda s: [s["hub"]])
+        series = daily_series(sessions, self.ctx.tz, since, until, self.now())
         culled = self.culling(since, until)
         budgets = self.budget_rows(self.ledger.budget_rules())
         profiles = self.profiles()
@@ -88,8 +88,8 @@ class AdminView(ScheduleView):
                 "groups": (TOTAL_COLUMNS, by_group),
                 "users": (TOTAL_COLUMNS, by_user),
                 "profiles": (TOTAL_COLUMNS, by_profile),
-                "daily": (DAILY_COLUMNS, series),
                 "hubs": (TOTAL_COLUMNS, by_hub),
+                "daily": (DAILY_COLUMNS, series),
                 "utilization": (UTILIZATION_COLUMNS, [culled["utilization"]]),
                 "culling": (CULLING_COLUMNS, culled["rows"]),
                 "budgets": (BUDGET_COLUMNS, budgets),
@@ -109,8 +109,8 @@ class AdminView(ScheduleView):
             by_group=by_group,
             by_user=by_user,
             by_profile=by_profile,
-            culled=culled,
             by_hub=by_hub,
+            culled=culled,
             budgets=budgets,
             profiles=profiles,
             error=error,
