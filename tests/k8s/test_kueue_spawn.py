@@ -30,7 +30,6 @@ from tests.k8s.kueue import (
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(900)]
 
 
-
 def kueue_config(dept, extra: str = "") -> str:
     groups = {g: dept.local_queue(g) for g in ("cs231n", "thesis")}
     return f"""
