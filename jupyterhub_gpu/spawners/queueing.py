@@ -84,7 +84,11 @@ async def take_gpus(spawner, profile: Profile) -> None:
     the hub: Kueue admits, orders and preempts it (docs/kubernetes.md, "With Kueue").
     """
     if getattr(spawner, "_gpu_kueue", None) is not None:
-        spawner._gpu_devices = []
+        # no claim and no wait, but the session's GPUs all the same: the ledger counts them (GPU-hour budgets),
+        # culling judges their use, and the server samples them
+        spawner._gpu_devices = await spawner.allocator.unclaimed(
+            profile.gpu_model, profile.gpu_count, share=profile.gpu_share, mig=profile.mig
+        )
         spawner._gpu_granted_at = utcnow()  # billing starts at the pod's binding (gpu_confirm_start)
         return
     key = spawner._gpu_key

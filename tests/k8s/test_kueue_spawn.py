@@ -109,6 +109,8 @@ def test_a_third_spawn_waits_in_kueue_with_its_position_and_is_billed_from_its_p
     pod = user_pod(kube, ns, "u3")
     assert not gated(pod) and running(pod)
     (record,) = sessions(hub, "u3")
+    # its GPU counts (GPU-hour budgets, GPU-aware culling) though the hub held no claim on it
+    assert record.gpu_count == 1 and record.gpu_list == ["nvidia.com/gpu:0"], (record.gpu_count, record.gpus)
     created = kube_time(pod["metadata"]["creationTimestamp"])
     assert abs((utc(record.started) - bound_at(pod)).total_seconds()) <= 2, (record.started, bound_at(pod))
     assert (bound_at(pod) - created).total_seconds() >= 5  # it did wait, and that wait is not billed

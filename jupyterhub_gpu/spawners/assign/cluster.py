@@ -374,6 +374,25 @@ class ClusterAllocator(FairQueue, Allocator):
             timeout_message=timeout_message,
         )
 
+    async def unclaimed(
+        self, model: str, count: int, *, share: int | None = None, mig: str | None = None
+    ) -> list[GPUDevice]:
+        """The placeholders of a spawn whose GPUs another scheduler admits (Kueue mode): what :meth:`acquire`
+        hands out, without a claim or a wait. The session's GPU count is read from them (GPU-hour budgets,
+        GPU-aware culling, the server's sampler), so they must be there even though the hub holds nothing."""
+        if count <= 0:
+            return []
+        request = self.request(model, share=share, mig=mig)
+        label = f"{model} MIG {request.mig}" if mig else model
+        try:
+            snapshot = await self.inventory.get()
+        except Exception:  # the memory is a nicety; the count is what must be right
+            log.warning("the cluster's GPUs could not be read for a Kueue spawn's memory figure", exc_info=True)
+            snapshot = None
+        resource, products, _shared = self.kind(model, share=share, mig=mig)
+        memory = unit_memory_mib(snapshot, request, products, model) if snapshot else 0
+        return placeholder_devices(resource, count, label, memory, simulated=simulated_products(products))
+
     def attach(self, key: str, session_id: str) -> None:
         """Note the session id of a claim's pod: once the snapshot shows it scheduled, it stops being pending."""
         claim = self._claims.get(key)

@@ -12,11 +12,13 @@ real-cluster tests are tests/k8s/test_kueue_spawn.py.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from jupyterhub.spawner import SpawnException
 from kubernetes_asyncio.client.rest import ApiException
 
+from jupyterhub_gpu.env import DEVICE_INFO
 from jupyterhub_gpu.spawners.kube.kueue import ADMISSION_GATE
 from jupyterhub_gpu.spawners.progress import SPAWN_LANGUAGES
 from tests.unit.spawners.kube.test_kube_spawner import (  # noqa: F401  (kubeconfig: KubeSpawner needs a client config)
@@ -152,7 +154,10 @@ async def test_the_pod_carries_its_queue_and_priority_and_skips_the_hubs_queue()
     assert not any(m.startswith("Assigned") for m in messages(spawner))  # Kueue admits; the hub assigns no GPU
     # the hub's start_timeout covers the gated wait: JupyterHub reads it after the pre-spawn hook
     assert spawner.start_timeout == 60 + 60
-    assert spawner.gpu_session["devices"] == []
+    # the hub holds no claim, but the session has its GPU all the same: the ledger counts it (GPU-hour budgets),
+    # culling judges its use and the server samples it
+    assert spawner.gpu_session["devices"] == ["nvidia.com/gpu:0"]
+    assert [d["uuid"] for d in json.loads(spawner._gpu_env[DEVICE_INFO])] == ["nvidia.com/gpu:0"]  # the sampler's
 
 
 async def test_a_spawn_without_kueue_keeps_the_hubs_queue_and_its_pod_has_no_kueue_label():
