@@ -380,6 +380,9 @@ async def _kueue_pods(probe, api_url: str) -> list[tuple[str, str, tuple, dict[s
             )
             if env.get("JUPYTERHUB_API_URL") != api_url or meta.get("deletionTimestamp"):
                 continue
+            if not getattr(probe, "enable_user_namespaces", False) and meta.get("namespace") != probe.namespace:
+                # another hub's server (hubs in their own namespaces often share the API URL http://hub:8081)
+                continue
             bound = pod_bound_at(pod)
             if gated(pod) or bound is None:
                 env = {}  # never admitted: it ran nothing and is not billed
