@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
+from jupyterhub_gpu.ledger.hubnames import check_hub_name
 from jupyterhub_gpu.rules import cullrules
 from jupyterhub_gpu.service.web.params import BadRequest, parse_budget
 from jupyterhub_gpu.spawners.docker.spawner import GPUDockerSpawner
@@ -42,8 +44,39 @@ def budget_bodies(block: Block) -> list[str]:
     return problems
 
 
+def chart_values_configs(block: Block) -> list[str]:
+    """A fragment of the chart's values: YAML whose hub.extraConfig and hub.extraFiles strings are config files;
+    each runs as one, its values pass the same checks, and the hub and its service name the same hub."""
+    try:
+        values = yaml.safe_load(block.body)
+    except yaml.YAMLError as e:
+        return [f"not YAML: {e}"]
+    hub = values.get("hub") or {}
+    codes = list((hub.get("extraConfig") or {}).values())
+    codes += [f.get("stringData", "") for f in (hub.get("extraFiles") or {}).values()]
+    problems, names = [], set()
+    environ = {"JUPYTERHUB_GPU_DB_URL": FAKE_ENV["JUPYTERHUB_GPU_LEDGER_URL"]}
+    for code in codes:
+        try:
+            config = run_snippet(code, block.where, environ)
+        except Exception as e:  # a config file that does not run is the finding
+            problems.append(f"{type(e).__name__}: {e}")
+            continue
+        for section in ("GPUService", "GPUKubeSpawner"):
+            name = config.get(section, {}).get("hub_name")
+            if name is not None:
+                try:
+                    check_hub_name(name, f"c.{section}.hub_name")
+                except ValueError as e:
+                    problems.append(str(e))
+                names.add(name)
+    if len(names) > 1:
+        problems.append(f"the hub and its service name different hubs: {sorted(names)}")
+    return problems or ([] if codes else ["no config in hub.extraConfig or hub.extraFiles"])
+
+
 #: the loader of the JSON and YAML blocks under each heading: the project's own parser of that input
-LOADERS = {"`PUT budgets/{user|group}/{name}`": budget_bodies}
+LOADERS = {"`PUT budgets/{user|group}/{name}`": budget_bodies, "Two hubs on one ledger": chart_values_configs}
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,9 @@ def test_the_reader_shows_a_queues_notebooks_and_jobs_as_kueue_counts_them(depar
     def settled():
         usage = reading().queues.get(cq)
         pending = [w for w in usage.workloads if w.state == "pending"] if usage else []
-        return usage if usage and pending and pending[0].reason else None
+        gpus = [q.used for q in usage.quotas if q.resource == "nvidia.com/gpu"] if usage else []
+        # Kueue writes a ClusterQueue's usage to its status a moment after it admits
+        return usage if pending and pending[0].reason and gpus == [2] else None
 
     usage = wait_for(settled, timeout=60, interval=1, what="Kueue's reason for bob's waiting")
     assert not reading().error

@@ -165,4 +165,5 @@ def test_no_5xx_and_every_rejection_has_a_message(service):
     )
     assert not failures, f"{len(failures)} bad responses:\n" + "\n".join(sorted(set(failures))[:40])
     assert sum(tried.values()) >= len(operations) * len(CALLERS) * 2  # every operation was tried
-    assert not any(s >= 500 for s in statuses)
+    # a 5xx only where the operation declares a gateway's answer and says why (``problem`` holds each to that)
+    assert not any(s >= 500 and str(s) not in GATEWAY for s in statuses), statuses

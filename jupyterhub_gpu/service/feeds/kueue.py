@@ -56,7 +56,9 @@ async def kueue_api_client(kubeconfig: str = "", host: str = ""):
         if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
         else:
-            await config.load_kube_config(config_file=kubeconfig or None, client_configuration=configuration)
+            # $KUBECONFIG read now: the client's own default is the value it had when the client was imported
+            where = kubeconfig or os.environ.get("KUBECONFIG") or None
+            await config.load_kube_config(config_file=where, client_configuration=configuration)
     except Exception as e:  # the loaders raise ConfigException, FileNotFoundError, yaml errors...
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise KueueReadError(f"no Kubernetes credentials ({where}): {type(e).__name__}: {e}") from None
