@@ -235,13 +235,16 @@ def gpu_usage(kube: Kube, cluster_queue: str) -> tuple[int, int]:
 # -- objects --------------------------------------------------------------------------------------------------
 
 
+def queue_labels(queue: str, priority_class: str | None = None) -> dict[str, str]:
+    """The labels that put a pod or Job in ``queue`` (a LocalQueue), at ``priority_class`` if given."""
+    return {QUEUE_LABEL: queue, **({PRIORITY_LABEL: priority_class} if priority_class else {})}
+
+
 def gpu_pod(name: str, queue: str, *, gpus: int = 1, priority_class: str | None = None) -> dict:
     """A pod of ``queue`` (a LocalQueue) asking for GPUs: our pause image, so it runs at once once admitted.
 
     No node selector nor toleration: the ResourceFlavor's are added by Kueue at admission."""
-    labels = {QUEUE_LABEL: queue}
-    if priority_class:
-        labels[PRIORITY_LABEL] = priority_class
+    labels = queue_labels(queue, priority_class)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -253,9 +256,7 @@ def gpu_pod(name: str, queue: str, *, gpus: int = 1, priority_class: str | None 
 def gpu_job(name: str, queue: str, *, parallelism: int = 1, gpus: int = 1, priority_class: str | None = None) -> dict:
     """A batch/v1 Job of ``queue`` with ``parallelism`` pods of ``gpus`` GPUs each (Kueue suspends it until
     admitted, then counts all its pods against the quota at once)."""
-    labels = {QUEUE_LABEL: queue}
-    if priority_class:
-        labels[PRIORITY_LABEL] = priority_class
+    labels = queue_labels(queue, priority_class)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -157,6 +157,22 @@ def placeholder_devices(
     ]
 
 
+def _label(model: str, request, mig: str | None) -> str:
+    """What a unit is called in the session's devices: the model, or its MIG slice."""
+    return f"{model} MIG {request.mig}" if mig else model
+
+
+def _placeholders(claim: Claim, label: str, snapshot) -> list[GPUDevice]:
+    """The placeholders of a claim's units (granted, or admitted by Kueue), with one unit's memory from the
+    snapshot (a share's: its cap; 0 when the cluster could not be read)."""
+    memory = 0
+    if snapshot and claim.unit is not None:
+        memory = unit_memory_mib(snapshot, claim.unit, claim.products, claim.gpu_model)
+    elif snapshot:
+        memory = node_memory_mib(snapshot, claim.resource, claim.products, claim.shared)
+    return placeholder_devices(claim.resource, claim.count, label, memory, simulated=simulated_products(claim.products))
+
+
 def simulated_products(products: tuple[str, ...] | None) -> bool:
     """Whether every node product a unit may land on is a simulated one (``Simulated-T4``: the test cluster's)."""
     return bool(products) and all(p.lower().startswith("simulated") for p in products)
@@ -316,7 +332,7 @@ class ClusterAllocator(FairQueue, Allocator):
         if count <= 0:
             return []
         request = self.request(model, share=share, mig=mig)
-        label = f"{model} MIG {request.mig}" if mig else model
+        label = _label(model, request, mig)
         if key in self._claims:
             c = self._claims[key]
             return placeholder_devices(c.resource, c.count, label, 0)
@@ -383,15 +399,15 @@ class ClusterAllocator(FairQueue, Allocator):
         if count <= 0:
             return []
         request = self.request(model, share=share, mig=mig)
-        label = f"{model} MIG {request.mig}" if mig else model
+        label = _label(model, request, mig)
         try:
             snapshot = await self.inventory.get()
         except Exception:  # the memory is a nicety; the count is what must be right
             log.warning("the cluster's GPUs could not be read for a Kueue spawn's memory figure", exc_info=True)
             snapshot = None
-        resource, products, _shared = self.kind(model, share=share, mig=mig)
-        memory = unit_memory_mib(snapshot, request, products, model) if snapshot else 0
-        return placeholder_devices(resource, count, label, memory, simulated=simulated_products(products))
+        resource, products, shared = self.kind(model, share=share, mig=mig)
+        claim = Claim(resource, products, count, shared=shared, unit=request, gpu_model=model)
+        return _placeholders(claim, label, snapshot)
 
     def attach(self, key: str, session_id: str) -> None:
         """Note the session id of a claim's pod: once the snapshot shows it scheduled, it stops being pending."""
@@ -428,15 +444,7 @@ class ClusterAllocator(FairQueue, Allocator):
     def _grant(self, waiter: Waiter) -> list[GPUDevice]:
         claim = waiter.claim
         self._claims[waiter.key] = claim
-        snapshot = self.inventory.snapshot
-        memory = 0
-        if snapshot and claim.unit is not None:
-            memory = unit_memory_mib(snapshot, claim.unit, claim.products, claim.gpu_model)  # a share's: its cap
-        elif snapshot:
-            memory = node_memory_mib(snapshot, claim.resource, claim.products, claim.shared)
-        return placeholder_devices(
-            claim.resource, claim.count, waiter.model, memory, simulated=simulated_products(claim.products)
-        )
+        return _placeholders(claim, waiter.model, self.inventory.snapshot)
 
     def _on_wait(self) -> None:
         """While anyone waits, refresh the snapshot every ``ttl`` (GPUs freed by others show up)."""

@@ -30,6 +30,7 @@ from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.scheduler.texts import Grace
 from jupyterhub_gpu.session import StopReason
 from jupyterhub_gpu.spawners import stopping
+from jupyterhub_gpu.spawners.kube.kueue import QUEUE_LABEL
 from jupyterhub_gpu.spawners.kube.pods import kube_time
 
 log = logging.getLogger("jupyterhub_gpu.spawners")
@@ -39,8 +40,6 @@ TERMINATION_TARGET = "TerminationTarget"
 #: The start of its reason when the pod's Workload was evicted (``WorkloadEvictedDueToPreempted``...); the
 #: other reasons (``WorkloadDeleted``, ``NotAdmitted``, ``NoMatchingWorkload``) are no eviction.
 EVICTED_PREFIX = "WorkloadEvicted"
-#: Kueue's label naming a pod's LocalQueue: only such a pod is watched.
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: Seconds between two looks at a watched pod (the reflector's copy: no API call).
 CHECK_EVERY = 1.0
 #: The grace a pod gets when its manifest names none (Kubernetes' default).
