@@ -330,6 +330,8 @@ class ProfileOverride(Base):
 
     __tablename__ = "gpu_profile_overrides"
 
+    # the hub whose profile it edits (migration 0018): an admin of one hub does not change another's
+    hub: Mapped[str] = mapped_column(String(63), primary_key=True, default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     slug: Mapped[str] = mapped_column(String(64), primary_key=True)
     price_per_gpu_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
     price_per_hour: Mapped[str | None] = mapped_column(String(40), nullable=True)  # decimal string
@@ -388,6 +390,8 @@ class ReservationRecord(Base):
     __tablename__ = "gpu_reservations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # the hub whose GPUs it keeps (migration 0018): only that hub's planner and quota mover act on it
+    hub: Mapped[str] = mapped_column(String(63), index=True, default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     group: Mapped[str] = mapped_column(String(255), index=True)
     gpu_model: Mapped[str] = mapped_column(String(64))
     count: Mapped[int] = mapped_column(Integer)
@@ -404,6 +408,8 @@ class GroupShare(Base):
 
     __tablename__ = "gpu_group_shares"
 
+    # the hub whose GPUs it shares (migration 0018)
+    hub: Mapped[str] = mapped_column(String(63), primary_key=True, default=DEFAULT_HUB, server_default=DEFAULT_HUB)
     group: Mapped[str] = mapped_column(String(255), primary_key=True)
     gpu_model: Mapped[str] = mapped_column(String(64), primary_key=True)
     share: Mapped[int] = mapped_column(Integer)
@@ -490,3 +496,25 @@ class HubMember(Base):
 
 
 metadata = Base.metadata
+
+
+# -- spawns that passed the budget check on any hub (migration 0018; rows: ledger/holds.py) ----------------------
+
+
+class SpawnHold(Base):
+    """A spawn that passed the budget check and is not recorded yet: every hub's check counts its first minutes.
+
+    ``key`` is the server's ``user/server`` on its ``hub``; the hold ends when the start is recorded or fails,
+    or at ``expires`` (its hub died while it held).
+    """
+
+    __tablename__ = "gpu_spawn_holds"
+
+    hub: Mapped[str] = mapped_column(String(63), primary_key=True)
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    user: Mapped[str] = mapped_column(String(255))
+    pool: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    rate_micros: Mapped[int] = mapped_column(BigInteger)
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    created: Mapped[datetime] = mapped_column(DateTime)
+    expires: Mapped[datetime] = mapped_column(DateTime, index=True)

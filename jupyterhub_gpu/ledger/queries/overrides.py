@@ -1,4 +1,5 @@
-"""The admins' edits of profile prices and access in the ledger (``gpu_profile_overrides``, one row per profile).
+"""The admins' edits of profile prices and access in the ledger (``gpu_profile_overrides``, one row per hub and
+profile: an admin of one hub edits only its own profiles).
 
 :mod:`jupyterhub_gpu.rules.overrides` validates the edits and applies them over the configured
 profiles; here they are read and written, as its :class:`~jupyterhub_gpu.rules.overrides.Override` values
@@ -29,9 +30,10 @@ def _override(row: ProfileOverride) -> Override:
 
 
 def load_overrides(ledger: Ledger) -> dict[str, Override]:
-    """Every profile's override, by slug (one small query)."""
+    """Every override of the ledger's hub's profiles, by slug (one small query): each hub's admins edit its own."""
     with ledger.Session() as db:
-        return {row.slug: _override(row) for row in db.scalars(select(ProfileOverride))}
+        rows = db.scalars(select(ProfileOverride).where(ProfileOverride.hub == ledger.hub))
+        return {row.slug: _override(row) for row in rows}
 
 
 def _text(price: Decimal | None) -> str | None:
@@ -39,11 +41,11 @@ def _text(price: Decimal | None) -> str | None:
 
 
 def save_override(ledger: Ledger, override: Override, now: datetime, by: str) -> None:
-    """Create or replace one profile's override."""
+    """Create or replace the override of one of the ledger's hub's profiles."""
     with ledger.Session() as db:
-        row = db.get(ProfileOverride, override.slug)
+        row = db.get(ProfileOverride, (ledger.hub, override.slug))
         if row is None:
-            row = ProfileOverride(slug=override.slug)
+            row = ProfileOverride(hub=ledger.hub, slug=override.slug)
             db.add(row)
         row.price_per_gpu_hour = _text(override.price_per_gpu_hour)
         row.price_per_hour = _text(override.price_per_hour)
@@ -57,7 +59,7 @@ def save_override(ledger: Ledger, override: Override, now: datetime, by: str) ->
 def delete_override(ledger: Ledger, slug: str) -> bool:
     """Back to the configured values; False if there was no override."""
     with ledger.Session() as db:
-        row = db.get(ProfileOverride, slug)
+        row = db.get(ProfileOverride, (ledger.hub, slug))
         if row is None:
             return False
         db.delete(row)

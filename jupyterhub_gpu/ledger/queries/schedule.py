@@ -80,23 +80,27 @@ def _stored(row: ReservationRecord, zone: tzinfo) -> StoredReservation:
     )
 
 
-def _rows(db, zone: tzinfo, groups: Sequence[str] | None = None) -> list[StoredReservation]:
-    query = select(ReservationRecord).order_by(ReservationRecord.start, ReservationRecord.id)
+def _rows(db, hub: str, zone: tzinfo, groups: Sequence[str] | None = None) -> list[StoredReservation]:
+    query = (
+        select(ReservationRecord)
+        .where(ReservationRecord.hub == hub)
+        .order_by(ReservationRecord.start, ReservationRecord.id)
+    )
     if groups is not None:
         query = query.where(ReservationRecord.group.in_(list(groups)))
     return [_stored(row, zone) for row in db.scalars(query)]
 
 
 def reservations(ledger: Ledger, zone: tzinfo, groups: Sequence[str] | None = None) -> list[StoredReservation]:
-    """Every booking (or those of ``groups``), by start."""
+    """Every booking of the ledger's hub (or those of ``groups``), by start: each hub books its own GPUs."""
     with ledger.Session() as db:
-        return _rows(db, zone, groups)
+        return _rows(db, ledger.hub, zone, groups)
 
 
 def get_reservation(ledger: Ledger, reservation_id: int, zone: tzinfo) -> StoredReservation | None:
     with ledger.Session() as db:
         row = db.get(ReservationRecord, reservation_id)
-        return None if row is None else _stored(row, zone)
+        return None if row is None or row.hub != ledger.hub else _stored(row, zone)
 
 
 def add_reservation(
@@ -107,12 +111,14 @@ def add_reservation(
     now: datetime,
     by: str,
 ) -> StoredReservation:
-    """Store ``draft`` once ``check`` (given every booking as it is) returns; whatever it raises stores nothing."""
+    """Store ``draft`` for the ledger's hub once ``check`` (given every booking of that hub as it is) returns;
+    whatever it raises stores nothing."""
     with _BOOK_LOCK, ledger.Session() as db:
         if db.get_bind().dialect.name == "postgresql":
             db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _BOOK_KEY})
-        check(_rows(db, zone))
+        check(_rows(db, ledger.hub, zone))
         row = ReservationRecord(
+            hub=ledger.hub,
             group=draft.group,
             gpu_model=draft.gpu_model,
             count=draft.count,
@@ -129,9 +135,10 @@ def add_reservation(
 
 
 def delete_reservation(ledger: Ledger, reservation_id: int) -> bool:
-    """False if there was no such booking."""
+    """False if the ledger's hub has no such booking."""
     with ledger.Session() as db:
-        done = db.execute(delete(ReservationRecord).where(ReservationRecord.id == reservation_id)).rowcount
+        mine = (ReservationRecord.id == reservation_id) & (ReservationRecord.hub == ledger.hub)
+        done = db.execute(delete(ReservationRecord).where(mine)).rowcount
         db.commit()
         return bool(done)
 
@@ -149,8 +156,8 @@ class StoredShare:
 
 
 def shares(ledger: Ledger, groups: Sequence[str] | None = None) -> list[StoredShare]:
-    """Every configured share (or those of ``groups``), by group and model."""
-    query = select(GroupShare).order_by(GroupShare.group, GroupShare.gpu_model)
+    """Every configured share of the ledger's hub's GPUs (or those of ``groups``), by group and model."""
+    query = select(GroupShare).where(GroupShare.hub == ledger.hub).order_by(GroupShare.group, GroupShare.gpu_model)
     if groups is not None:
         query = query.where(GroupShare.group.in_(list(groups)))
     with ledger.Session() as db:
@@ -168,16 +175,17 @@ def share_table(ledger: Ledger) -> dict[str, dict[str, int]]:
 
 
 def set_share(ledger: Ledger, group: str, gpu_model: str, share: int | None, now: datetime, by: str) -> bool:
-    """Set a group's share of a model; ``None`` removes it (back to the default). Whether a row existed before."""
+    """Set a group's share of a model of the ledger's hub; ``None`` removes it (back to the default). Whether a row
+    existed before."""
     with ledger.Session() as db:
-        row = db.get(GroupShare, (group, gpu_model))
+        row = db.get(GroupShare, (ledger.hub, group, gpu_model))
         existed = row is not None
         if share is None:
             if row is not None:
                 db.delete(row)
         else:
             if row is None:
-                row = GroupShare(group=group, gpu_model=gpu_model)
+                row = GroupShare(hub=ledger.hub, group=group, gpu_model=gpu_model)
                 db.add(row)
             row.share = share
             row.updated = naive_utc(now)

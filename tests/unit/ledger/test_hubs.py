@@ -210,7 +210,7 @@ def test_a_ledger_of_a_newer_schema_is_refused_with_a_clear_message(db_url):
         Ledger(db_url)
     message = str(e.value)
     assert "schema revision 0099, newer than this jupyterhub-gpu knows" in message
-    assert "its newest is 0017" in message and "install that version here too" in message
+    assert "its newest is 0018" in message and "install that version here too" in message
     assert "secret" not in message
 
 
