@@ -2,11 +2,11 @@
 
 A decision keeps its key and its values as they are: a time as an aware ``datetime``, a duration as a
 ``timedelta``, GPUs as :class:`Gpus` (a count with its model), the window of a group's decayed use as
-:class:`Period`, a preemption's grace as :class:`Grace`, a booking's window as :class:`Window`, a day as a
-``date``, names (a model, a reservation's label) and numbers as ``str`` and ``int``, a list of names as a
-``tuple``. Nothing here is worded: :mod:`.words` words a message in the reader's language, once, and
-the ledger keeps the key and the values as JSON (:func:`values_json`, :func:`values_from_json`), so that each
-reader gets their own language from the same stored decision.
+:class:`Period`, a preemption's grace as :class:`Grace`, Kueue's reason for a stop as :class:`KueueWhy`, a
+booking's window as :class:`Window`, a day as a ``date``, names (a model, a reservation's label) and numbers as
+``str`` and ``int``, a list of names as a ``tuple``. Nothing here is worded: :mod:`.words` words a message in
+the reader's language, once, and the ledger keeps the key and the values as JSON (:func:`values_json`,
+:func:`values_from_json`), so that each reader gets their own language from the same stored decision.
 """
 
 from __future__ import annotations
@@ -63,6 +63,18 @@ TEXTS: dict[str, str] = {
     "stop": "this server was stopped at {at}, as it was told",
     "stop.preempted": "this server was stopped at {at} to free its GPU for a full-price request",
     "stop.reserved": "this server was stopped at {at}: its GPUs are reserved for a class from then",
+    # a stop Kueue made (it evicted the session's Workload): told after the fact, with Kueue's reason ({why}, a
+    # :class:`KueueWhy`); the reason (the preemption records) and the notice, each in two variants: the session
+    # checkpoints (a preemptible profile's, as ``preempt``), or its unsaved work may be lost (``.save``)
+    "stop.kueue": "this server was stopped at {at} by the cluster's queue (Kueue): {why};"
+    " your training was checkpointed as it stopped (CheckpointAndResume saves on the stop)",
+    "stop.kueue.save": "this server was stopped at {at} by the cluster's queue (Kueue): {why};"
+    " work not saved by then may be lost",
+    "notice.kueue": "This server was stopped at {stop_time} by the cluster's queue (Kueue): {why}. Your training"
+    " was checkpointed as it stopped (CheckpointAndResume saves on the stop).",
+    "notice.kueue.save": "This server was stopped at {stop_time} by the cluster's queue (Kueue): {why}. Work not"
+    " saved by then may be lost.",
+    "subject.kueue": "[GPU] Your server {server} was stopped at {stop_time} by the cluster's queue (Kueue)",
     # refusals
     "refuse.model": "this pool has no {model} GPUs (it has {models})",
     "refuse.count": "{gpus} asked, but the pool has {total}",
@@ -138,6 +150,26 @@ class Period:
     half_life: timedelta
 
 
+#: Why Kueue stopped a session (:class:`KueueWhy`'s ``kind``): the clause each kind is worded by (:mod:`.words`).
+KUEUE_WHY: dict[str, str] = {
+    "priority": "a workload of a higher priority needed its GPU",
+    "reclaim": "the GPU quota its group had borrowed was taken back by the group that lent it",
+    "fair_sharing": "its group was using more than its fair share of the GPUs it shares with other groups",
+    "stopped": "its queue was stopped by an administrator",
+    "ready": "its server was not ready within Kueue's time limit for a start (pods-ready timeout)",
+    "other": "Kueue's reason is {reason}",
+}
+
+
+@dataclass(frozen=True)
+class KueueWhy:
+    """Why Kueue evicted a session's Workload: ``kind``, a key of :data:`KUEUE_WHY`, and ``reason``, Kueue's own
+    word for it (the Workload's ``Evicted`` reason: ``Preempted``, ``NodeFailures``...), which ``other`` names."""
+
+    kind: str
+    reason: str = ""
+
+
 @dataclass(frozen=True)
 class Grace:
     """The time a preempted session is given before its stop: said to the second under a minute (``30 s``)."""
@@ -165,6 +197,8 @@ def _encoded(name: str, value):
         return {"half_life_seconds": value.half_life.total_seconds()}
     if isinstance(value, Grace):
         return {"grace_seconds": value.delta.total_seconds()}
+    if isinstance(value, KueueWhy):
+        return {"kueue_why": value.kind, "kueue_reason": value.reason}
     raise TypeError(f"the value {name!r} of a scheduler message cannot be stored: {value!r}")
 
 
@@ -188,6 +222,8 @@ def _decoded(value):
             return Period(timedelta(seconds=value["half_life_seconds"]))
         if value.keys() == {"grace_seconds"}:
             return Grace(timedelta(seconds=value["grace_seconds"]))
+        if value.keys() == {"kueue_why", "kueue_reason"}:
+            return KueueWhy(str(value["kueue_why"]), str(value["kueue_reason"]))
     except (TypeError, ValueError):
         pass
     return value

@@ -6,7 +6,8 @@ reader's day and ``Tue 8 Sep 13:55`` (``9月8日 13:55``) on another, a duration
 ``4 T4s``, the window of decayed use as ``this week``, a grace as ``2 min`` or ``30 s``; a name as it is. The hub's
 spawn page, the gpu service's queue, its preemption records and its notices all word the scheduler's messages
 through these functions, with the translator of :mod:`jupyterhub_gpu.i18n`. A preemption (and a reservation's
-end) is worded here once for both the queue's reason and the student's notice (:func:`stop_notice_words`).
+end, and Kueue's stop of a session) is worded here once for both the queue's reason and the student's notice
+(:func:`stop_notice_words`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import date, datetime, timedelta, tzinfo
 from string import Formatter
 
 from jupyterhub_gpu.i18n import translator
-from jupyterhub_gpu.scheduler.texts import TEXTS, WEEK, Gpus, Grace, Period, Window
+from jupyterhub_gpu.scheduler.texts import KUEUE_WHY, TEXTS, WEEK, Gpus, Grace, KueueWhy, Period, Window
 
 #: A number of GPUs of a model: the singular and the plural the catalog chooses between by the count (``1 T4``,
 #: ``4 T4s``; one form in Chinese, ``4 块 T4``).
@@ -37,6 +38,8 @@ PERIOD_TEXTS = {
 }
 #: A time on another day than the reader's today, in a language other than English (English: ``Tue 8 Sep 13:55``).
 OTHER_DAY = "{month}/{day} {time}"
+#: Kueue's stop, by the reason its order keeps: the notice's text (:func:`stop_notice_words`).
+KUEUE_NOTICES = {"stop.kueue": "notice.kueue", "stop.kueue.save": "notice.kueue.save"}
 
 
 def gpus_words(count: int, model: str, lang: str = "en") -> str:
@@ -99,8 +102,19 @@ def wait_words(wait: timedelta | None, lang: str = "en") -> str:
     return _(TEXTS["wait.about"], duration=duration_words(wait, lang))
 
 
+def kueue_why_words(why: KueueWhy, lang: str = "en") -> str:
+    """Why Kueue stopped a session, as a clause: ``a workload of a higher priority needed its GPU``; a kind this
+    hub does not know (a newer hub's) names Kueue's own reason."""
+    _ = translator(lang)
+    if why.kind in KUEUE_WHY and why.kind != "other":
+        return _(KUEUE_WHY[why.kind])
+    return _(KUEUE_WHY["other"], reason=why.reason or why.kind)
+
+
 def value_words(value, lang: str = "en", zone: tzinfo | None = None, now: datetime | None = None) -> str:
     """One value of a message in ``lang``, by its type; a name or a number as it is."""
+    if isinstance(value, KueueWhy):
+        return kueue_why_words(value, lang)
     if isinstance(value, Gpus):
         return gpus_words(value.count, value.model, lang)
     if isinstance(value, Grace):
@@ -165,10 +179,20 @@ def stop_notice_words(
     model: str | None = None,
 ) -> str:
     """What a student is told of a stop the scheduler ordered, in ``lang``: a preemption (its decision's ``key``,
-    ``preempt`` or ``preempt.save``) stops at ``stop_at``; a reservation's end names the booking from ``values``
-    (its GPUs: ``model`` and the count when the values lack them), or says only that the GPUs are reserved."""
+    ``preempt`` or ``preempt.save``) stops at ``stop_at``; Kueue's stop (``stop.kueue`` or ``stop.kueue.save``)
+    was made at its eviction's time (``values["at"]``), for Kueue's reason (``values["why"]``); a reservation's end
+    names the booking from ``values`` (its GPUs: ``model`` and the count when the values lack them), or says only
+    that the GPUs are reserved."""
     _ = translator(lang)
     stop_time = clock_words(stop_at, zone, now, lang)
+    if preempted and key in KUEUE_NOTICES:
+        at = values.get("at")
+        why = values.get("why")
+        return _(
+            TEXTS[KUEUE_NOTICES[key]],
+            stop_time=clock_words(at, zone, now, lang) if isinstance(at, datetime) else stop_time,
+            why=kueue_why_words(why if isinstance(why, KueueWhy) else KueueWhy("other", "?"), lang),
+        )
     if preempted:
         return _(TEXTS["notice.preempt" if key == "preempt" else "notice.preempt.save"], stop_time=stop_time)
     gpus = values.get("gpus")
@@ -193,10 +217,19 @@ def stop_subject_words(
     lang: str = "en",
     zone: tzinfo | None = None,
     now: datetime | None = None,
+    key: str = "",
+    values: Mapping[str, object] | None = None,
 ) -> str:
     """The subject of a stop's notice (a mail's, a webhook's title), in ``lang``: ``[GPU] Your server gpu1 will be
-    stopped at 14:02 to free its GPU`` (a preemption), or ``... for a class reservation`` (a reservation's end)."""
+    stopped at 14:02 to free its GPU`` (a preemption), ``... was stopped at 14:02 by the cluster's queue (Kueue)``
+    (Kueue's stop: the order's ``key`` and ``values``, as :func:`stop_notice_words`), or ``... for a class
+    reservation`` (a reservation's end)."""
     stop_time = clock_words(stop_at, zone, now, lang)
+    if preempted and key in KUEUE_NOTICES:
+        at = (values or {}).get("at")
+        if isinstance(at, datetime):
+            stop_time = clock_words(at, zone, now, lang)
+        return translator(lang)(TEXTS["subject.kueue"], server=server, stop_time=stop_time)
     return translator(lang)(
         TEXTS["subject.preempt" if preempted else "subject.reserved"], server=server, stop_time=stop_time
     )

@@ -166,10 +166,14 @@ c.GPUKubeSpawner.profiles = c.GPUKubeSpawner.profiles + [
     (order,) = wait_for(lambda: rows.stop_orders(ledger, pending=False), 120, what="alice's eviction in the ledger")
     assert (order.user, order.kind, order.cause) == ("alice", "preempted", "kueue:WorkloadEvictedDueToPreempted")
     assert order.stop_at == order.decided_at  # the moment Kueue stopped it
-    notice = wait_for(
-        lambda: [n for n in ledger.notices("alice") if "free its GPU" in n.message], 60, what="alice's notice"
-    )
-    assert "checkpointed (CheckpointAndResume saves on the stop)" in notice[0].message, notice[0].message
+    assert order.reason_key == "stop.kueue"  # told after the fact; a preemptible session checkpoints
+    notice = wait_for(lambda: [n for n in ledger.notices("alice") if "(Kueue)" in n.message], 60, what="alice's notice")
+    # told what happened, when and why (bob's higher priority in the ClusterQueue), not a future stop
+    assert notice[0].message.startswith("This server was stopped at "), notice[0].message
+    assert (
+        "by the cluster's queue (Kueue): a workload of a higher priority needed its GPU. Your training was"
+        " checkpointed as it stopped (CheckpointAndResume saves on the stop)."
+    ) in notice[0].message, notice[0].message
     assert "put back in the queue" in notice[0].message, notice[0].message
 
     # her kernel got the signal CheckpointAndResume answers, as on the hub's own stop
@@ -195,7 +199,7 @@ c.GPUKubeSpawner.profiles = c.GPUKubeSpawner.profiles + [
     gated = wait_pod(kube, namespace, "jupyter-alice", lambda p: bool(p["spec"].get("schedulingGates")), timeout=120)
     assert gated["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == names["low"]
     assert len(rows.stop_orders(ledger, pending=False)) == 1  # one eviction, told once
-    assert len([n for n in ledger.notices("alice") if "free its GPU" in n.message]) == 1
+    assert len([n for n in ledger.notices("alice") if "(Kueue)" in n.message]) == 1
 
     # bob stops: alice's server starts again, a new session of the same tier that asks to be resumed again
     hub.stop_server("bob")

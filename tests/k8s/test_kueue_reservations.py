@@ -157,9 +157,12 @@ c.Kueue.kubeconfig = {str(KUBECONFIG)!r}
     assert {o.user for o in evicted} <= {"tom", "tim"} and len(evicted) == 1, evicted
     (order,) = evicted
     assert order.cause.startswith("kueue:WorkloadEvicted") and order.stop_at >= opens
-    wait_for(
-        lambda: [n for n in ledger.notices(order.user) if "free its GPU" in n.message], 60, what="the thesis notice"
+    # told after the fact, and why: thesis' quota, lowered for the window, is borrowed quota Kueue took back
+    assert order.reason_key == "stop.kueue.save"  # a standard session: its unsaved work may be lost
+    told = wait_for(
+        lambda: [n for n in ledger.notices(order.user) if "(Kueue)" in n.message], 60, what="the thesis notice"
     )
+    assert "the GPU quota its group had borrowed was taken back by the group that lent it" in told[0].message
     stopped = wait_for(
         lambda: next((s for s in ledger.sessions(user=order.user) if s.stopped is not None), None), 60, what="a bill"
     )

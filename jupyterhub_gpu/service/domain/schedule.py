@@ -6,10 +6,11 @@ the tick carries the orders out (:func:`..tick.scheduling.enforce_schedule`) and
 (:mod:`..web.api.queue`). Here are the words:
 
 - :func:`order_message`: the notice of a stop order, sent at once through the gateway: a ``preempted`` server
-  ("This server will be stopped at 14:02 to free its GPU for a full-price request; ...", event ``preemption``)
-  or a ``reserved`` one ("This server may run until 13:55: CS231N has 4 T4s reserved from 14:00. ...",
-  event ``cull``), with what happens after (put back in the queue, a job run again); the stop itself is worded
-  where the scheduler's reasons are (:func:`jupyterhub_gpu.scheduler.words.stop_notice_words`), from the key and
+  ("This server will be stopped at 14:02 to free its GPU for a full-price request; ...", event ``preemption``;
+  Kueue's eviction: "This server was stopped at 14:02 by the cluster's queue (Kueue): ...") or a ``reserved``
+  one ("This server may run until 13:55: CS231N has 4 T4s reserved from 14:00. ...", event ``cull``), with
+  what happens after (put back in the queue, a job run again); the stop itself is worded where the scheduler's
+  reasons are (:func:`jupyterhub_gpu.scheduler.words.stop_notice_words`), from the key and
   the typed values the hub stored with the order;
 - :func:`withdrawn_message`: a stop order the hub withdrew after its notice went out (the GPU is not needed after
   all, the booking was cancelled): "The stop of this server at 14:02 is off: the GPU is no longer needed.";
@@ -118,7 +119,7 @@ def order_message(
     resume = bool(getattr(session, "resume", False))
     text = order_text(order, tz, now, model, resume, job_id is not None, lang)
     server = order.server_name or _("(default)")
-    subject = stop_subject_words(preempted, server, order.stop_at, lang, tz, now)
+    subject = stop_subject_words(preempted, server, order.stop_at, lang, tz, now, order.reason_key, order.values)
     address = user_address(settings, order.user)
     return Message(
         user=order.user,

@@ -27,7 +27,8 @@ from datetime import datetime, timedelta
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, order_stop
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.scheduler.texts import Grace
+from jupyterhub_gpu.scheduler.snapshot import PREEMPTIBLE
+from jupyterhub_gpu.scheduler.texts import KueueWhy
 from jupyterhub_gpu.session import StopReason
 from jupyterhub_gpu.spawners import stopping
 from jupyterhub_gpu.spawners.kube.kueue import QUEUE_LABEL
@@ -44,6 +45,18 @@ EVICTED_PREFIX = "WorkloadEvicted"
 CHECK_EVERY = 1.0
 #: The grace a pod gets when its manifest names none (Kubernetes' default).
 DEFAULT_GRACE = 30
+#: Kueue's eviction reasons (its Workload's ``Evicted`` reason) by the kind of :class:`KueueWhy` they are told as.
+WHY_BY_REASON = {
+    "ClusterQueueStopped": "stopped",
+    "LocalQueueStopped": "stopped",
+    "PodsReadyTimeout": "ready",
+}
+#: What a preemption's message says of its cause (Kueue's ``preemptionMessage``: "Preempted to accommodate a
+#: workload ... due to <cause>; ..."), first match wins; any other preemption is by priority in its ClusterQueue.
+PREEMPTED_BECAUSE = (
+    ("due to reclamation within the cohort", "reclaim"),
+    ("due to fair sharing within the cohort", "fair_sharing"),
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,24 @@ class Eviction:
     def cause(self) -> str:
         """The stop order's cause as the ledger keeps it: ``kueue:<reason>``."""
         return f"kueue:{self.reason}"
+
+    @property
+    def told(self) -> KueueWhy:
+        """Why Kueue stopped it, as the student is told (:func:`kueue_why`)."""
+        return kueue_why(self.why, self.message)
+
+
+def kueue_why(reason: str, message: str = "") -> KueueWhy:
+    """What the student is told of a Workload's eviction from its ``Evicted`` reason and message: ``Preempted``
+    for a higher priority, for its group's borrowed quota taken back or for fair sharing (the message says
+    which), its queue stopped, the pods-ready timeout; any other reason is named as Kueue gives it."""
+    if reason == "Preempted":
+        said = message.lower()
+        for words, kind in PREEMPTED_BECAUSE:
+            if words in said:
+                return KueueWhy(kind, reason)
+        return KueueWhy("priority", reason)
+    return KueueWhy(WHY_BY_REASON.get(reason, "other"), reason)
 
 
 def kueue_managed(pod: dict | None) -> bool:
@@ -101,16 +132,19 @@ def record_eviction(ledger: Ledger, session_id: str, eviction: Eviction) -> bool
     """Write a session's eviction to the ledger (blocking; run it in a thread): its stop reason becomes
     ``preempted`` (the one precedence rule: a budget stop or the student's own stop already under way stays),
     and a ``preempted`` stop order at the eviction's moment, for the gpu service to tell the student and put
-    the server back in the queue. Whether the order was written (False: the session has closed, or its stop
-    keeps another reason)."""
+    the server back in the queue. Its reason says what happened, after the fact, with Kueue's reason:
+    ``stop.kueue`` for a session that checkpoints (a preemptible profile's, as the hub's own preemption judges
+    it), ``stop.kueue.save`` (its unsaved work may be lost) for any other. Whether the order was written (False:
+    the session has closed, or its stop keeps another reason)."""
     kept = ledger.claim_stop_reason(session_id, StopReason.PREEMPTED)
     if kept != StopReason.PREEMPTED:
         return False
     session = ledger.get_session(session_id)
     if session is None:
         return False
-    values = {"grace": Grace(eviction.grace)}
-    return order_stop(ledger, session, PREEMPTED, eviction.at, "preempt", values, now=eviction.at, cause=eviction.cause)
+    key = "stop.kueue" if session.tier == PREEMPTIBLE else "stop.kueue.save"
+    values = {"at": eviction.at, "why": eviction.told}
+    return order_stop(ledger, session, PREEMPTED, eviction.at, key, values, now=eviction.at, cause=eviction.cause)
 
 
 async def note_eviction(spawner, eviction: Eviction) -> bool:

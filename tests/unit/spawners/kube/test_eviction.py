@@ -11,6 +11,8 @@ import pytest
 
 from jupyterhub_gpu.ledger.queries.schedule import PREEMPTED, stop_orders
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.scheduler.texts import KueueWhy
+from jupyterhub_gpu.scheduler.words import reason_words
 from jupyterhub_gpu.session import SessionStart, StopReason
 from jupyterhub_gpu.spawners.kube import eviction
 from jupyterhub_gpu.spawners.kube.eviction import (
@@ -18,6 +20,7 @@ from jupyterhub_gpu.spawners.kube.eviction import (
     Eviction,
     eviction_end,
     kueue_managed,
+    kueue_why,
     pod_eviction,
     record_eviction,
 )
@@ -98,10 +101,10 @@ def ledger(tmp_path):
     ledger.close()
 
 
-def started(ledger, sid="s1"):
+def started(ledger, sid="s1", tier="preemptible"):
     record = SessionStart(
         sid, "alice", "", ("cs231n",), "t4-pre", ("GPU-t4-0",), 20_000, "CNY", T0 - timedelta(hours=1),
-        pool="cs231n", tier="preemptible", resume=True,
+        pool="cs231n", tier=tier, resume=True,
     )  # fmt: skip
     ledger.record_start(record)
 
@@ -117,12 +120,57 @@ def test_an_eviction_is_recorded_as_a_preemption_order_and_the_stops_reason(ledg
         T0,
         "kueue:WorkloadEvictedDueToPreempted",
     )
-    assert order.reason_key == "preempt" and order.noticed_at is None
+    # said after the fact, with Kueue's reason: a preemptible session checkpoints
+    assert order.reason_key == "stop.kueue" and order.noticed_at is None
+    assert order.values == {"at": T0, "why": KueueWhy("priority", "Preempted")}
     # the spawner finds the pod gone and records what it saw: the eviction's reason stays, billed to the eviction
     ledger.record_stop("s1", T0, StopReason.EXITED)
     session = ledger.get_session("s1")
     assert session.stop_reason == StopReason.PREEMPTED
     assert not record_eviction(ledger, "s1", eviction)  # closed: nothing more
+
+
+def test_a_standard_sessions_eviction_is_told_to_save_its_work_with_kueues_reason(ledger):
+    started(ledger, tier="standard")
+    message = RECLAIMED.format(cause="reclamation within the cohort")
+    assert record_eviction(ledger, "s1", Eviction(T0, "WorkloadEvictedDueToPreempted", message))
+    (order,) = stop_orders(ledger)
+    assert order.reason_key == "stop.kueue.save"
+    assert order.values == {"at": T0, "why": KueueWhy("reclaim", "Preempted")}
+    assert reason_words(order.reason_key, order.values, "en", UTC, T0) == (
+        "this server was stopped at 05:00 by the cluster's queue (Kueue): the GPU quota its group had borrowed was"
+        " taken back by the group that lent it; work not saved by then may be lost"
+    )
+
+
+#: Kueue v0.17's message of a preemption (pkg/scheduler/preemption: ``preemptionMessage``)
+RECLAIMED = (
+    "Preempted to accommodate a workload (UID: u1, JobUID: j1) due to {cause}; preemptor path: /cohort/a;"
+    " preemptee path: /cohort/b"
+)
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "told"),
+    [
+        ("Preempted", RECLAIMED.format(cause="prioritization in the ClusterQueue"), KueueWhy("priority", "Preempted")),
+        ("Preempted", RECLAIMED.format(cause="reclamation within the cohort"), KueueWhy("reclaim", "Preempted")),
+        (
+            "Preempted",
+            RECLAIMED.format(cause="reclamation within the cohort while borrowing"),
+            KueueWhy("reclaim", "Preempted"),
+        ),
+        ("Preempted", RECLAIMED.format(cause="Fair Sharing within the cohort"), KueueWhy("fair_sharing", "Preempted")),
+        ("Preempted", "", KueueWhy("priority", "Preempted")),
+        ("ClusterQueueStopped", "The ClusterQueue is stopped", KueueWhy("stopped", "ClusterQueueStopped")),
+        ("LocalQueueStopped", "The LocalQueue is stopped", KueueWhy("stopped", "LocalQueueStopped")),
+        ("PodsReadyTimeout", "Exceeded the PodsReady timeout", KueueWhy("ready", "PodsReadyTimeout")),
+        ("NodeFailures", "Workload was evicted due to node failures", KueueWhy("other", "NodeFailures")),
+    ],
+)
+def test_kueues_reason_is_told_as_what_happened(reason, message, told):
+    assert kueue_why(reason, message) == told
+    assert Eviction(T0, f"WorkloadEvictedDueTo{reason}", message).told == told
 
 
 def test_a_stop_already_under_way_for_a_reason_that_stays_is_not_a_preemption(ledger):
