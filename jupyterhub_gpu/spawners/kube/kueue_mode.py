@@ -7,8 +7,10 @@ WorkloadPriorityClass, and Kueue's webhook gates it. While it is gated, :meth:`K
 its Workload stands every ``kueue_poll_interval`` seconds (the VisibilityOnDemand API's position, else the
 Workload's own conditions) and says it in the spawn's progress; after ``queue_timeout`` seconds the pod is
 deleted and the spawn fails with a message. The hub's ``start_timeout`` is lengthened by ``queue_timeout`` for
-that spawn, so that it never cuts short a start that Kueue admitted late. Billing starts at the pod's binding
-(:meth:`.GPUKubeSpawner.gpu_confirm_start`), which a gated pod has not had.
+that spawn, so that it never cuts short a start that Kueue admitted late. Once Kueue admits the pod, the budget
+is checked again before the start is recorded (the budget's other servers ran meanwhile): a refusal deletes the
+pod and nothing is billed. Billing starts at the pod's binding (:meth:`.GPUKubeSpawner.gpu_confirm_start`),
+which a gated pod has not had.
 
 A hub stopped while a pod is gated leaves a pod whose spawn no server of the restarted hub knows: it is an
 orphan of an interrupted spawn (:func:`..startup.reap_orphans`), deleted before the hub serves, so that it
@@ -30,6 +32,7 @@ from traitlets.config import Configurable
 from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.env import STARTED
 from jupyterhub_gpu.spawners.assign.queue import wait_limit_text
+from jupyterhub_gpu.spawners.budget import refusal_of
 from jupyterhub_gpu.spawners.kube.kueue import (
     GROUP,
     QUEUE_LABEL,
@@ -148,6 +151,8 @@ class KueueMode(Configurable):
     _gpu_kueue_admitted = False
     #: the hub's ``start_timeout`` as configured (a Kueue spawn lengthens it by ``queue_timeout``)
     _kueue_start_timeout: int | None = None
+    #: the budget's check at this spawn's admission (:meth:`_kueue_budget_again`), once started
+    _kueue_budget: asyncio.Future | None = None
 
     @property
     def kueue_settled(self) -> bool:
@@ -193,7 +198,7 @@ class KueueMode(Configurable):
         if self._kueue_start_timeout is None:
             self._kueue_start_timeout = self.start_timeout
         self.start_timeout = self._kueue_start_timeout
-        self._gpu_kueue, self._gpu_kueue_admitted = None, False
+        self._gpu_kueue, self._gpu_kueue_admitted, self._kueue_budget = None, False, None
         target = await self.gpu_kueue_target(profile)
         if target is None:
             return
@@ -276,6 +281,7 @@ class KueueMode(Configurable):
             uid = ((pod or {}).get("metadata") or {}).get("uid")
             workload = await self._kueue_workload(uid) if uid else None
             if (pod is not None and not gated(pod)) or admitted(workload):
+                await self._kueue_budget_again()
                 self._kueue_note_admitted(target)
                 return
             place = None
@@ -292,6 +298,28 @@ class KueueMode(Configurable):
                     status_code=503,
                 )
             await asyncio.sleep(min(self.kueue_poll_interval, max(deadline - time.monotonic(), 0.05)))
+
+    async def _kueue_budget_again(self) -> None:
+        """Once Kueue has admitted the pod, before its start is recorded: the budget checked again, as after a wait
+        in the hub's own queue (the budget's other servers ran while this one was gated). A refusal fails the
+        spawn with the budget's message; the pod is deleted as the start unwinds, and nothing is billed. One check
+        per spawn: the watch that sees the admission and the start that finds the pod running share it."""
+        if self._kueue_budget is None:
+            self._kueue_budget = asyncio.ensure_future(self._kueue_check_budget())
+            self._kueue_budget.add_done_callback(lambda f: f.cancelled() or f.exception())  # read by its waiters
+        await asyncio.shield(self._kueue_budget)  # a cancelled waiter leaves it to the other
+
+    async def _kueue_check_budget(self) -> None:
+        refusal = await refusal_of(self, self._gpu_profile, reserve=True)
+        if refusal:
+            self.log.info("%s: admitted by Kueue, but its budget no longer pays its start", self._log_name)
+            raise self.gpu_refusal(refusal, reason="budget", status_code=403)
+
+    async def gpu_confirm_start(self):
+        """The budget at Kueue's admission (:meth:`_kueue_budget_again`), if the watch has not checked it yet."""
+        if self._gpu_kueue is not None:
+            await self._kueue_budget_again()
+        await super().gpu_confirm_start()
 
     def _kueue_note_admitted(self, target: KueueTarget) -> None:
         self._gpu_kueue_admitted = True  # before the event that wakes the progress up

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from jupyterhub.spawner import SpawnException
 from kubernetes_asyncio.client.rest import ApiException
 
+from jupyterhub_gpu.billing import BudgetRule
+from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import DEVICE_INFO
+from jupyterhub_gpu.session import SessionStart, StopReason
 from jupyterhub_gpu.spawners.kube.kueue import ADMISSION_GATE
 from jupyterhub_gpu.spawners.progress import SPAWN_LANGUAGES
 from tests.unit.spawners.kube.test_kube_spawner import (  # noqa: F401  (kubeconfig: KubeSpawner needs a client config)
@@ -45,6 +50,7 @@ class StandInCluster:
         self.workloads: list[dict] = []
         self.pending: dict | None = {"items": []}  # the visibility API's answer; None: not served
         self.deleted: list[str] = []
+        self.start_delay = 0.0  # seconds the admitted pod takes to run (its image pulled, its server up)
         self.api_client = self
 
     # CustomObjectsApi
@@ -115,6 +121,7 @@ class KueueSpawner(RecordingKubeSpawner):
         self.cluster.pods[key] = pod
         while "schedulingGates" in self.cluster.pods[key]["spec"]:  # noqa: ASYNC110  (Kueue ungates it)
             await asyncio.sleep(0.02)
+        await asyncio.sleep(self.cluster.start_delay)
         return ("10.0.0.5", 8888)
 
     async def _make_delete_pod_request(self, name, options, grace, timeout):
@@ -270,6 +277,72 @@ async def test_a_callable_names_the_queue_and_a_profile_key_wins():
     assert seen == ["t4"]
     cluster.admit()
     await task
+
+
+def spend_while_gated(ledger_url: str) -> None:
+    """alice's other server ran 30 minutes of a T4 meanwhile (1.50 of her 1.00 budget), recorded and closed."""
+    from jupyterhub_gpu.ledger.store import shared_ledger
+
+    ledger = shared_ledger(ledger_url)
+    now = utcnow()
+    other = SessionStart(
+        "other-1", "alice", "other", ("cs231n",), "t4", ("GPU-0",), 50_000, "CNY", now - timedelta(minutes=30)
+    )
+    ledger.record_start(other)
+    ledger.record_stop("other-1", now, StopReason.STOPPED)
+
+
+def budgeted_spawner(cluster: StandInCluster, tmp_path, **options):
+    """A Kueue spawner whose user has 1.00 CNY a month: enough for the first 10 minutes of a T4 (0.50)."""
+    from jupyterhub_gpu.ledger.store import shared_ledger
+
+    ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"
+    rule = BudgetRule("user", "alice", "month", "money", Decimal("1.00"))
+    shared_ledger(ledger_url).set_budget(rule, utcnow())
+    return kueue_spawner(cluster, ledger_db_url=ledger_url, **options), ledger_url
+
+
+def alices_sessions(ledger_url: str) -> list:
+    from jupyterhub_gpu.ledger.store import shared_ledger
+
+    return [s for s in shared_ledger(ledger_url).sessions(user="alice") if s.server_name == ""]
+
+
+REFUSED = "Budget used up: CN¥1.50 of CN¥1.00 (your budget) spent in"
+
+
+@pytest.mark.parametrize("seen_by", ["the watch", "the start"])
+async def test_the_budget_is_checked_again_at_kueues_admission_and_a_refusal_deletes_the_pod(tmp_path, seen_by):
+    cluster = StandInCluster()
+    if seen_by == "the watch":
+        cluster.start_delay = 30  # its server would take long to come up: the watch sees the admission first
+        spawner, ledger_url = budgeted_spawner(cluster, tmp_path)
+    else:
+        spawner, ledger_url = budgeted_spawner(cluster, tmp_path, kueue_poll_interval=60)  # the start sees it first
+    task = asyncio.ensure_future(spawn(spawner, "t4"))  # the budget pays its first 10 minutes: the pod is made
+    await wait_until(lambda: cluster.pods)
+    cluster.wait(2, 2, "insufficient unused quota for nvidia.com/gpu in flavor sim-gpu, 1 more needed")
+    spend_while_gated(ledger_url)
+    cluster.admit()
+    with pytest.raises(SpawnException) as e:
+        await asyncio.wait_for(task, 10)  # not the 30 s the pod would take to run
+    assert REFUSED in e.value.jupyterhub_message, e.value.jupyterhub_message
+    await wait_until(lambda: not cluster.pods)
+    assert cluster.deleted == [spawner.pod_name]
+    assert alices_sessions(ledger_url) == []  # never recorded, never billed
+    assert spawner.gpu_session == {}
+    assert not any(m.startswith("Admitted by Kueue") for m in messages(spawner))
+
+
+async def test_a_budget_that_still_pays_at_admission_starts_the_server(tmp_path):
+    cluster = StandInCluster()
+    spawner, ledger_url = budgeted_spawner(cluster, tmp_path)
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    cluster.admit()
+    assert await task == ("10.0.0.5", 8888)
+    (session,) = alices_sessions(ledger_url)
+    assert session.id == spawner.gpu_session["session_id"]
 
 
 async def wait_until(predicate, timeout=10):
