@@ -15,13 +15,22 @@ A request's answer waits for its write's commit, so a 2xx always names a row tha
 ``limit`` writes are already waiting (the database is slow, or locked by another process), a new one is
 refused at once with :class:`WriterBusy`, which the service answers with a 503 and ``Retry-After``: the
 queue never grows without bound, and nothing acknowledged is lost. :meth:`LedgerWriter.close` takes no
-new write and writes every waiting one before it returns.
+new write and writes every waiting one before it returns; a closed writer stays this ledger's writer
+(:meth:`LedgerWriter.of`), refusing every write with ``WriterBusy(closed=True)``, so a request that comes
+late in a shutdown is answered 503 and its server sends it again to the next service.
+
+The tick's writes come here too (:meth:`LedgerWriter.call_when_free`, which waits for room rather than
+being refused): on sqlite one write transaction at a time is all the file allows, and with every write
+of the process in one queue none of them waits on another's lock. A call runs in the context of its
+caller (``contextvars``), so :func:`.counting.statements_of` counts a tick's writes as the tick's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
+import functools
 import logging
 import math
 import queue
@@ -44,6 +53,8 @@ T = TypeVar("T")
 DEFAULT_LIMIT = 2000
 #: Pushes written in one transaction at most.
 MAX_BATCH = 500
+#: Seconds between a waiting tick write's tries for room in a full queue.
+FREE_POLL = 0.05
 
 _WRITERS: weakref.WeakKeyDictionary[Ledger, LedgerWriter] = weakref.WeakKeyDictionary()
 _STOP = object()
@@ -87,9 +98,13 @@ class LedgerWriter:
 
     @classmethod
     def of(cls, ledger: Ledger, limit: int | None = None) -> LedgerWriter:
-        """The one writer of ``ledger`` in this process (made at its first use; ``limit`` for a new one)."""
+        """The one writer of ``ledger`` in this process (made at its first use; ``limit`` for a new one).
+
+        Once closed it stays the one: it refuses every write (``WriterBusy(closed=True)``, a 503), so nothing
+        is written after :meth:`close` has drained it (the service closes the ledger next).
+        """
         writer = _WRITERS.get(ledger)
-        if writer is None or writer._closed:
+        if writer is None:
             writer = _WRITERS[ledger] = cls(ledger, limit=limit or DEFAULT_LIMIT)
         return writer
 
@@ -111,6 +126,8 @@ class LedgerWriter:
         WriterBusy, at once and with nothing queued, when ``limit`` writes are waiting or the writer is closed.
         """
         future: Future = Future()
+        if not isinstance(item, Push):  # run in the caller's context: what it counts (see the module's doc)
+            item = functools.partial(contextvars.copy_context().run, item)
         with self._close_lock:  # no write slips in behind close()'s stop mark
             if self._closed:
                 raise WriterBusy(self.waiting, 5, closed=True)
@@ -129,6 +146,22 @@ class LedgerWriter:
     async def call(self, write: Callable[..., T], *args, **kwargs) -> T:
         """Run ``write(ledger, *args, **kwargs)`` on the writer, in its turn: its result once it returns."""
         return await asyncio.wrap_future(self.submit(lambda ledger: write(ledger, *args, **kwargs)))
+
+    async def call_when_free(self, write: Callable[..., T], *args, **kwargs) -> T:
+        """:meth:`call`, but while ``limit`` writes wait, wait for room instead of being refused (the tick's
+        writes: a tick goes on once its write is done; the requests keep the queue's room first).
+
+        WriterBusy only once the writer is closed.
+        """
+        while True:
+            try:
+                future = self.submit(lambda ledger: write(ledger, *args, **kwargs))
+            except WriterBusy as e:
+                if e.closed:
+                    raise
+                await asyncio.sleep(FREE_POLL)
+                continue
+            return await asyncio.wrap_future(future)
 
     def close(self, timeout: float | None = 60) -> None:
         """Take no new write, write every waiting one, and stop the thread."""

@@ -11,7 +11,6 @@ import difflib
 import os
 import secrets
 import signal
-import time
 import traceback
 from copy import deepcopy
 from datetime import timedelta
@@ -27,7 +26,6 @@ from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
-from jupyterhub_gpu.ledger.counting import statements_of
 from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB, check_hub_name
 from jupyterhub_gpu.ledger.store import Ledger, LedgerSchemaError
 from jupyterhub_gpu.ledger.writer import DEFAULT_LIMIT, LedgerWriter
@@ -53,7 +51,8 @@ from jupyterhub_gpu.service.settings import (
     Scheduling,
     move_deprecated,
 )
-from jupyterhub_gpu.service.tick import TickContext, TickHealth, TickState, run_announcer, run_tick
+from jupyterhub_gpu.service.tick import TickContext, TickHealth, TickState, run_announcer
+from jupyterhub_gpu.service.tick.thread import LoopLag, TickThread, logged_tick
 from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.service.web.params import MAX_BODY_BYTES
 from jupyterhub_gpu.service.web.routes import make_handlers
@@ -414,6 +413,7 @@ class GPUService(Application):
             digest_hour=self.advice.digest_hour,
             reconcile_interval=timedelta(seconds=self.reconcile_interval),
             kueue_quota=self.kueue_mover(),
+            writer=self.writer,
         )
 
     def kueue_mover(self) -> QuotaMover | None:
@@ -469,17 +469,16 @@ class GPUService(Application):
         """A finished job or stop-when-done run, with its cost, on one channel (raises if not delivered)."""
         await run_announcer(self.tick_context)(session, job, channel)
 
+    tick_thread: TickThread | None = None
+    loop_lag: LoopLag | None = None
+
     async def tick(self) -> None:
-        """One metering tick (:func:`.tick.metering.run_tick`); failures are logged and the next tick tries again."""
-        now = utcnow()
-        try:
-            self.ledger.heartbeat(now)  # this service alive on the shared ledger (the doctor's check of hub names)
-        except Exception:
-            self.log.warning("could not note this service's heartbeat in the ledger", exc_info=True)
-        began = time.monotonic()
-        with statements_of(self.ledger) as statements:  # the tick's own, not the requests' between its slices
-            await run_tick(self.tick_context, self.tick_state, now, self.log)
-        self.log.info("tick: %.3f s, %d ledger statements", time.monotonic() - began, statements[0])
+        """One metering tick (:func:`.tick.metering.run_tick`) on the tick's own thread and loop, never on the
+        requests' (:mod:`.tick.thread`); failures are logged and the next tick tries again."""
+        if self.tick_thread is None:
+            self.tick_thread = TickThread()
+        ticking = logged_tick(self.tick_context, self.tick_state, utcnow(), self.log, self.loop_lag)
+        await self.tick_thread.run(ticking)
 
     async def run(self) -> None:
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
@@ -491,12 +490,15 @@ class GPUService(Application):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        self.loop_lag = LoopLag().start()
         ticker = asyncio.create_task(self._tick_forever(stop))
         await stop.wait()
         self.log.info("jupyterhub-gpu service shutting down")
         ticker.cancel()
         server.stop()
         await asyncio.gather(ticker, return_exceptions=True)
+        if self.tick_thread is not None:  # the tick's writes end before the writer's last
+            await asyncio.to_thread(self.tick_thread.close)
         await asyncio.to_thread(self.writer.close)  # every write taken is committed (and answered) first
         self.notifier.close()
         self.ledger.withdraw()
@@ -547,7 +549,7 @@ class GPUService(Application):
                 self.log.warning("the hub that started this service is gone; shutting down")
                 stop.set()
                 break
-            changes = self.lab_settings_changed()
+            changes = await asyncio.to_thread(self.lab_settings_changed)
             if changes:
                 # a hub (re)started with other settings: stop rather than show one currency and charge another
                 self.log.critical(

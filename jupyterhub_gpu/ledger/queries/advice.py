@@ -19,16 +19,29 @@ from jupyterhub_gpu.ledger.store import Ledger
 
 def save_advice(ledger: Ledger, session_id: str, final: bool, values: dict) -> SessionAdvice:
     """Write (or replace) a session's advice row; a final one is never replaced by a live one."""
+    (row,) = save_advices(ledger, [(session_id, final, values)])
+    return row
+
+
+def save_advices(ledger: Ledger, advices: Sequence[tuple[str, bool, dict]]) -> list[SessionAdvice]:
+    """:func:`save_advice` for each ``(session_id, final, values)``, in one transaction (the tick's chunk of
+    sessions: one commit, not one per session)."""
+    rows = []
     with ledger.Session() as db:
-        row = db.get(SessionAdvice, session_id)
-        if row is None:
-            row = SessionAdvice(session_id=session_id, **values)
-            db.add(row)
-        elif not row.final or final:
-            for key, value in values.items():
-                setattr(row, key, value)
+        found = {r.session_id: r for r in db.scalars(select(SessionAdvice).where(SessionAdvice.session_id.in_(
+            [session_id for session_id, _, _ in advices]
+        )))}  # fmt: skip
+        for session_id, final, values in advices:
+            row = found.get(session_id)
+            if row is None:
+                row = found[session_id] = SessionAdvice(session_id=session_id, **values)
+                db.add(row)
+            elif not row.final or final:
+                for key, value in values.items():
+                    setattr(row, key, value)
+            rows.append(row)
         db.commit()
-        return row
+    return rows
 
 
 def sessions_without_final_advice(

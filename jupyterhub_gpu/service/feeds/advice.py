@@ -22,7 +22,7 @@ from jupyterhub_gpu.ledger.pricing import OWN_HUB
 from jupyterhub_gpu.ledger.queries.advice import (
     final_advice_rows,
     running_sessions_due_for_advice,
-    save_advice,
+    save_advices,
     sessions_without_final_advice,
 )
 from jupyterhub_gpu.ledger.queries.overrides import load_overrides
@@ -64,9 +64,21 @@ def profile_options(ledger: Ledger, settings: AdviceSettings | None = None, hub:
 
 def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) -> SessionAdvice:
     """Write (or replace) a session's advice; a final one is never replaced by a live one."""
+    (row,) = store_all(ledger, [(session, advice)], now)
+    return row
+
+
+def store_all(ledger: Ledger, judged: Sequence[tuple[SessionFacts, Advice]], now: datetime) -> list[SessionAdvice]:
+    """:func:`store` for each ``(session, advice)``, in one transaction."""
+    return save_advices(
+        ledger, [(session.id, session.final, _row_values(session, advice, now)) for session, advice in judged]
+    )
+
+
+def _row_values(session: SessionFacts, advice: Advice, now: datetime) -> dict:
     usage = advice.usage
     s = advice.suggested
-    values = dict(
+    return dict(
         profile=session.profile,
         computed=naive_utc(now),
         final=session.final,
@@ -96,7 +108,6 @@ def store(ledger: Ledger, session: SessionFacts, advice: Advice, now: datetime) 
         saving_micros=advice.saving_micros,
         message=advice.message,
     )
-    return save_advice(ledger, session.id, session.final, values)
 
 
 def facts_of(record: SessionRecord, now: datetime, options: Sequence[ProfileOption]) -> SessionFacts:

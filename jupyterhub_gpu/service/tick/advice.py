@@ -9,23 +9,22 @@ from datetime import datetime
 from jupyterhub_gpu.clock import aware_utc
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.ledger.queries.channels import channel_owners
-from jupyterhub_gpu.ledger.queries.samples import session_minutes, sessions_minutes
+from jupyterhub_gpu.ledger.queries.samples import sessions_minutes
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.rules.advice import NOTICE_WITHIN, Advice, advise, summarize
 from jupyterhub_gpu.service.domain.advice import advice_message, digest_message, digest_window
-from jupyterhub_gpu.service.feeds.advice import facts_of, profile_options, sessions_to_judge, store, summary
+from jupyterhub_gpu.service.feeds.advice import facts_of, profile_options, sessions_to_judge, store_all, summary
 from jupyterhub_gpu.service.notify import Notifier, lab_notice
 from jupyterhub_gpu.service.tick.context import LoopSlice, TickContext, chunks
+from jupyterhub_gpu.session import SessionFacts
 
 
-def judge(ctx: TickContext, record: SessionRecord, now: datetime, options, minutes: list | None = None) -> Advice:
-    """Advise a session from its minutes (read here unless given) and store the advice."""
-    ledger = ctx.ledger
+def judge(
+    ctx: TickContext, record: SessionRecord, now: datetime, options, minutes: list
+) -> tuple[SessionFacts, Advice]:
+    """A session's facts and its advice, from its minutes (nothing written)."""
     facts = facts_of(record, now, options)
-    if minutes is None:
-        minutes = session_minutes(ledger, record.id)
-    advice = advise(facts, summarize(minutes), options, ctx.advice_settings, ctx.currency)
-    store(ledger, facts, advice, now)
-    return advice
+    return facts, advise(facts, summarize(minutes), options, ctx.advice_settings, ctx.currency)
 
 
 def update_advice(ctx: TickContext, now: datetime) -> dict:
@@ -34,27 +33,39 @@ def update_advice(ctx: TickContext, now: datetime) -> dict:
     A closed session is judged once, ``CLOSE_DELAY`` after its stop (its last
     samples arrive late), and its user gets a Lab notice when it was advised. A
     running session is judged once it has run ``live_after_minutes`` and again
-    every ``LIVE_REFRESH`` (:func:`.advice.sessions_to_judge`). The service runs
-    the same pass through :func:`advise_sessions`, which lets the event loop in
-    between sessions.
+    every ``LIVE_REFRESH`` (:func:`.advice.sessions_to_judge`). Each chunk of
+    sessions is stored in one transaction. The service runs the same pass
+    through :func:`advise_sessions`, whose writes go through the ledger's writer.
     """
     result = {"final": 0, "live": 0, "advised": 0}
-    for _ in _advice_steps(ctx, now, result):
-        pass
+    for step in _advice_steps(ctx, now, result):
+        if step is not None:
+            step[0](ctx.ledger, *step[1:])
     return result
 
 
 async def advise_sessions(ctx: TickContext, now: datetime) -> dict:
-    """:func:`update_advice` on the event loop: the loop gets a turn every :data:`LOOP_SLICE`."""
+    """:func:`update_advice` in the tick: its loop gets a turn every :data:`LOOP_SLICE`, each chunk's writes
+    are one call of the ledger's writer (:meth:`.context.TickContext.write`)."""
     result = {"final": 0, "live": 0, "advised": 0}
     pause = LoopSlice()
-    for _ in _advice_steps(ctx, now, result):
+    for step in _advice_steps(ctx, now, result):
+        if step is not None:
+            await ctx.write(*step)
         await pause()
     return result
 
 
+def _write_chunk(ledger: Ledger, judged: list, notices: list, now: datetime) -> None:
+    """A chunk's advice in one transaction, then the Lab notices of its newly advised closed sessions."""
+    store_all(ledger, judged, now)
+    for message in notices:
+        lab_notice(ledger, message, now)
+
+
 def _advice_steps(ctx: TickContext, now: datetime, result: dict):
-    """The advice pass, one step (a session judged, or a chunk's minutes read) per ``yield``; counts in ``result``."""
+    """The advice pass, a step at a time: ``None`` after a session judged or a chunk's minutes read, and each
+    chunk's write as ``(function, *args)`` to run on the ledger; counts in ``result``."""
     ledger, settings, currency = ctx.ledger, ctx.advice_settings, ctx.currency
     closed, live = sessions_to_judge(ledger, now, settings)
     if not closed and not live:
@@ -64,18 +75,21 @@ def _advice_steps(ctx: TickContext, now: datetime, result: dict):
     for final, records in ((True, closed), (False, live)):
         for chunk in chunks(records):
             minutes = sessions_minutes(ledger, dict.fromkeys(r.id for r in chunk))
-            yield
+            yield None
+            judged, notices = [], []
             for record in chunk:
-                advice = judge(ctx, record, now, options, minutes[record.id])
+                facts, advice = judge(ctx, record, now, options, minutes[record.id])
+                judged.append((facts, advice))
                 if final:
                     result["final"] += 1
                     if advice.advised:
                         result["advised"] += 1
                         if aware_utc(record.stopped) >= now - NOTICE_WITHIN:
-                            lab_notice(ledger, advice_message(record, advice, currency), now)
+                            notices.append(advice_message(record, advice, currency))
                 else:
                     result["live"] += 1
-                yield
+                yield None
+            yield (_write_chunk, judged, notices, now)
 
 
 async def send_digests(ctx: TickContext, now: datetime) -> list[str]:

@@ -172,7 +172,8 @@ async def _enforce_user(tick: _BudgetPass, user: str, sessions) -> None:
             for lower in crossed[:-1]:
                 for channel in CHANNELS:
                     if (*key, lower, channel, rule.revision) not in sent:
-                        passed(ledger, Once(user, rule.key, status.period_start, lower, rule.revision), channel, now)
+                        once = Once(user, rule.key, status.period_start, lower, rule.revision)
+                        await tick.ctx.write(passed, once, channel, now)
             if channels is not None and all((*key, crossed[-1], ch, rule.revision) in sent for ch in channels):
                 continue
             await tick.notify(user, groups, status, crossed[-1])

@@ -7,11 +7,12 @@ with any clock. What changes from one tick to the next (the schedule's
 follow-up, the reconciler's missing sessions, the tick's health) lives in
 :class:`TickState`, apart from the context.
 
-The tick runs on the service's event loop, beside the requests (samples every
-30 s from each server). A pass over a thousand sessions takes a second of CPU,
-so each pass lets the loop run the requests that wait at least every
-:data:`LOOP_SLICE` (:class:`LoopSlice`), and reads the sessions' samples a
-chunk at a time (:data:`CHUNK`, one query each) instead of once per session.
+The service runs the tick on a thread and event loop of its own (:mod:`.thread`), apart from the requests
+(samples every 30 s from each server); its writes go through the ledger's one writer
+(:meth:`TickContext.write`), each a short transaction in turn with the requests' writes. A pass over a
+thousand sessions takes a second of CPU, so each pass still lets its loop run what else waits there (its
+notices) at least every :data:`LOOP_SLICE` (:class:`LoopSlice`), and reads the sessions' samples a chunk at
+a time (:data:`CHUNK`, one query each) instead of once per session.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 from jupyterhub_gpu.ledger.models import SessionRecord
 from jupyterhub_gpu.ledger.queries.schedule import StopOrder
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.ledger.writer import LedgerWriter
 from jupyterhub_gpu.money import Currency
 from jupyterhub_gpu.rules.advice import AdviceSettings
 from jupyterhub_gpu.service.hubapi import HubClient
@@ -36,6 +41,8 @@ from jupyterhub_gpu.service.notify import Notifier
 LOOP_SLICE = 0.02
 #: Sessions whose samples one query reads (culling, advice): a few hundred bound ids at most.
 CHUNK = 100
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,10 +84,20 @@ class TickContext:
     #: Class reservations kept by Kueue: ``await kueue_quota(bookings, now)`` moves ClusterQueue quota for the
     #: windows in force (:class:`jupyterhub_gpu.service.kueue.QuotaMover`); None: no Kueue reservations.
     kueue_quota: Callable[[list, datetime], Awaitable[list[str]]] | None = None
+    #: The ledger's one writer, which the passes' writes go through (:meth:`write`); None: they write at once.
+    writer: LedgerWriter | None = None
 
     def __post_init__(self):
         if self.notifier is None:
             object.__setattr__(self, "notifier", Notifier(self.ledger))
+
+    async def write(self, write: Callable[..., T], *args, **kwargs) -> T:
+        """``write(ledger, *args, **kwargs)``'s result: run by the ledger's writer in its turn (waiting for room
+        when the requests fill its queue), or at once where the context has no writer (tests, the CLI)."""
+        timed = _timed(write)
+        if self.writer is None:
+            return timed(self.ledger, *args, **kwargs)
+        return await self.writer.call_when_free(timed, *args, **kwargs)
 
 
 @dataclass
@@ -138,6 +155,46 @@ class TickResult:
     users_checked: int = 0
     alerts: list[tuple[str, str, int]] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class TickWrites:
+    """The writes of one tick (:func:`tick_writes`): how many, their seconds in all and the longest one's."""
+
+    count: int = 0
+    seconds: float = 0.0
+    longest: float = 0.0
+
+
+_WRITES: ContextVar[TickWrites | None] = ContextVar("jupyterhub_gpu_tick_writes", default=None)
+
+
+@contextmanager
+def tick_writes() -> Iterator[TickWrites]:
+    """``with tick_writes() as w:`` ... ``w`` counts the writes :meth:`TickContext.write` did meanwhile in this
+    context (the writer runs each in its caller's context)."""
+    box = TickWrites()
+    token = _WRITES.set(box)
+    try:
+        yield box
+    finally:
+        _WRITES.reset(token)
+
+
+def _timed(write: Callable[..., T]) -> Callable[..., T]:
+    def run(ledger: Ledger, *args, **kwargs) -> T:
+        began = time.perf_counter()
+        try:
+            return write(ledger, *args, **kwargs)
+        finally:
+            box = _WRITES.get()
+            if box is not None:
+                took = time.perf_counter() - began
+                box.count += 1
+                box.seconds += took
+                box.longest = max(box.longest, took)
+
+    return run
 
 
 class LoopSlice:

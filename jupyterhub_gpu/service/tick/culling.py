@@ -82,11 +82,11 @@ async def enforce_culling(ctx: TickContext, now: datetime) -> TickResult:
                 tz=tz,
             )
             if decision.action == "warn":
-                ledger.set_cull_warning(s.id, now, decision.rule.kind)
+                await ctx.write(Ledger.set_cull_warning, s.id, now, decision.rule.kind)
                 await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
                 result.alerts.append((s.user, s.id, 0))
             elif decision.action == "cancel":
-                ledger.set_cull_warning(s.id, None, None)
+                await ctx.write(Ledger.set_cull_warning, s.id, None, None)
                 await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
             elif decision.action == "stop":
                 try:

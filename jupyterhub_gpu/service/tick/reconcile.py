@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from jupyterhub_gpu.clock import aware_utc
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.tick.context import TickContext
 from jupyterhub_gpu.session import SessionStart, StopReason
 
@@ -42,7 +43,7 @@ async def reconcile(ctx: TickContext, now: datetime, missing: dict[str, datetime
             missing[s.id] = now
             continue
         stop_at = aware_utc(s.last_seen) or aware_utc(s.started)
-        if ledger.record_stop(s.id, stop_at, StopReason.RECONCILED):
+        if await ctx.write(Ledger.record_stop, s.id, stop_at, StopReason.RECONCILED):
             closed.append(s.id)
         missing.pop(s.id, None)
     # starts the spawner could not record: taken from the hub's server state where readable
@@ -52,8 +53,8 @@ async def reconcile(ctx: TickContext, now: datetime, missing: dict[str, datetime
         sid = gpu.get("session_id")
         if not sid or sid in known or ledger.get_session(sid) is not None:
             continue
-        ledger.record_start(SessionStart.from_spawner_state(user, name, entry.get("groups", []), gpu))
+        await ctx.write(Ledger.record_start, SessionStart.from_spawner_state(user, name, entry.get("groups", []), gpu))
         recorded.append(sid)
         alive.append(sid)
-    ledger.mark_seen(alive, now)
+    await ctx.write(Ledger.mark_seen, alive, now)
     return {"alive": len(alive), "closed": closed, "recorded": recorded}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from jupyterhub_gpu.ledger.models import SessionRecord
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.tick.context import TickContext
 
 log = logging.getLogger("jupyterhub_gpu.service")
@@ -23,7 +24,7 @@ async def stop_session(ctx: TickContext, session: SessionRecord, reason: str) ->
     this check the new server would be stopped for the old session's idleness or order. The spawner records a
     stop before the server can start again.
     """
-    kept = ctx.ledger.claim_stop_reason(session.id, reason)
+    kept = await ctx.write(Ledger.claim_stop_reason, session.id, reason)
     if kept is None:
         log.info(
             "%s/%s: its session %s closed before the %s stop", session.user, session.server_name, session.id, reason

@@ -253,3 +253,38 @@ async def test_statements_of_counts_only_its_own_task(ledger):
     before = ledger.queries
     mine, _ = await asyncio.gather(tick(), other_requests())
     assert mine == 4 and ledger.queries - before == 9
+
+
+def test_a_closed_writer_stays_the_ledgers_and_takes_nothing(ledger):
+    """A request that comes late in a shutdown (a keep-alive connection) gets the closed writer, not a new one."""
+    start(ledger)
+    writer = LedgerWriter.of(ledger, limit=7)
+    writer.close()
+    threads = {t.ident for t in threading.enumerate()}
+    again = LedgerWriter.of(ledger)
+    assert again is writer and again.limit == 7
+    with pytest.raises(WriterBusy) as busy:
+        again.submit(push())
+    assert busy.value.closed and busy.value.retry_after == 5
+    assert {t.ident for t in threading.enumerate()} <= threads  # no writer thread started for it
+    assert pushes_of(ledger) == 0
+
+
+async def test_a_waiting_call_waits_for_room_and_counts_in_its_callers_context(writer, ledger):
+    """The tick's writes: never refused while requests fill the queue, done in their turn, counted as the tick's."""
+    gate = Gate()
+    gate.hold(writer)
+    futures = [writer.submit(push(minute=i)) for i in range(writer.limit)]  # the queue is full
+    with pytest.raises(WriterBusy):
+        writer.submit(push())
+    with statements_of(ledger) as counted:
+        waiting = asyncio.ensure_future(writer.call_when_free(lambda ledger, sid: ledger.get_session(sid).id, "a"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        gate.opened.set()
+        assert await asyncio.wait_for(waiting, 10) == "a"
+    assert counted[0] == 1  # its one statement, run on the writer's thread, is counted here; the pushes' are not
+    assert all(f.result().pushes for f in futures)
+    writer.close()
+    with pytest.raises(WriterBusy):
+        await writer.call_when_free(lambda ledger: None)
