@@ -2,9 +2,10 @@
 
 The spawner's ``hub_name`` and the service's ``c.GPUService.hub_name`` must be the same (the service meters,
 culls and stops only the sessions recorded under its own name); and on a ledger several hubs share, each hub
-must have its own name. The ledger records every hub process and gpu service that opened it, with its hub
-API URL and a heartbeat (:mod:`jupyterhub_gpu.ledger.hubs`): two hub API URLs alive under one name are two
-hubs configured with the same name. Nothing is written.
+must have its own name. The ledger records every hub process and gpu service that opened it, with its hub's
+identity (from the hub's cookie secret: a hub API URL such as ``http://hub:8081/hub/api`` is the same for many
+hubs), its hub API URL and a heartbeat (:mod:`jupyterhub_gpu.ledger.hubs`): two identities running at once under
+one name are two hubs configured with the same name. Nothing is written.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def check_hub_names(setup: Setup) -> Iterator[Result]:
             "hub-names",
             FAIL,
             problem,
-            "give each hub on the ledger its own hub_name (the spawner's and its service's, the same), and restart it",
+            f"give each hub on the ledger its own hub_name: set c.{cls}.hub_name and c.GPUService.hub_name to a name"
+            " of its own in each hub's configuration (the same on both sides of one hub), and restart that hub",
         )
     if problems:
         return

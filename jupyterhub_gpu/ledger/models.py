@@ -479,7 +479,9 @@ class HubMember(Base):
     """A hub process (``role`` ``hub``: its spawners) or a gpu service (``service``) that opened the ledger.
 
     Written at its start and kept fresh (``heartbeat``) while it runs, so that the doctor sees which hubs share
-    the ledger under which names, and finds two hubs (two hub API URLs) that run under one name.
+    the ledger under which names, and finds two hubs that run under one name. ``id`` is ``<role>:<identity>``
+    for a member that knows its hub's identity (one row per hub and role, which a restart takes over), else a
+    random id of the process (:mod:`jupyterhub_gpu.ledger.hubs`).
     """
 
     __tablename__ = "gpu_hub_members"

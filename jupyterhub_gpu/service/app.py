@@ -27,6 +27,7 @@ from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB, check_hub_name
+from jupyterhub_gpu.ledger.hubs import HUB_ID_ENV, valid_identity
 from jupyterhub_gpu.ledger.store import Ledger, LedgerSchemaError
 from jupyterhub_gpu.ledger.writer import DEFAULT_LIMIT, LedgerWriter
 from jupyterhub_gpu.money import check_currency_code, check_currency_symbol
@@ -303,12 +304,21 @@ class GPUService(Application):
             self.exit(1)
         self._warn_deprecated_alert_settings()
         self.hub = HubClient.from_env()
-        self.ledger.announce("service", self.hub.api_url, utcnow(), __version__)  # for the doctor's hub names
+        self.announce_member()
         self.prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu/")
         # the singleton: HubOAuthCallbackHandler uses HubOAuth.instance() too (PKCE state lives there)
         self.hub_auth = HubOAuth.instance(api_token=self.hub.token, cache_max_age=60)
         self.tick_context = self.make_tick_context()
         self.tick_state = TickState(health=TickHealth(interval=self.tick_interval))
+
+    def announce_member(self) -> None:
+        """This service among the ledger's hub members, under the identity its hub gave it (the doctor's check of
+        the hubs' names: docs/admin.md, two hubs on one ledger)."""
+        given = os.environ.get(HUB_ID_ENV) or None
+        identity = valid_identity(given)
+        if given and identity is None:
+            self.log.warning("%s is not a hub identity (%r): this service is recorded without it", HUB_ID_ENV, given)
+        self.ledger.announce("service", self.hub.api_url, utcnow(), __version__, identity)
 
     def load_settings(self) -> None:
         """Read the groups of settings (:mod:`.settings`) from the loaded config, the deprecated names moved first.

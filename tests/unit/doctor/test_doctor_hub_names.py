@@ -1,5 +1,6 @@
 """The doctor's check of the hub names: the spawner's and the service's the same, and on a ledger that several
-hubs share, no two hubs (two hub API URLs, both alive) under one name. Real sqlite ledgers; nothing started."""
+hubs share, no two hubs (two hubs' identities, or two hub API URLs, running at once) under one name. Real sqlite
+ledgers; nothing started."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import timedelta
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.doctor.hubs import check_hub_names
 from jupyterhub_gpu.doctor.results import FAIL, PASS
+from jupyterhub_gpu.ledger.hubs import hub_identity
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.unit.doctor.test_doctor_checks import doctor, one
 
@@ -65,3 +67,32 @@ def test_a_ledger_shared_with_another_hub_under_its_own_name_passes(tmp_path):
         "this hub is 'lab'; the ledger" in result.message
         and "is shared with 'dept' (running now: 'lab')" in result.message
     )
+
+
+def test_two_hubs_with_one_hub_api_url_both_left_at_the_default_name_fail(tmp_path):
+    """Two Zero to JupyterHub releases (each hub API URL http://hub:8081/hub/api) on one ledger, neither named."""
+    now = utcnow()
+    for secret in (b"a" * 32, b"b" * 32):
+        for role in ("hub", "service"):
+            member = ledger_of(tmp_path, "default")
+            member.announce(role, "http://hub:8081/hub/api", now, "1.0", hub_identity(secret))
+            member.close()
+    result = one(doctor(tmp_path, only=ONLY), "hub-names", FAIL)
+    assert "two hubs run under the hub name 'default'" in result.message
+    assert f"hub {hub_identity(b'a' * 32)[:8]}: hub pid" in result.message
+    assert f"hub {hub_identity(b'b' * 32)[:8]}: hub pid" in result.message
+    assert "set c.GPULocalSpawner.hub_name and c.GPUService.hub_name to a name of its own in each hub's" in result.fix
+
+
+def test_a_restarted_hub_is_one_hub(tmp_path):
+    now = utcnow()
+    before = ledger_of(tmp_path, "default")  # killed five minutes ago, its row still young
+    before.announce("hub", "http://hub:8081/hub/api", now - timedelta(minutes=6), "1.0", hub_identity(b"a" * 32))
+    before.heartbeat(now - timedelta(minutes=5))
+    before.close()
+    for role in ("hub", "service"):
+        after = ledger_of(tmp_path, "default")
+        after.announce(role, "http://hub:8081/hub/api", now, "1.0", hub_identity(b"a" * 32))
+        after.close()
+    result = one(doctor(tmp_path, only=ONLY), "hub-names", PASS)
+    assert "this hub is 'default' (the default name), the only hub on the ledger" in result.message
