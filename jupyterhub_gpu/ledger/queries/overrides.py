@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from jupyterhub_gpu.clock import naive_utc
 from jupyterhub_gpu.ledger.models import ProfileOverride
+from jupyterhub_gpu.ledger.pricing import OWN_HUB
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.rules.overrides import Override
 
@@ -29,10 +30,13 @@ def _override(row: ProfileOverride) -> Override:
     )
 
 
-def load_overrides(ledger: Ledger) -> dict[str, Override]:
-    """Every override of the ledger's hub's profiles, by slug (one small query): each hub's admins edit its own."""
+def load_overrides(ledger: Ledger, hub: str = OWN_HUB) -> dict[str, Override]:
+    """Every override of a hub's profiles, by slug (one small query): each hub's admins edit its own.
+
+    ``hub``: the ledger's own hub by default, or another hub's name (a session of that hub is priced and advised
+    by its own hub's profiles, as ``Ledger.pricing(hub)`` reads them)."""
     with ledger.Session() as db:
-        rows = db.scalars(select(ProfileOverride).where(ProfileOverride.hub == ledger.hub))
+        rows = db.scalars(select(ProfileOverride).where(ProfileOverride.hub == (hub or ledger.hub)))
         return {row.slug: _override(row) for row in rows}
 
 

@@ -467,14 +467,19 @@ def queue(ledger: Ledger, user: str | None = None, hub: str | None = None) -> li
 # -- what a scheduling cycle reads of past sessions ---------------------------------------------------------------
 
 
-def sessions_since(ledger: Ledger, since: datetime) -> list[tuple[str | None, str, int, datetime, datetime | None]]:
-    """``(pool, profile, gpu_count, started, stopped or None)`` of the GPU sessions open at or after ``since``."""
+def sessions_since(
+    ledger: Ledger, since: datetime, hub: str | None = None
+) -> list[tuple[str | None, str, int, datetime, datetime | None]]:
+    """``(pool, profile, gpu_count, started, stopped or None)`` of the GPU sessions open at or after ``since`` (of
+    ``hub`` when given: a hub's fair shares and wait estimates are of its own GPUs and profiles)."""
     query = select(
         SessionRecord.pool, SessionRecord.profile, SessionRecord.gpu_count, SessionRecord.started, SessionRecord.stopped
     ).where(
         SessionRecord.gpu_count > 0,
         or_(SessionRecord.stopped.is_(None), SessionRecord.stopped >= naive_utc(since)),
     )
+    if hub is not None:
+        query = query.where(SessionRecord.hub == hub)
     with ledger.Session() as db:
         return [
             (pool, profile, count, aware_utc(started), aware_utc(stopped) if stopped else None)

@@ -56,7 +56,7 @@ def profile_options(ledger: Ledger, settings: AdviceSettings | None = None, hub:
     hub by default: a session is advised among its own hub's profiles) at the rates and groups the spawner
     charges and allows, the admins' edits applied as ``GET pricing`` shows them, each with its GPU memory
     (:func:`~jupyterhub_gpu.rules.advice.catalogue`; ``settings`` None: the defaults)."""
-    return catalogue(apply_to_pricing(ledger.pricing(hub), load_overrides(ledger)), settings or AdviceSettings())
+    return catalogue(apply_to_pricing(ledger.pricing(hub), load_overrides(ledger, hub)), settings or AdviceSettings())
 
 
 # -- storage ----------------------------------------------------------------------------------

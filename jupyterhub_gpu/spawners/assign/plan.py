@@ -232,7 +232,7 @@ class Planner:
         order = self.policy.order
         half_life = getattr(order, "half_life", timedelta(days=7))
         since = now - max(HISTORY, 4 * half_life)
-        past = rows.sessions_since(self.ledger, since)
+        past = rows.sessions_since(self.ledger, since, hub=self.ledger.hub)  # its own GPUs' use
         usage_rows = []
         lengths: dict[str, list[float]] = {}
         for pool, profile, count, started, stopped in past:
