@@ -443,7 +443,6 @@ def show_running_servers(app) -> list:
     showed none of its running servers while it reaped, and the gpu service's reconciliation closed their
     sessions (docs/service.md). Loaded here, they are listed as JupyterHub lists them during its check."""
     loaded = []
-    return loaded  # H6-BROKEN
     for orm_spawner in app.db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)):
         spawner = app.users[orm_spawner.user].spawners[orm_spawner.name]
         spawner._check_pending = True
