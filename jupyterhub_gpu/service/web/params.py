@@ -254,10 +254,13 @@ def parse_hub(value: str) -> str:
         raise BadRequest(str(e)) from None
 
 
-def known_hub(hub: str | None, hubs: list[str]) -> str | None:
-    """``hub`` when the ledger knows it (``hubs``: its sessions' and its members' hubs), else BadRequest naming them."""
+def known_hub(hub: str | None, hubs: list[str], tell: bool = True) -> str | None:
+    """``hub`` when the ledger knows it (``hubs``: its sessions' and its members' hubs), else BadRequest naming them
+    (``tell`` False: without them, for a caller who may read only their own usage)."""
     if hub is None or hub in hubs:
         return hub
+    if not tell:
+        raise BadRequest(f"The ledger has no hub named {hub!r}")
     have = ", ".join(map(repr, hubs)) if hubs else "none yet"
     raise BadRequest(f"The ledger has no hub named {hub!r}; its hubs: {have}")
 

@@ -27,7 +27,8 @@ class CullingHandler(BaseHandler):
         else:
             self.require_group(query.group)  # instructors: their own groups
         try:
-            known_hub(query.hub, self.ledger.hub_names() if query.hub is not None else [])
+            hubs = self.ledger.hub_names() if query.hub is not None else []
+            known_hub(query.hub, hubs, tell=self.has_scope(SCOPE_USAGE_READ))  # names: for every report's reader
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
         now = self.now()

@@ -28,8 +28,9 @@ class UsageHandler(BaseHandler):
             user = self.own_name("give user=, group= or all=true")
         elif not self.is_user:  # a service named like a user sees nothing of that user's
             self.require_scope(SCOPE_USAGE_READ)
-        try:  # after the scopes: the hubs' names are told only to a caller who may read the report
-            known_hub(query.hub, self.ledger.hub_names() if query.hub is not None else [])
+        try:  # after the scopes: the hubs' names are told only to a caller who may read everyone's report
+            hubs = self.ledger.hub_names() if query.hub is not None else []
+            known_hub(query.hub, hubs, tell=self.has_scope(SCOPE_USAGE_READ))
         except BadRequest as e:
             raise web.HTTPError(400, str(e)) from None
         now = self.now()

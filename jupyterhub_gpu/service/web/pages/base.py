@@ -182,6 +182,8 @@ class PageHandler(BaseHandler):
                 ),
             ) from None
         if hub not in self.hubs:
+            if not self.has_scope(SCOPE_USAGE_READ):  # the hubs' names are told only to who reads every report
+                raise web.HTTPError(400, self._("The ledger has no hub named {hub}.", hub=hub))
             known = ", ".join(self.hubs) if self.hubs else self._("none yet")
             raise web.HTTPError(
                 400, self._("The ledger has no hub named {hub}; its hubs: {hubs}.", hub=hub, hubs=known)
