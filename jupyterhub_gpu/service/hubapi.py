@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
@@ -69,6 +70,18 @@ class HubAPIError(RuntimeError):
         if code in (401, 403) and (_REQUIRES_RE.search(hub_message) or "credentials" in hub_message.lower()):
             return 502, str(self)
         return (code if 400 <= code < 500 else 502), hub_message or str(self)
+
+
+@dataclass(frozen=True)
+class ActiveListing:
+    """What the hub lists as running (:meth:`HubClient.active_listing`)."""
+
+    #: each active server as ``{"user", "name", "groups", "server"}``
+    servers: list[dict]
+    #: the users it lists as active with no server shown. JupyterHub lists a user as active when a server of
+    #: theirs is in its database, and shows the servers of the spawners it has loaded: a hub whose start is
+    #: not over may not have loaded them yet. Their servers are unknown, not gone.
+    unshown: frozenset[str] = frozenset()
 
 
 class HubClient:
@@ -133,7 +146,11 @@ class HubClient:
 
     async def active_servers(self, page_size: int = 200) -> list[dict]:
         """Every active server as ``{"user", "name", "groups", "server"}``, page by page."""
-        servers = []
+        return (await self.active_listing(page_size)).servers
+
+    async def active_listing(self, page_size: int = 200) -> ActiveListing:
+        """The hub's active servers (:meth:`active_servers`) and the users it lists without them, page by page."""
+        servers, unshown = [], set()
         offset = 0
         while True:
             page = await self.request(
@@ -153,13 +170,15 @@ class HubClient:
                     f" the scope read:servers, needed to see which servers run: {ROLE_HINT}"
                 )
             for user in items:
+                if not user.get("servers"):
+                    unshown.add(user["name"])
                 for name, server in (user.get("servers") or {}).items():
                     servers.append(
                         {"user": user["name"], "name": name, "groups": user.get("groups", []), "server": server}
                     )
             nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
             if not nxt or not items:
-                return servers
+                return ActiveListing(servers, frozenset(unshown))
             offset = nxt["offset"]
 
     async def user(self, name: str) -> dict | None:

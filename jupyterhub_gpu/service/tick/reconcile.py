@@ -23,11 +23,12 @@ async def reconcile(ctx: TickContext, now: datetime, missing: dict[str, datetime
     even of equal user and server names, are its own service's. A session is closed only after it has been
     missing from two listings in a row, at the last moment it was
     seen running; ``missing`` (kept by the caller between calls: :attr:`.context.TickState.missing`) holds the
-    sessions missing from the last listing and since when.
+    sessions missing from the last listing and since when. A user the hub lists as active with no server shown
+    (a hub that is starting has not loaded their servers yet) has their sessions neither seen nor missing.
     """
     ledger = ctx.ledger
-    servers = await ctx.hub.active_servers()
-    active = {(s["user"], s["name"]): s for s in servers}
+    listing = await ctx.hub.active_listing()
+    active = {(s["user"], s["name"]): s for s in listing.servers}
     open_sessions = ledger.open_sessions(hub=ledger.hub)  # the hub lists only its own servers
     alive, closed, recorded = [], [], []
     newest: dict[tuple[str, str], str] = {}
@@ -39,6 +40,8 @@ async def reconcile(ctx: TickContext, now: datetime, missing: dict[str, datetime
             alive.append(s.id)
             missing.pop(s.id, None)
             continue
+        if s.user in listing.unshown:
+            continue  # unknown, not gone: the next listings tell
         if s.id not in missing:
             missing[s.id] = now
             continue
