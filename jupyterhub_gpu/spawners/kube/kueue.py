@@ -119,10 +119,11 @@ def in_kueue_mode(kueue: object, profile) -> bool:
     return bool(kueue) or getattr(profile, "kueue_queue", None) is not None
 
 
-def queue_of(kueue: object, profile, pool: str | None, groups: Iterable[str]) -> str | None:
+def queue_of(kueue: object, profile, pool: str | None) -> str | None:
     """The LocalQueue of a spawn from the ``kueue`` dict (a callable's answer is taken as it is): the profile's
-    own ``kueue_queue``, then ``profiles[slug]``, then the paying group's (``groups[pool]``), then the first of
-    the user's groups that has one (in name order), then ``default``; None if nothing names one."""
+    own ``kueue_queue``, then ``profiles[slug]``, then the paying group's (``groups[pool]``), then ``default``;
+    None if nothing names one. Never another of the user's groups': its quota (and the bookings it keeps) would
+    serve a server that group does not pay for."""
     own = getattr(profile, "kueue_queue", None)
     if own:
         return own
@@ -134,9 +135,6 @@ def queue_of(kueue: object, profile, pool: str | None, groups: Iterable[str]) ->
     by_group = kueue.get("groups") or {}
     if pool and pool in by_group:
         return by_group[pool]
-    for group in sorted(groups):
-        if group in by_group:
-            return by_group[group]
     return kueue.get("default") or None
 
 
@@ -239,7 +237,14 @@ def missing_queue_phrase(queue: str, namespace: str) -> Phrase:
     )
 
 
-def no_queue_phrase() -> Phrase:
+def no_queue_phrase(pool: str | None = None) -> Phrase:
+    """No LocalQueue for this spawn; ``pool``: the group that pays has none (nor is there one for everyone)."""
+    if pool:
+        return Phrase(
+            "No Kueue queue is set for the group {group} that pays for this server, nor for everyone; nothing was"
+            " started. Choose another group to pay, or tell your administrator.",
+            group=pool,
+        )
     return Phrase(
         "No Kueue queue is set for your groups and this profile; nothing was started. Please tell your administrator."
     )

@@ -79,8 +79,8 @@ class KueueMode(Configurable):
         for it, the pod is created at once with the label ``kueue.x-k8s.io/queue-name``, and Kueue admits,
         orders and preempts; the hub still meters, enforces money budgets (before the pod is created), culls
         and notifies. A dict: ``"profiles"`` (profile slug to LocalQueue) first, then ``"groups"`` (the group
-        that pays, else the user's first group in name order that has one), then ``"default"``; a spawn for
-        which none is named is refused. A callable ``f(spawner)`` (may be async) returns the LocalQueue's name
+        that pays: never another of the user's groups, whose quota it would use), then ``"default"``; a spawn
+        for which none is named is refused. A callable ``f(spawner)`` (may be async) returns the LocalQueue's name
         (``spawner.user``, its groups and the chosen profile ``spawner.gpu_chosen_profile`` are set).
         A profile's own ``"kueue_queue"`` names its LocalQueue before all of these, and puts that profile
         alone in Kueue mode when this option is not set. Empty (the default): no Kueue.
@@ -153,6 +153,8 @@ class KueueMode(Configurable):
     _kueue_start_timeout: int | None = None
     #: the budget's check at this spawn's admission (:meth:`_kueue_budget_again`), once started
     _kueue_budget: asyncio.Future | None = None
+    #: the start has come to that check (its pod runs: :meth:`gpu_confirm_start`)
+    _kueue_confirming = False
 
     @property
     def kueue_settled(self) -> bool:
@@ -185,9 +187,10 @@ class KueueMode(Configurable):
                     log_message=f"c.GPUKubeSpawner.kueue returned a bad LocalQueue for {self._gpu_key}: {problem}",
                 )
         elif not queue:
-            queue = queue_of(self.kueue, profile, self._gpu_pool, self._gpu_group_names())
+            queue = queue_of(self.kueue, profile, self._gpu_pool)
         if not queue:
-            raise self.gpu_refusal(no_queue_phrase(), reason="kueue_config", status_code=403)
+            paying = self._gpu_pool if isinstance(self.kueue, dict) else None  # a dict names queues by group
+            raise self.gpu_refusal(no_queue_phrase(paying), reason="kueue_config", status_code=403)
         priority = self.kueue_preemptible_priority_class if profile.preemptible else self.kueue_priority_class
         return KueueTarget(queue, priority)
 
@@ -199,6 +202,7 @@ class KueueMode(Configurable):
             self._kueue_start_timeout = self.start_timeout
         self.start_timeout = self._kueue_start_timeout
         self._gpu_kueue, self._gpu_kueue_admitted, self._kueue_budget = None, False, None
+        self._kueue_confirming = False
         target = await self.gpu_kueue_target(profile)
         if target is None:
             return
@@ -239,7 +243,8 @@ class KueueMode(Configurable):
         try:
             done, _ = await asyncio.wait({started, watch}, return_when=asyncio.FIRST_COMPLETED)
             if watch in done and watch.exception() is not None:
-                started.cancel()  # the start deletes the gated pod as it unwinds
+                if not self._kueue_start_refused(watch.exception()):
+                    started.cancel()  # the start deletes the gated pod as it unwinds
                 await asyncio.wait({started})
                 raise watch.exception()
             if started not in done:
@@ -318,8 +323,22 @@ class KueueMode(Configurable):
     async def gpu_confirm_start(self):
         """The budget at Kueue's admission (:meth:`_kueue_budget_again`), if the watch has not checked it yet."""
         if self._gpu_kueue is not None:
+            self._kueue_confirming = True
             await self._kueue_budget_again()
         await super().gpu_confirm_start()
+
+    def _kueue_start_refused(self, error: BaseException) -> bool:
+        """Whether the start is failing on its own with the watch's ``error``: the budget's refusal at admission,
+        which both awaited. It then deletes its pod as it unwinds (or has begun to); a cancellation would cut that
+        short."""
+        check = self._kueue_budget
+        return (
+            self._kueue_confirming
+            and check is not None
+            and check.done()
+            and not check.cancelled()
+            and check.exception() is error
+        )
 
     def _kueue_note_admitted(self, target: KueueTarget) -> None:
         self._gpu_kueue_admitted = True  # before the event that wakes the progress up

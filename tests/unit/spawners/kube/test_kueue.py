@@ -136,12 +136,14 @@ def test_kueue_mode_is_for_gpu_profiles_when_the_option_or_the_profile_says_so()
 
 def test_the_local_queue_comes_from_the_profile_then_its_slug_then_the_paying_group_then_the_default():
     kueue = {"groups": {"cs231n": "cs231n-q", "thesis": "thesis-q"}, "profiles": {"a100": "a100-q"}, "default": "d"}
-    assert queue_of(kueue, profile(kueue_queue="own"), "cs231n", ["cs231n"]) == "own"
-    assert queue_of(kueue, profile("a100"), "cs231n", ["cs231n"]) == "a100-q"
-    assert queue_of(kueue, profile(), "thesis", ["cs231n", "thesis"]) == "thesis-q"
-    assert queue_of(kueue, profile(), None, ["thesis", "cs231n"]) == "cs231n-q"  # the first by name
-    assert queue_of(kueue, profile(), None, ["other"]) == "d"
-    assert queue_of({"groups": {"cs231n": "q"}}, profile(), None, ["other"]) is None
+    assert queue_of(kueue, profile(kueue_queue="own"), "cs231n") == "own"
+    assert queue_of(kueue, profile("a100"), "cs231n") == "a100-q"
+    assert queue_of(kueue, profile(), "thesis") == "thesis-q"
+    # a paying group without a LocalQueue takes the default, never another group's quota
+    assert queue_of(kueue, profile(), "hobby") == "d"
+    assert queue_of(kueue, profile(), None) == "d"
+    assert queue_of({"groups": {"cs231n": "q"}}, profile(), "hobby") is None
+    assert queue_of({"groups": {"cs231n": "q"}}, profile(), None) is None
 
 
 # -- the pod's labels and what Kueue says ------------------------------------------------------

@@ -257,9 +257,49 @@ async def test_a_local_queue_that_does_not_exist_is_refused_before_any_pod():
 async def test_a_spawn_no_queue_names_is_refused():
     cluster = StandInCluster()
     spawner = kueue_spawner(cluster, kueue={"groups": {"cs231n": "cs231n-q"}}, groups=("other",))
-    with pytest.raises(SpawnException, match="No Kueue queue is set for your groups"):
+    with pytest.raises(SpawnException, match="No Kueue queue is set for the group other that pays for this server"):
         await spawn(spawner, "t4")
     assert not cluster.pods
+    spawner = kueue_spawner(cluster, kueue=lambda spawner: "", groups=("other",))
+    with pytest.raises(SpawnException, match="No Kueue queue is set for your groups and this profile"):
+        await spawn(spawner, "t4")
+    assert not cluster.pods
+
+
+async def spawn_paid_by(spawner, profile: str, pool: str):
+    spawner.user_options = {"profile": profile, "pool": pool}
+    await spawner.run_pre_spawn_hook()
+    return await spawner.start()
+
+
+async def test_a_paying_group_without_a_local_queue_takes_the_default_not_another_groups():
+    cluster = StandInCluster()
+    spawner = kueue_spawner(cluster, groups=("cs231n", "hobby"))  # cs231n has a LocalQueue, hobby pays
+    task = asyncio.ensure_future(spawn_paid_by(spawner, "t4", "hobby"))
+    await wait_until(lambda: cluster.pods)
+    assert spawner.created_pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "shared-q"
+    assert spawner._gpu_pool == "hobby"
+    cluster.admit()
+    await task
+
+
+async def test_a_paying_group_without_a_local_queue_and_no_default_is_refused():
+    cluster = StandInCluster()
+    spawner = kueue_spawner(cluster, kueue={"groups": {"cs231n": "cs231n-q"}}, groups=("cs231n", "hobby"))
+    with pytest.raises(SpawnException) as e:
+        await spawn_paid_by(spawner, "t4", "hobby")
+    assert e.value.jupyterhub_message == (
+        "No Kueue queue is set for the group hobby that pays for this server, nor for everyone; nothing was started."
+        " Choose another group to pay, or tell your administrator."
+    )
+    assert not cluster.pods and not hasattr(spawner, "created_pod")
+    # the group with the LocalQueue, paying, goes to its own
+    spawner = kueue_spawner(cluster, kueue={"groups": {"cs231n": "cs231n-q"}}, groups=("cs231n", "hobby"))
+    task = asyncio.ensure_future(spawn_paid_by(spawner, "t4", "cs231n"))
+    await wait_until(lambda: cluster.pods)
+    assert spawner.created_pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cs231n-q"
+    cluster.admit()
+    await task
 
 
 async def test_a_callable_names_the_queue_and_a_profile_key_wins():
@@ -322,8 +362,9 @@ async def test_the_budget_is_checked_again_at_kueues_admission_and_a_refusal_del
     task = asyncio.ensure_future(spawn(spawner, "t4"))  # the budget pays its first 10 minutes: the pod is made
     await wait_until(lambda: cluster.pods)
     cluster.wait(2, 2, "insufficient unused quota for nvidia.com/gpu in flavor sim-gpu, 1 more needed")
+    await wait_until(lambda: any(m.startswith("Waiting in the cs231n-q queue") for m in messages(spawner)))
     spend_while_gated(ledger_url)
-    cluster.admit()
+    cluster.admit()  # "the start": the watch looked once and sleeps its interval
     with pytest.raises(SpawnException) as e:
         await asyncio.wait_for(task, 10)  # not the 30 s the pod would take to run
     assert REFUSED in e.value.jupyterhub_message, e.value.jupyterhub_message
