@@ -5,11 +5,15 @@ culls and stops only the sessions recorded under its own name); and on a ledger 
 must have its own name. The ledger records every hub process and gpu service that opened it, with its hub's
 identity (from the hub's cookie secret: a hub API URL such as ``http://hub:8081/hub/api`` is the same for many
 hubs), its hub API URL and a heartbeat (:mod:`jupyterhub_gpu.ledger.hubs`): two identities running at once under
-one name are two hubs configured with the same name. Nothing is written.
+one name are two hubs configured with the same name. The doctor reads this hub's identity from the cookie secret
+its configuration gives (where it can read it) to say which of the ledger's hubs it is. Nothing is written.
 """
 
 from __future__ import annotations
 
+import binascii
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +22,26 @@ from sqlalchemy.engine import make_url
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.doctor import databases
 from jupyterhub_gpu.doctor.loading import Setup
-from jupyterhub_gpu.doctor.results import FAIL, PASS, Result
+from jupyterhub_gpu.doctor.results import FAIL, PASS, WARN, Result
 from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB
-from jupyterhub_gpu.ledger.hubs import ALIVE, hub_name_problems
+from jupyterhub_gpu.ledger.hubs import ALIVE, hub_identity, hub_name_problems
 from jupyterhub_gpu.ledger.store import Ledger
+
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
+
+
+def configured_identity(hub) -> str | None:
+    """This hub's identity from the cookie secret its configuration gives, read as JupyterHub reads it (the config,
+    then ``JPY_COOKIE_SECRET``, then ``cookie_secret_file``); None where it cannot be read here (no file yet, or
+    one the doctor's user may not read)."""
+    try:
+        secret = hub.cookie_secret or binascii.a2b_hex(os.environ.get("JPY_COOKIE_SECRET", ""))
+        if not secret and hub.cookie_secret_file:
+            text = Path(os.path.expanduser(hub.cookie_secret_file)).read_text().strip()
+            secret = binascii.a2b_hex(text) if _HEX.fullmatch(text) else binascii.a2b_base64(text)
+    except (OSError, ValueError, binascii.Error):
+        return None
+    return hub_identity(secret)
 
 
 def check_hub_names(setup: Setup) -> Iterator[Result]:
@@ -71,16 +91,30 @@ def check_hub_names(setup: Setup) -> Iterator[Result]:
         )
     if problems:
         return
+    # this hub's own row, found by the identity of its cookie secret (a secret not read here finds none)
+    mine = configured_identity(setup.hub)
+    running = [m for m in members if m.role == "hub" and mine and m.identity == mine and now - m.heartbeat <= ALIVE]
+    for m in running:
+        if m.hub != spawner_name:
+            yield Result(
+                "hub-names",
+                WARN,
+                f"this hub (identity {mine[:8]}: {m.where()}) runs on the ledger as {m.hub!r}, but its configuration"
+                f" now names it {spawner_name!r}: it records its sessions as {m.hub!r} until it restarts",
+                "restart the hub (its gpu service restarts with it) for the new name to apply",
+            )
+            return
+    named = f"{spawner_name!r}" + (f" (identity {mine[:8]})" if running else "")
     others = [n for n in names if n != spawner_name]
     shown = make_url(url).render_as_string(hide_password=True)
     if not others:
         alone = "" if spawner_name != DEFAULT_HUB else " (the default name)"
-        yield Result("hub-names", PASS, f"this hub is {spawner_name!r}{alone}, the only hub on the ledger {shown}")
+        yield Result("hub-names", PASS, f"this hub is {named}{alone}, the only hub on the ledger {shown}")
         return
     alive = sorted({m.hub for m in members if now - m.heartbeat <= ALIVE})
     yield Result(
         "hub-names",
         PASS,
-        f"this hub is {spawner_name!r}; the ledger {shown} is shared with {', '.join(map(repr, others))}"
+        f"this hub is {named}; the ledger {shown} is shared with {', '.join(map(repr, others))}"
         f" (running now: {', '.join(map(repr, alive)) or 'none'}), each under its own name",
     )

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.doctor.hubs import check_hub_names
-from jupyterhub_gpu.doctor.results import FAIL, PASS
+from jupyterhub_gpu.doctor.results import FAIL, PASS, WARN
 from jupyterhub_gpu.ledger.hubs import hub_identity
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.unit.doctor.test_doctor_checks import doctor, one
@@ -96,3 +96,27 @@ def test_a_restarted_hub_is_one_hub(tmp_path):
         after.close()
     result = one(doctor(tmp_path, only=ONLY), "hub-names", PASS)
     assert "this hub is 'default' (the default name), the only hub on the ledger" in result.message
+
+
+def test_the_doctor_names_this_hubs_identity_and_warns_when_it_runs_under_another_name(tmp_path):
+    """This hub's identity from the cookie secret file its config names: found on the ledger, the doctor says
+    which hub it is; found under the name the config had before (not restarted since), it says so."""
+    secret = bytes(range(32))
+    (tmp_path / "cookie_secret").write_text(secret.hex() + "\n")
+    mine = hub_identity(secret)
+    extra = (
+        f'c.JupyterHub.cookie_secret_file = {str(tmp_path / "cookie_secret")!r}\nc.GPULocalSpawner.hub_name = "lab"\n'
+    )
+    service = 'c.GPUService.hub_name = "lab"\n'
+    hub = ledger_of(tmp_path, "default")
+    hub.announce("hub", "http://127.0.0.1:8081/hub/api", utcnow(), "1.0", mine)
+    result = one(doctor(tmp_path, extra, only=ONLY, service_config=service), "hub-names", WARN)
+    assert f"this hub (identity {mine[:8]}: hub pid" in result.message
+    assert "runs on the ledger as 'default', but its configuration now names it 'lab'" in result.message
+    assert "restart the hub" in result.fix
+    hub.close()
+    restarted = ledger_of(tmp_path, "lab")
+    restarted.announce("hub", "http://127.0.0.1:8081/hub/api", utcnow(), "1.0", mine)  # takes over its row
+    restarted.close()
+    result = one(doctor(tmp_path, extra, only=ONLY, service_config=service), "hub-names", PASS)
+    assert f"this hub is 'lab' (identity {mine[:8]}), the only hub on the ledger" in result.message
