@@ -24,7 +24,8 @@ async def reconcile(ctx: TickContext, now: datetime, missing: dict[str, datetime
     missing from two listings in a row, at the last moment it was
     seen running; ``missing`` (kept by the caller between calls: :attr:`.context.TickState.missing`) holds the
     sessions missing from the last listing and since when. A user the hub lists as active with no server shown
-    (a hub that is starting has not loaded their servers yet) has their sessions neither seen nor missing.
+    (a hub that is starting has not loaded their servers yet) has their sessions neither seen nor missing, and
+    so has a server pending the restarted hub's check that it still runs (``"pending": "check"``).
     """
     ledger = ctx.ledger
     listing = await ctx.hub.active_listing()
@@ -37,6 +38,8 @@ async def reconcile(ctx: TickContext, now: datetime, missing: dict[str, datetime
     for s in open_sessions:
         key = (s.user, s.server_name)
         if key in active and newest[key] == s.id:
+            if (active[key]["server"] or {}).get("pending") == "check":
+                continue  # listed, but not yet known to run
             alive.append(s.id)
             missing.pop(s.id, None)
             continue

@@ -5,7 +5,8 @@ and shows the servers of the spawners it has loaded; while a hub starts (Jupyter
 ``init_spawners`` has run ``init_spawners_timeout`` seconds), a user's spawners may not be loaded yet: the
 user is listed with ``"servers": {}``. The stand-in hub answers as JupyterHub does then, paginated. The
 service's own reconciliation on a real ledger: such a user's sessions are neither seen nor missing, however
-many listings; a server really gone (its user no longer listed) is still closed after two listings.
+many listings, nor is a server listed pending the restarted hub's check; a server really gone (its user no
+longer listed) is still closed after two listings.
 tests/service/test_reconcile_hub_start.py drives a real restarting hub.
 """
 
@@ -77,11 +78,18 @@ def test_a_user_listed_without_servers_by_a_starting_hub_keeps_their_sessions_op
     assert missing == {}
     assert ledger.get_session("ann-1").stopped is None and ledger.get_session("bob-1").stopped is None
     assert ledger.get_session("ann-1").last_seen is None  # not seen either
-    # started: ann's server runs (pending its check, as JupyterHub shows it then), bob's is gone
-    hub.users = {"ann": {"": {"pending": "check", "ready": False, "state": {}}}}
-    first = asyncio.run(tick.reconcile(ctx, T0 + timedelta(minutes=4), missing))
+    # ann's spawner is loaded, pending the hub's check that it still runs; bob's is not
+    hub.users = {"ann": {"": {"pending": "check", "ready": False, "state": {}}}, "bob": {}}
+    for minute in (4, 5):
+        summary = asyncio.run(tick.reconcile(ctx, T0 + timedelta(minutes=minute), missing))
+        assert summary == {"alive": 0, "closed": [], "recorded": []}
+    assert missing == {} and ledger.get_session("ann-1").last_seen is None
+    # started: ann's server runs, bob's is gone
+    hub.users = {"ann": {"": {"pending": None, "ready": True, "state": {}}}}
+    first = asyncio.run(tick.reconcile(ctx, T0 + timedelta(minutes=6), missing))
     assert first == {"alive": 1, "closed": [], "recorded": []}
-    second = asyncio.run(tick.reconcile(ctx, T0 + timedelta(minutes=5), missing))
+    assert ledger.get_session("ann-1").last_seen is not None
+    second = asyncio.run(tick.reconcile(ctx, T0 + timedelta(minutes=7), missing))
     assert second == {"alive": 1, "closed": ["bob-1"], "recorded": []}
     assert ledger.get_session("bob-1").stop_reason == "reconciled"
     assert ledger.get_session("ann-1").stopped is None
