@@ -427,12 +427,15 @@ class GPUService(Application):
         )
 
     def kueue_mover(self) -> QuotaMover | None:
-        """The quota mover of class reservations kept by Kueue (``c.Kueue``), or None when no group is given one."""
+        """The quota mover of class reservations kept by Kueue (``c.Kueue``); with no group given a ClusterQueue,
+        it only gives back, once, what this hub's service moved before (the setting emptied mid-window)."""
         quotas = getattr(self, "kueue_quotas", None)
-        if quotas is None or not quotas.enabled:
+        if quotas is None:
             return None
         kubeconfig = self.kueue.kubeconfig
-        return QuotaMover(quotas, lambda: kueue_api_client(kubeconfig))
+        if not quotas.enabled and not (kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
+            return None  # and no cluster of its own (its kubeconfig, or the pod it runs in) to give quotas back on
+        return QuotaMover(quotas, lambda: kueue_api_client(kubeconfig), hub=self.ledger.hub)
 
     def _configured_channels(self) -> tuple:
         """The ``c.Notify`` channels, each checked by Apprise (ValueError naming the setting otherwise)."""
@@ -509,6 +512,8 @@ class GPUService(Application):
         await asyncio.gather(ticker, return_exceptions=True)
         if self.tick_thread is not None:  # the tick's writes end before the writer's last
             await asyncio.to_thread(self.tick_thread.close)
+        if self.tick_context.kueue_quota is not None:
+            await self.tick_context.kueue_quota.close()  # its Kubernetes client, kept between ticks
         await asyncio.to_thread(self.writer.close)  # every write taken is committed (and answered) first
         self.notifier.close()
         self.ledger.withdraw()

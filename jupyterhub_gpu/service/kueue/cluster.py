@@ -4,9 +4,11 @@ Each ClusterQueue whose quota the service moves carries, in the annotation :data
 values of what it moved (per flavor: nominal quota and lending limit) and the bookings it was moved for. The
 annotation is the record: a service restarted in the middle of a window reads it back and plans from the
 admin's values, so applying the plan again changes nothing (idempotent), and after the window the quotas go
-back to exactly the values recorded, and the annotation goes. Every write is a JSON merge patch of the whole
-``spec.resourceGroups`` with the ``resourceVersion`` read, so an admin's edit made meanwhile is never
-overwritten (the write is refused, and the next tick plans again from the edit).
+back to exactly the values recorded, and the annotation goes. The record also keeps the values the service set,
+so that an admin's later edit of a moved quota is told apart and becomes the admin's value (:meth:`.Queue.base`),
+and the hub whose service moved it: another hub's service leaves it alone. Every write is a JSON merge patch of
+the whole ``spec.resourceGroups`` with the ``resourceVersion`` read, so an admin's edit made between the read
+and the write is never overwritten (the write is refused, and the next tick plans again from the edit).
 
 Kueue API ``kueue.x-k8s.io/v1beta2`` (v0.17: ``spec.cohortName``; ``spec.cohort`` of v1beta1 is read too).
 """
@@ -61,21 +63,40 @@ def queue_of(obj: dict, resource: str) -> Queue:
                     nominal or 0, _whole(res.get("lendingLimit"), f"{what}: lendingLimit")
                 )
     recorded: dict[str, Quota] = {}
+    written: dict[str, Quota] = {}
     raw = (meta.get("annotations") or {}).get(ANNOTATION)
     if raw:
         try:
-            for flavor, q in (json.loads(raw).get("original") or {}).items():
-                recorded[flavor] = Quota(int(q["nominal"]), None if q.get("lending") is None else int(q["lending"]))
+            record = json.loads(raw)
+            for part, values in (("original", recorded), ("set", written)):
+                for flavor, q in (record.get(part) or {}).items():
+                    values[flavor] = Quota(int(q["nominal"]), None if q.get("lending") is None else int(q["lending"]))
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise QuotaError(
                 f"ClusterQueue {name}: its {ANNOTATION} annotation cannot be read ({e}): {raw!r}"
             ) from None
-    return Queue(name, spec.get("cohortName") or spec.get("cohort") or None, quotas, recorded)
+    return Queue(name, spec.get("cohortName") or spec.get("cohort") or None, quotas, recorded, written)
 
 
-def patch_for(obj: dict, target: Target, resource: str) -> dict:
+def moved_by(obj: dict) -> str | None:
+    """The hub whose service moved a ClusterQueue's quota (its record's ``hub``), or None: not moved, or moved
+    by a service that did not say (an older one)."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+    try:
+        hub = json.loads(raw).get("hub") if raw else None
+    except (ValueError, AttributeError):
+        return None
+    return hub if isinstance(hub, str) else None
+
+
+def _quotas_json(quotas: dict[str, Quota]) -> dict:
+    return {f: {"nominal": q.nominal, "lending": q.lending} for f, q in sorted(quotas.items())}
+
+
+def patch_for(obj: dict, target: Target, resource: str, hub: str | None = None) -> dict:
     """The merge patch that gives a ClusterQueue its target: the whole ``spec.resourceGroups`` with the quotas
-    set, the record written (or removed when nothing stays moved), under the ``resourceVersion`` read."""
+    set, the record written (the admin's values, the ones set, the bookings and the ``hub`` whose service moved
+    them; or removed when nothing stays moved), under the ``resourceVersion`` read."""
     groups = copy.deepcopy((obj.get("spec") or {}).get("resourceGroups") or [])
     for group in groups:
         for flavor in group.get("flavors") or []:
@@ -94,10 +115,10 @@ def patch_for(obj: dict, target: Target, resource: str) -> dict:
     if target.recorded:
         record = json.dumps(
             {
-                "original": {
-                    f: {"nominal": q.nominal, "lending": q.lending} for f, q in sorted(target.recorded.items())
-                },
+                "original": _quotas_json(target.recorded),
+                "set": _quotas_json(target.written),
                 "for": list(target.reasons),
+                **({"hub": hub} if hub is not None else {}),
             },
             sort_keys=True,
         )
@@ -131,18 +152,36 @@ async def _call(api, path: str, method: str, body: dict | None = None, timeout: 
         raise QuotaError(f"{method} {path}: {e.status} {e.reason}: {(e.body or b'')[:300]!r}") from None
 
 
-async def sync_quotas(api, config: QuotaConfig, bookings: Sequence[Reservation]) -> list[str]:
+async def sync_quotas(api, config: QuotaConfig, bookings: Sequence[Reservation], hub: str | None = None) -> list[str]:
     """Give the ClusterQueues the quotas the ``bookings`` in force need (and give back what no booking needs
     any more): the names of the ClusterQueues written. Raises QuotaError when the cluster cannot be read; a
-    write that is refused is logged and tried again at the next call."""
+    write that is refused is logged and tried again at the next call. A ClusterQueue whose quota the service of
+    another hub moved is left to it (``hub``: this service's)."""
     listing = await _call(api, QUEUES_PATH, "GET")
     objects = {o["metadata"]["name"]: o for o in (listing or {}).get("items") or []}
     queues = []
     for obj in objects.values():
+        owner = moved_by(obj)
+        if owner is not None and hub is not None and owner != hub:
+            log.info(
+                "Kueue reservations: ClusterQueue %s is moved by hub %s; left to it", obj["metadata"]["name"], owner
+            )
+            continue
         try:
-            queues.append(queue_of(obj, config.resource))
+            queue = queue_of(obj, config.resource)
         except QuotaError as e:
             log.error("Kueue reservations: %s; that ClusterQueue is left as it is", e)
+            continue
+        for flavor in sorted(f for f in queue.recorded if queue.edited(f)):
+            log.warning(
+                "Kueue reservations: ClusterQueue %s, flavor %s was edited during its window (%s, set %s): taken as"
+                " the admin's value",
+                queue.name,
+                flavor,
+                queue.quotas[flavor],
+                queue.written[flavor],
+            )
+        queues.append(queue)
     for group, name in sorted(config.queues.items()):
         if name not in objects:
             log.error(
@@ -162,7 +201,10 @@ async def sync_quotas(api, config: QuotaConfig, bookings: Sequence[Reservation])
             continue
         try:
             await _call(
-                api, f"{QUEUES_PATH}/{target.queue}", "PATCH", patch_for(objects[target.queue], target, config.resource)
+                api,
+                f"{QUEUES_PATH}/{target.queue}",
+                "PATCH",
+                patch_for(objects[target.queue], target, config.resource, hub),
             )
         except QuotaError as e:
             log.warning("Kueue reservations: %s; tried again at the next tick", e)

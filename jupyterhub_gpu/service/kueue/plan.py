@@ -7,7 +7,9 @@ GPUs it gains are taken from the nominal quota of the other ClusterQueues of its
 spare first), so the cohort's total stays the cluster's GPUs. The others' workloads above their lowered quota
 are then borrowing, and Kueue reclaims them for the class's pending workloads (its ClusterQueue needs
 ``preemption.reclaimWithinCohort``). A lending limit above a lowered quota is lowered with it. After the window
-every quota moved goes back to the value recorded before the move.
+every quota moved goes back to the value recorded before the move. An admin's edit of a moved quota during the
+window (the quota there is no longer the one the service set) is the admin's new value: the window's move is
+planned from it, and it is what the window's end leaves.
 
 :func:`plan` takes the ClusterQueues as they are (with the values recorded on each before a move: see
 :mod:`.cluster`), the configuration and the bookings in force, and returns the target of each ClusterQueue;
@@ -111,17 +113,28 @@ class Quota:
 
 @dataclass(frozen=True)
 class Queue:
-    """A ClusterQueue as the plan needs it: its cohort, its quotas by flavor (of the configured resource), and
-    the quotas recorded before the service moved them (empty: nothing moved)."""
+    """A ClusterQueue as the plan needs it: its cohort, its quotas by flavor (of the configured resource), the
+    quotas recorded before the service moved them (empty: nothing moved), and the quotas the service itself set
+    when it moved them (``written``; empty in a record of an older service)."""
 
     name: str
     cohort: str | None
     quotas: Mapping[str, Quota]
     recorded: Mapping[str, Quota] = field(default_factory=dict)
+    written: Mapping[str, Quota] = field(default_factory=dict)
+
+    def edited(self, flavor: str) -> bool:
+        """Whether an admin changed a moved quota after the service set it (the quota there is not the one the
+        service wrote): that value is then the admin's."""
+        written, live = self.written.get(flavor), self.quotas.get(flavor)
+        return flavor in self.recorded and written is not None and live is not None and live != written
 
     def base(self, flavor: str) -> Quota | None:
-        """The quota as the admin set it: the recorded one where the service moved it, else the one there."""
-        return self.recorded.get(flavor) or self.quotas.get(flavor)
+        """The quota as the admin set it: the recorded one where the service moved it (unless the admin has
+        edited it since: then the quota there), else the one there."""
+        if flavor in self.recorded and not self.edited(flavor):
+            return self.recorded[flavor]
+        return self.quotas.get(flavor)
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,12 @@ class Target:
     recorded: dict[str, Quota]
     reasons: tuple[str, ...] = ()
     short: int = 0  # GPUs a booking needed that no other ClusterQueue of the cohort could give
+
+    @property
+    def written(self) -> dict[str, Quota]:
+        """The quotas the service sets of the flavors it moves: recorded with the admin's values, so that a later
+        edit is told apart from them (:meth:`Queue.edited`)."""
+        return {f: self.quotas[f] for f in self.recorded if f in self.quotas}
 
 
 def in_force(reservations: Sequence[Reservation], now: datetime, lead: timedelta) -> list[Reservation]:
@@ -209,6 +228,8 @@ def plan(queues: Sequence[Queue], config: QuotaConfig, bookings: Sequence[Reserv
 
 def changed(queue: Queue, target: Target) -> bool:
     """Whether a ClusterQueue must be written to reach its target (its quotas or its record differ)."""
-    return dict(queue.quotas) != {f: target.quotas.get(f, q) for f, q in queue.quotas.items()} or dict(
-        queue.recorded
-    ) != dict(target.recorded)
+    return (
+        dict(queue.quotas) != {f: target.quotas.get(f, q) for f, q in queue.quotas.items()}
+        or dict(queue.recorded) != dict(target.recorded)
+        or (bool(target.recorded) and dict(queue.written) != target.written)
+    )

@@ -285,8 +285,8 @@ async def move_quotas(ctx: TickContext, now: datetime) -> list[str]:
     """Class reservations kept by Kueue (``c.Kueue.cluster_queues``): the bookings handed to the quota mover
     (``ctx.kueue_quota``), which gives each window in force its ClusterQueue's quota and gives back the others'
     (docs/kubernetes.md, "Class reservations through Kueue"). The ClusterQueues written; none without Kueue."""
-    if ctx.kueue_quota is None:
-        return []
+    if ctx.kueue_quota is None or getattr(ctx.kueue_quota, "idle", False):
+        return []  # no Kueue reservations here (any quota moved before has been given back)
     bookings = [
         Reservation(str(r.id), r.group, r.gpu_model, r.count, r.start, r.end, r.weekly_until, r.note)
         for r in reservations(ctx.ledger, ctx.tz)

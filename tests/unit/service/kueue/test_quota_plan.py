@@ -42,7 +42,7 @@ def applied(qs, targets):
     """The ClusterQueues once the targets are written (as the cluster would then hold them)."""
     by = {t.queue: t for t in targets}
     return [
-        Queue(q.name, q.cohort, dict(by[q.name].quotas), dict(by[q.name].recorded)) if q.name in by else q for q in qs
+        Queue(q.name, q.cohort, dict(t.quotas), dict(t.recorded), t.written) if (t := by.get(q.name)) else q for q in qs
     ]
 
 
