@@ -65,9 +65,9 @@ class QuotaMover:
         try:
             written = await self._pass([])
         except QuotaError as e:
-            if " 404 " not in str(e):
+            if e.status not in (403, 404):
                 raise  # the cluster could not answer now: again next tick
-            written = []  # no Kueue on this cluster
+            written = []  # no Kueue on this cluster, or no right to its ClusterQueues: nothing was moved
         except KueueReadError as e:
             log.debug("Kueue reservations: no cluster to give quotas back on (%s)", e)
             written = []

@@ -31,7 +31,12 @@ QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
 
 
 class QuotaError(Exception):
-    """A ClusterQueue that cannot be planned or written (a quota that is not a whole number, the API refused)."""
+    """A ClusterQueue that cannot be planned or written (a quota that is not a whole number, the API refused:
+    ``status``, its HTTP status)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def _whole(value, what: str) -> int | None:
@@ -149,7 +154,7 @@ async def _call(api, path: str, method: str, body: dict | None = None, timeout: 
         )
         return json.loads(await response.read())
     except ApiException as e:
-        raise QuotaError(f"{method} {path}: {e.status} {e.reason}: {(e.body or b'')[:300]!r}") from None
+        raise QuotaError(f"{method} {path}: {e.status} {e.reason}: {(e.body or b'')[:300]!r}", e.status) from None
 
 
 async def sync_quotas(api, config: QuotaConfig, bookings: Sequence[Reservation], hub: str | None = None) -> list[str]:

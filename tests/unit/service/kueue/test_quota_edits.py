@@ -13,10 +13,11 @@ import copy
 import json
 from datetime import timedelta
 
+import pytest
 from kubernetes_asyncio.client.rest import ApiException
 
 from jupyterhub_gpu.service.kueue import QuotaMover
-from jupyterhub_gpu.service.kueue.cluster import ANNOTATION, QUEUES_PATH, sync_quotas
+from jupyterhub_gpu.service.kueue.cluster import ANNOTATION, QUEUES_PATH, QuotaError, sync_quotas
 from jupyterhub_gpu.service.kueue.plan import Queue, Quota, parse_config, plan
 from tests.unit.service.kueue.test_quota_plan import CONFIG, START, booking, cluster_queue
 
@@ -169,12 +170,24 @@ async def test_a_service_whose_cluster_queues_were_emptied_gives_back_its_hubs_m
     assert await mover([booking(3)], START + timedelta(minutes=1)) == [] and client.made == 1
 
 
-async def test_without_kueue_on_the_cluster_the_emptied_mover_stops_asking():
+@pytest.mark.parametrize("status", [404, 403])  # no Kueue on the cluster; no right to its ClusterQueues
+async def test_without_kueue_on_the_cluster_the_emptied_mover_stops_asking(status):
     class NoKueue(StandInApi):
         async def call_api(self, path, method, body=None, **kwargs):
-            raise ApiException(status=404, reason="Not Found")
+            raise ApiException(status=status, reason="No")
 
     client = Client(NoKueue())
     mover = QuotaMover(parse_config({}, {}), client, hub="lab")
     assert await mover([], START) == []
     assert mover.idle and client.made == 1
+
+
+async def test_the_emptied_mover_asks_again_when_the_cluster_did_not_answer():
+    class Down(StandInApi):
+        async def call_api(self, path, method, body=None, **kwargs):
+            raise ApiException(status=503, reason="Service Unavailable")
+
+    mover = QuotaMover(parse_config({}, {}), Client(Down()), hub="lab")
+    with pytest.raises(QuotaError, match="503"):
+        await mover([], START)
+    assert not mover.idle
