@@ -20,7 +20,7 @@ from jupyterhub_gpu.env import make_gpu_env, memory_limit_of, share_label
 from jupyterhub_gpu.gpus.backends import reader_name
 from jupyterhub_gpu.i18n import translator
 from jupyterhub_gpu.session import StopReason
-from jupyterhub_gpu.spawners.budget import choose_pool_of, drop_reservation, refusal_of
+from jupyterhub_gpu.spawners.budget import choose_pool_of, drop_reservation, keep_hold, refusal_of
 from jupyterhub_gpu.spawners.form import assignment_message
 from jupyterhub_gpu.spawners.messages import Phrase
 from jupyterhub_gpu.spawners.profiles import OptionsError, choose_profile, job_server_option, resume_choice
@@ -75,7 +75,8 @@ async def _choose_and_wait(spawner, backend_hook):
         spawner._gpu_resume = resume_choice(options, profile)
     except OptionsError as e:
         raise spawner.gpu_refusal(e.phrase, reason="options") from None
-    # the check and the hold of this spawn's minimum are one step for the whole hub (section "Spawn races")
+    # the check and the hold of this spawn's minimum are one step for every hub of the ledger (docs/service.md,
+    # "Spawn races")
     refusal = await refusal_of(spawner, profile, reserve=True)
     if refusal:
         raise spawner.gpu_refusal(refusal, reason="budget", status_code=403)
@@ -83,6 +84,7 @@ async def _choose_and_wait(spawner, backend_hook):
     try:
         result = await maybe_future(backend_hook())
         await spawner.gpu_before_queue(profile)
+        await keep_hold(spawner, profile)  # the hold lasts the waits to come, however long an image pull took
         await take_gpus(spawner, profile)
     except BaseException:
         drop_reservation(spawner)

@@ -85,9 +85,10 @@ def server_token_id(spawner) -> str | None:
 async def record_start(ledger, start_of: Callable[[], SessionStart], recorded: Callable[[], None]) -> None:
     """Write a session's start; ``recorded()`` runs once it is written, still under the budget check's lock.
 
-    Under that lock a concurrent budget check sees this spawn either held (reserved) or recorded,
-    never both. ``start_of()`` is read under the lock too: a server stopped while this waited has
-    no session any more (it raises), and no start is written for it.
+    ``recorded()`` drops the spawn's hold in the ledger after the record, ahead of this hub's next check: a
+    concurrent check of any hub sees this spawn held or recorded (for an instant both, on another hub), never
+    neither. ``start_of()`` is read under the lock too: a server stopped while this waited has no session any
+    more (it raises), and no start is written for it.
 
     A stop that cancels the spawn while the write runs (JupyterHub cancels a spawn it is asked to stop)
     cannot stop the write, which goes on in its thread: the cancellation waits for it, so that

@@ -16,15 +16,14 @@ def ledger(tmp_path):
 
 @pytest.fixture(autouse=True)
 def each_test_is_a_fresh_hub_process():
-    """The hub-wide GPU assignments and budget holds live in module state, as in a hub process.
+    """The hub-wide GPU assignments live in module state, as in a hub process (the budget holds are in each
+    test's own ledger).
 
     A test that starts a spawn and leaves its GPU held (its server "runs" to the end of the test) must not
     leave that GPU taken for the next test of the same worker: a later spawn would wait in the queue for it.
     """
     yield
-    from jupyterhub_gpu.spawners import budget
     from jupyterhub_gpu.spawners.assign import cluster, host
 
     host._ALLOCATORS.clear()
     cluster._ALLOCATORS.clear()
-    budget._RESERVATIONS.clear()
