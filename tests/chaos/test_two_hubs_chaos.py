@@ -313,7 +313,22 @@ def check_two_hubs(runs: list[HubRun], ledger: Ledger) -> None:
             )
         except AssertionError as e:
             problems.append(f"{run.name}:\n{e}")
-    assert not problems, "\n".join(problems)
+    assert not problems, "\n".join(problems + closers(runs))
+
+
+#: what each hub's log (its gpu service's lines too) says of the sessions its service closed and of its starts
+CLOSER_LINES = ("reconciled with the hub", "init_spawners did not complete", " spawners in ")
+
+
+def closers(runs: list[HubRun]) -> list[str]:
+    """Which service closed what, and how long each hub's start loaded its spawners: a closed session is named
+    in the log of the hub whose service closed it."""
+    lines = ["--- closes by each hub's service, and each hub's spawner loading (from the hubs' logs):"]
+    for run in runs:
+        lines += [
+            f"{run.name}: {line}" for line in run.hub.log_text().splitlines() if any(w in line for w in CLOSER_LINES)
+        ]
+    return lines
 
 
 @pytest.fixture
