@@ -14,7 +14,9 @@ What the hub does with it (docs/kubernetes.md, "Preemption through Kueue"): the 
 ``preempted`` and a stop order of kind ``preempted`` is written at the eviction's moment, so the gpu service
 tells the student as it tells today's preemption (even when the server has ended before its tick) and, if they
 asked for it, puts the server back in the queue (in Kueue mode a new spawn that waits in Kueue). Billing stops
-at the eviction (:meth:`Eviction.at`), not when the container has ended.
+at the eviction (:meth:`Eviction.at`), not when the container has ended. A hub that was down while it happened
+may find the pod gone at its first poll: the eviction is then read from the pod's Workload
+(:func:`check_gone_pod`, by the pod's uid kept in the spawner's state), while Kueue keeps it.
 """
 
 from __future__ import annotations
@@ -126,6 +128,35 @@ def pod_eviction(pod: dict | None) -> Eviction | None:
             return None
         return Eviction(at=at, reason=reason, message=condition.get("message") or "", grace=grace)
     return None
+
+
+def workload_eviction(workload: dict | None) -> Eviction | None:
+    """Kueue's eviction as the pod's Workload keeps it (the API's JSON: its ``Evicted`` condition, True), for a
+    pod that is already gone; None without one, or without its time (not guessed for billing). The grace is
+    not known there: the default."""
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") != "Evicted" or condition.get("status") != "True":
+            continue
+        at = kube_time(condition.get("lastTransitionTime"))
+        if at is None:
+            return None
+        reason = f"{EVICTED_PREFIX}DueTo{condition.get('reason') or ''}"
+        return Eviction(at=at, reason=reason, message=condition.get("message") or "")
+    return None
+
+
+async def check_gone_pod(spawner) -> Eviction | None:
+    """A poll that finds the session's pod gone (a hub restarted after Kueue evicted it, and Kueue let the pod go
+    before this poll): its eviction read from its Workload, found by the pod's uid that the spawner's state
+    keeps, noted if there is one. None when nothing says it was evicted (the Workload is gone too: the server
+    then ended as any other)."""
+    uid = getattr(spawner, "_kueue_pod_uid", None)
+    if spawner._gpu_eviction is not None or not uid or spawner.gpu_pod() is not None:
+        return spawner._gpu_eviction
+    eviction = workload_eviction(await spawner._kueue_workload(uid))
+    if eviction is not None:
+        await note_eviction(spawner, eviction)
+    return spawner._gpu_eviction
 
 
 def record_eviction(ledger: Ledger, session_id: str, eviction: Eviction) -> bool:

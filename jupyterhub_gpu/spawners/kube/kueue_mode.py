@@ -33,6 +33,7 @@ from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.env import STARTED
 from jupyterhub_gpu.spawners.assign.queue import wait_limit_text
 from jupyterhub_gpu.spawners.budget import refusal_of
+from jupyterhub_gpu.spawners.kube.eviction import kueue_managed
 from jupyterhub_gpu.spawners.kube.kueue import (
     GROUP,
     QUEUE_LABEL,
@@ -321,11 +322,33 @@ class KueueMode(Configurable):
             raise self.gpu_refusal(refusal, reason="budget", status_code=403)
 
     async def gpu_confirm_start(self):
-        """The budget at Kueue's admission (:meth:`_kueue_budget_again`), if the watch has not checked it yet."""
+        """The budget at Kueue's admission (:meth:`_kueue_budget_again`), if the watch has not checked it yet;
+        the pod's uid kept in the state (its Workload tells a restarted hub of an eviction it missed)."""
         if self._gpu_kueue is not None:
             self._kueue_confirming = True
             await self._kueue_budget_again()
         await super().gpu_confirm_start()
+        pod = self.gpu_pod()
+        self._kueue_pod_uid = ((pod or {}).get("metadata") or {}).get("uid") if kueue_managed(pod) else None
+
+    # -- the state a restarted hub needs ---------------------------------------------
+    #: the uid of the running session's pod when it is in a LocalQueue (its Workload names it)
+    _kueue_pod_uid: str | None = None
+
+    def get_state(self):
+        state = super().get_state()
+        if self._kueue_pod_uid:
+            state["kueue_pod_uid"] = self._kueue_pod_uid
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        uid = state.get("kueue_pod_uid") if isinstance(state, dict) else None
+        self._kueue_pod_uid = uid if isinstance(uid, str) and uid else None
+
+    def clear_state(self):
+        super().clear_state()
+        self._kueue_pod_uid = None
 
     def _kueue_start_refused(self, error: BaseException) -> bool:
         """Whether the start is failing on its own with the watch's ``error``: the budget's refusal at admission,

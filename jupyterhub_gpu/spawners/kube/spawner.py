@@ -535,7 +535,8 @@ class GPUKubeSpawner(KueueMode, GPUSpawnerMixin, KubeSpawner):
         if finished is not None:
             self._gpu_pod_finished_at = finished
         if self._gpu_session is not None and not self._gpu_launching:
-            await eviction.check_pod(self)  # Kueue's eviction, before the pod is gone
+            if await eviction.check_pod(self) is None:  # Kueue's eviction, before the pod is gone
+                await eviction.check_gone_pod(self)  # or after it (the hub was down): its Workload's
             if self._gpu_eviction_watch is None and self._gpu_eviction is None:
                 eviction.watch(self)  # a hub restarted under a running server
         return await eviction.ended_if_evicted(self, await super().poll())

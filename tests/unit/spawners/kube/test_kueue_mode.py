@@ -386,6 +386,76 @@ async def test_a_budget_that_still_pays_at_admission_starts_the_server(tmp_path)
     assert session.id == spawner.gpu_session["session_id"]
 
 
+async def test_a_restarted_hub_finds_an_eviction_whose_pod_is_gone_from_its_workload(tmp_path):
+    from jupyterhub_gpu.ledger.queries.schedule import stop_orders
+    from jupyterhub_gpu.ledger.store import shared_ledger
+
+    cluster = StandInCluster()
+    ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"
+    spawner = kueue_spawner(cluster, ledger_db_url=ledger_url)
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    cluster.admit()
+    await task
+    state = spawner.get_state()
+    assert state["kueue_pod_uid"] == "uid-1"  # the pod's uid, which its Workload names
+    session_id = spawner.gpu_session["session_id"]
+    await asyncio.sleep(1.1)  # Kubernetes' times have whole seconds: the eviction comes after the start
+    evicted_at = utcnow().replace(microsecond=0)
+    # the hub is down; Kueue evicts the pod (reclaiming borrowed quota) and lets it go; its Workload stays a while
+    cluster.pods.clear()
+    message = (
+        "Preempted to accommodate a workload (UID: w2, JobUID: j2) due to reclamation within the cohort;"
+        " preemptor path: /lab/cs231n; preemptee path: /lab/thesis"
+    )
+    cluster.workloads = [
+        {
+            "metadata": {"name": "pod-w", "ownerReferences": [{"kind": "Pod", "uid": "uid-1"}]},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Evicted",
+                        "status": "True",
+                        "reason": "Preempted",
+                        "message": message,
+                        "lastTransitionTime": evicted_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    }
+                ]
+            },
+        }
+    ]
+    await asyncio.sleep(2)  # the hub comes back later: billing must still end at the eviction
+    restarted = kueue_spawner(cluster, ledger_db_url=ledger_url)
+    restarted.load_state(state)
+    assert await restarted.poll() == 1
+    ledger = shared_ledger(ledger_url)
+    session = ledger.get_session(session_id)
+    assert session.stop_reason == StopReason.PREEMPTED
+    assert session.stopped == evicted_at.replace(tzinfo=None)  # billed to the eviction, not to the poll
+    (order,) = stop_orders(ledger, pending=False)
+    assert (order.kind, order.reason_key, order.stop_at) == ("preempted", "stop.kueue.save", evicted_at)
+    assert order.cause == "kueue:WorkloadEvictedDueToPreempted"
+
+
+async def test_a_restarted_hub_whose_pod_and_workload_are_gone_bills_as_before(tmp_path):
+    from jupyterhub_gpu.ledger.store import shared_ledger
+
+    cluster = StandInCluster()
+    ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"
+    spawner = kueue_spawner(cluster, ledger_db_url=ledger_url)
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    cluster.admit()
+    await task
+    state, session_id = spawner.get_state(), spawner.gpu_session["session_id"]
+    cluster.pods.clear()
+    cluster.workloads = []
+    restarted = kueue_spawner(cluster, ledger_db_url=ledger_url)
+    restarted.load_state(state)
+    assert await restarted.poll() == 1
+    assert shared_ledger(ledger_url).get_session(session_id).stop_reason == StopReason.EXITED
+
+
 async def wait_until(predicate, timeout=10):
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
