@@ -3,7 +3,8 @@
 A real JupyterHub with ``gpu-local`` servers over simulated GPUs and a real sqlite ledger: eight named
 servers of one user are requested at once on a budget with room for two minimum charges. Every spawn
 passes the first check (nothing is recorded yet); the check after the queue wait, which holds each
-passing spawn's minimum until its start is recorded, lets exactly two start.
+passing spawn's minimum in the ledger until its start is recorded, lets exactly two start, and once
+every spawn has settled no hold is left.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.ledger import holds
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.conftest import wait_for
 
@@ -65,6 +67,8 @@ def test_eight_concurrent_named_spawns_on_a_budget_with_room_for_two(make_hub, t
     refused = [line for line in hub.log_text().splitlines() if "Not starting stu's server" in line]
     assert len(refused) == 6, refused
     assert all("Budget too low" in line and "held for the first 10 minutes of its servers" in line for line in refused)
+    # the started ones' holds ended with their records, the refused ones' with their refusals
+    assert holds.held(ledger, utcnow()) == []
     # the refused spawns hold nothing: their GPUs are free for the next spawn
     assert "6 of 8 free" in hub.login("stu").get(f"{hub.url}/hub/spawn/stu/another", timeout=30).text
 
