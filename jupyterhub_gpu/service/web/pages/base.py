@@ -50,6 +50,8 @@ class PageHandler(BaseHandler):
     #: The hub the page shows (``?hub=``; None: every hub) and the hubs on the ledger, set by :meth:`page_query`.
     hub: str | None = None
     hubs: tuple[str, ...] = ()
+    #: the hubs of the sessions a page read for a reader without ``custom:gpu-usage:read`` (:meth:`sessions`)
+    own_hubs: tuple[str, ...] = ()
 
     @property
     def lang(self) -> str:
@@ -120,9 +122,9 @@ class PageHandler(BaseHandler):
                 path=path,
                 xsrf=self.xsrf_token.decode() if self.current_user else "",
                 hub=self.hub or "",
-                hubs=self.hubs,
+                hubs=self.shown_hubs,
                 # a hub column and the hub filter only where several hubs share the ledger
-                show_hub=len(self.hubs) > 1,
+                show_hub=len(self.shown_hubs) > 1,
                 **context,
             )
         )
@@ -190,6 +192,14 @@ class PageHandler(BaseHandler):
             )
         return hub
 
+    @property
+    def shown_hubs(self) -> tuple[str, ...]:
+        """The hubs the page names (its hub filter, its hub column): every hub of the ledger to a reader of every
+        report, to anyone else those of the sessions the page shows them."""
+        if not self.hubs:  # no page query (an error page before it): no hub to name
+            return ()
+        return self.hubs if self.has_scope(SCOPE_USAGE_READ) else self.own_hubs
+
     def window_text(self, since, until) -> dict:
         tz = self.ctx.tz
         return {
@@ -200,9 +210,21 @@ class PageHandler(BaseHandler):
     def sessions(self, since, until, user=None, group=None, pool=None) -> list[dict]:
         """Sessions as ``GET usage`` shows them; the group that paid for each is kept for :meth:`session_groups`."""
         # every session with a minute in the window, each counted for its minutes inside it (as budgets are)
+        # a reader of every report has the hub filtered in the query; anyone else reads their page's sessions of
+        # every hub, so that its hub filter offers the hubs of those sessions, not every hub of the ledger
+        reader = self.has_scope(SCOPE_USAGE_READ)
         records = self.ledger.sessions(
-            user=user, since=since, until=until, group=group, pool=pool, overlapping=True, hub=self.hub
+            user=user,
+            since=since,
+            until=until,
+            group=group,
+            pool=pool,
+            overlapping=True,
+            hub=self.hub if reader else None,
         )
+        if not reader:
+            self.own_hubs = tuple(sorted({r.hub for r in records} | ({self.hub} if self.hub else set())))
+            records = [r for r in records if self.hub is None or r.hub == self.hub]
         self._groups_by_id = {r.id: r.group_list for r in records}
         self._pool_by_id = {r.id: r.pool for r in records}
         now = self.now()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -29,6 +30,7 @@ from jupyterhub_gpu.service.web.context import WebContext
 from jupyterhub_gpu.session import SessionStart
 from tests.unit.service.web.test_schedule_pages import ADMIN, ALICE, NOW, PREFIX, PROF, SHANGHAI, FakeAuth, FakeHub
 
+HIDDEN = ("physics-k8s", "pia", "phys101")
 READER = {"kind": "user", "name": "auditor", "groups": [], "scopes": ["custom:gpu-usage:read"]}
 ROUTES = [
     (r"/services/gpu/api/v1/usage", usage_api.UsageHandler),
@@ -42,10 +44,11 @@ ROUTES = [
 @pytest.fixture
 def ctx(tmp_path):
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    for hub in ("lab-docker", "dept-k8s"):  # alice on both hubs
+    # alice on two hubs; a third hub of the ledger, where only another department's student ran
+    for hub, user, group in (("lab-docker", "alice", "cs231n"), ("dept-k8s", "alice", "cs231n"), HIDDEN):
         ledger = Ledger(url, hub=hub)
         start = NOW - timedelta(hours=2)
-        ledger.record_start(SessionStart(f"on-{hub}", "alice", "", ("cs231n",), "t4", ("GPU-0",), 50_000, "CNY", start))
+        ledger.record_start(SessionStart(f"on-{hub}", user, "", (group,), "t4", ("GPU-0",), 50_000, "CNY", start))
         ledger.record_stop(f"on-{hub}", start + timedelta(minutes=30), "stopped")
         ledger.close()
     ledger = Ledger(url, hub="lab-docker")
@@ -106,7 +109,7 @@ def test_a_student_asking_for_a_hub_the_ledger_has_not_is_told_so_without_the_hu
     code, page = call(ctx, ALICE, "?hub=nope&lang=zh-CN")
     assert code == 400 and "账本中没有名为 nope 的中心" in page
     for answer in (message, page):
-        assert "lab-docker" not in answer and "dept-k8s" not in answer and "its hubs" not in answer
+        assert not any(h in answer for h in ("lab-docker", "dept-k8s", "physics-k8s")) and "its hubs" not in answer
     # a hub the ledger has narrows her own usage as before
     code, _ = call(ctx, ALICE, "api/v1/usage?hub=dept-k8s")
     assert code == 200
@@ -117,14 +120,34 @@ def test_an_instructor_asking_for_a_hub_the_ledger_has_not_is_told_so_without_th
         code, message = call(ctx, PROF, path)
         assert code == 400 and message == "The ledger has no hub named 'nope'", (path, message)
     code, page = call(ctx, PROF, "groups/cs231n?hub=nope")
-    assert code == 400 and "The ledger has no hub named nope." in page and "lab-docker" not in page
+    assert code == 400 and "The ledger has no hub named nope." in page and "physics-k8s" not in page
 
 
 def test_a_reader_of_every_report_is_told_the_hubs_the_ledger_has(ctx):
-    names = "its hubs: 'dept-k8s', 'lab-docker'"
+    names = "its hubs: 'dept-k8s', 'lab-docker', 'physics-k8s'"
     for caller in (ADMIN, READER):
         for path in ("api/v1/usage?all=true&hub=nope", "api/v1/usage?user=alice&hub=nope", "api/v1/culling?hub=nope"):
             code, message = call(ctx, caller, path)
             assert code == 400 and message == f"The ledger has no hub named 'nope'; {names}", (path, message)
         code, page = call(ctx, caller, "admin?hub=nope")
-        assert code == 400 and "The ledger has no hub named nope; its hubs: dept-k8s, lab-docker." in page
+        assert code == 400 and "The ledger has no hub named nope; its hubs: dept-k8s, lab-docker, physics-k8s." in page
+
+
+def hub_options(page: str) -> list[str]:
+    return re.findall(r'<option value="([^"]+)"', page[page.index('id="hub"') :].split("</select>")[0])
+
+
+def test_a_students_hub_filter_offers_the_hubs_of_their_own_sessions_not_every_hub_of_the_ledger(ctx):
+    code, page = call(ctx, ALICE, "")
+    assert code == 200 and hub_options(page) == ["dept-k8s", "lab-docker"]
+    assert "physics-k8s" not in page and '<td class="hub">dept-k8s</td>' in page
+    # one hub's sessions: the filter still offers both of hers, the table has that hub's only
+    code, page = call(ctx, ALICE, "?hub=dept-k8s")
+    assert code == 200 and hub_options(page) == ["dept-k8s", "lab-docker"]
+    assert '<td class="hub">dept-k8s</td>' in page and '<td class="hub">lab-docker</td>' not in page
+    # an instructor's group page: the hubs of the group's sessions
+    code, page = call(ctx, PROF, "groups/cs231n")
+    assert code == 200 and hub_options(page) == ["dept-k8s", "lab-docker"] and "physics-k8s" not in page
+    # a reader of every report: every hub of the ledger
+    code, page = call(ctx, ADMIN, "admin")
+    assert code == 200 and hub_options(page) == ["dept-k8s", "lab-docker", "physics-k8s"]
