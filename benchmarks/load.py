@@ -72,7 +72,11 @@ from tests.conftest import Hub, PostgresServer, postgres_bin_dir, wait_for  # no
 from tests.service.conftest import gpu_hub_config  # noqa: E402
 
 SERVICE_OPTIONS = GPUService.class_traits(config=True)
-TICK_LINE = re.compile(r"tick: ([0-9.]+) s, ([0-9]+) ledger statements")
+TICK_LINE = re.compile(
+    r"tick: ([0-9.]+) s, ([0-9]+) ledger statements"
+    r"(?:; ([0-9]+) writes, ([0-9.]+) s on the writer \(longest ([0-9.]+) s\);"
+    r" the requests' loop lag p99 ([0-9.]+) ms, max ([0-9.]+) ms)?"
+)
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -279,11 +283,27 @@ def ledger_for(db_url: str, hub_index: int, hubs: int) -> Ledger:
     return Ledger(db_url)
 
 
-def tick_lines(hub: Hub, since: int) -> list[tuple[float, int]]:
+def tick_lines(hub: Hub, since: int) -> list[tuple]:
+    """Each tick's (seconds, statements, writes, seconds on the writer, longest write, loop lag p99 ms, max ms);
+    the last five None where the code measured logs only the first two."""
     with open(hub.log_file, "rb") as log:
         log.seek(since)
         found = TICK_LINE.findall(log.read().decode(errors="replace"))
-    return [(float(s), int(n)) for s, n in found]
+    return [(float(s), int(n), *(float(x) if x else None for x in rest)) for s, n, *rest in found]
+
+
+def proxy_pid(hub: Hub) -> int | None:
+    try:
+        return int((hub.workdir / "proxy.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_of(pid: int | None) -> float:
+    try:
+        return proc_usage(pid)[0] if pid else 0.0
+    except OSError:
+        return 0.0
 
 
 def main(argv=None) -> int:
@@ -340,11 +360,18 @@ def main(argv=None) -> int:
                 targets.append({"base": base, "tokens": tokens, "sessions": sessions, "pid": pid, "hub": hub})
             print(f"{args.hubs} hub(s), {users} users and tokens each, made in {time.monotonic() - t:.0f}s")
             before = [(proc_usage(x["pid"]), proc_usage(x["hub"].proc.pid)) for x in targets]
+            proxies = [proxy_pid(x["hub"]) for x in targets]
+            machine = {"load_before": os.getloadavg(), "proxies_cpu": -sum(cpu_of(p) for p in proxies)}
             log_at = [x["hub"].log_file.stat().st_size for x in targets]
+            own = os.times()
             started = time.monotonic()
             hold = (args.hold_lock[0], args.hold_lock[1], db_url) if args.hold_lock else None
             results, acked = asyncio.run(run_load(targets, args.clients, args.seconds, args.push, hold))
             wall = time.monotonic() - started
+            done = os.times()
+            machine["generator_cpu"] = done.user + done.system - own.user - own.system
+            machine["proxies_cpu"] += sum(cpu_of(p) for p in proxies)
+            machine["load_after"] = os.getloadavg()
             after = [(proc_usage(x["pid"]), proc_usage(x["hub"].proc.pid)) for x in targets]
             ticks = [tick_lines(x["hub"], at) for x, at in zip(targets, log_at, strict=True)]
             missing = missing_samples(db_url, acked)
@@ -353,20 +380,29 @@ def main(argv=None) -> int:
                 hub.cleanup()
             if pg is not None:
                 pg.stop()
-    report = summarize(args, users, wall, started, results, acked, missing, before, after, ticks)
+    report = summarize(args, users, wall, started, results, acked, missing, before, after, ticks, machine)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 1 if (report["errors"] or (args.check and missing)) else 0
 
 
-def summarize(args, users, wall, started, results, acked, missing, before, after, ticks) -> dict:
+def summarize(args, users, wall, started, results, acked, missing, before, after, ticks, machine=None) -> dict:
     """Print the tables; the figures as a dict."""
+    machine = machine or {}
     print()
     print(f"load: {args.hubs} hub(s) x {args.clients} clients, {users} users each, {args.db} ledger, one round"
           f" (POST samples + GET me) every {args.push:g}s per client, {wall:.0f}s, through configurable-http-proxy"
           f" on loopback")  # fmt: skip
     print(f"code: {Path(jupyterhub_gpu.__file__).parent}")
     report: dict = {"hubs": args.hubs, "clients": args.clients, "db": args.db, "wall": wall, "endpoints": {}}
+    if machine:
+        report["machine"] = machine
+        print(
+            f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in machine['load_before'])}"
+            f" before, {' '.join(f'{x:.2f}' for x in machine['load_after'])} after; this load generator"
+            f" {machine['generator_cpu']:.1f}s CPU ({machine['generator_cpu'] / wall:.0%} of a core), the proxies"
+            f" {machine['proxies_cpu']:.1f}s"
+        )
     # from the second round on, the service has checked every token with the hub once (HubAuth caches it)
     for title, since in (("every round", started), ("from the second round on", started + args.push)):
         print(f"{title}:")
@@ -396,14 +432,21 @@ def summarize(args, users, wall, started, results, acked, missing, before, after
         report["acked_after_hold"] = sum(1 for *_, t in acked if t > released)
         print(f"acknowledged after the lock was let go: {report['acked_after_hold']}")
     for h, ((s0, h0), (s1, h1), tick) in enumerate(zip(before, after, ticks, strict=True)):
-        secs = [s for s, _ in tick]
-        stmts = [n for _, n in tick]
+        secs = [t[0] for t in tick]
+        stmts = [t[1] for t in tick]
         tick_text = (
             f"ticks {len(tick)}: p50 {pct(secs, 0.5):.3f} s, max {max(secs):.3f} s,"
             f" statements p50 {pct(stmts, 0.5):.0f}, max {max(stmts)}"
             if tick
             else "ticks: not logged by this code"
         )
+        logged = [t for t in tick if t[2] is not None]
+        if logged:
+            tick_text += (
+                f"; writes p50 {pct([t[2] for t in logged], 0.5):.0f} ({pct([t[3] for t in logged], 0.5):.3f} s on"
+                f" the writer, longest {max(t[4] for t in logged):.3f} s); the requests' loop lag p99"
+                f" {max(t[5] for t in logged):.1f} ms, max {max(t[6] for t in logged):.1f} ms"
+            )
         cpu = s1[0] - s0[0]
         rss = f"{s0[1] / 2**20:.0f} -> {s1[1] / 2**20:.0f} MiB"
         print(f"service hub{h}: CPU {cpu:.1f}s ({cpu / wall:.0%} of a core), RSS {rss}; {tick_text};"

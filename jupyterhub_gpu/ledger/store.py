@@ -262,12 +262,17 @@ class Ledger(BudgetBook, NoticeBook, PricingBook, HubBook):
 
     def set_cull_warning(self, session_id: str, at: datetime | None, rule: str | None) -> None:
         """Record (or, with ``at=None``, clear) the idle warning of a running session."""
+        self.set_cull_warnings([(session_id, at, rule)])
+
+    def set_cull_warnings(self, warnings: Iterable[tuple[str, datetime | None, str | None]]) -> None:
+        """:meth:`set_cull_warning` for each ``(session_id, at, rule)``, in one transaction."""
         with self.Session() as db:
-            db.execute(
-                update(SessionRecord)
-                .where(SessionRecord.id == session_id)
-                .values(cull_warned_at=naive_utc(at) if at else None, cull_rule=rule)
-            )
+            for session_id, at, rule in warnings:
+                db.execute(
+                    update(SessionRecord)
+                    .where(SessionRecord.id == session_id)
+                    .values(cull_warned_at=naive_utc(at) if at else None, cull_rule=rule)
+                )
             db.commit()
 
     def get_session(self, session_id: str) -> SessionRecord | None:

@@ -299,6 +299,7 @@ class GPUService(Application):
         self.take_lab_settings()
         try:
             self.notifier = Notifier(self.ledger, self.alert_settings, default_language=self.default_language)
+            self.notifier.writer = self.writer  # its Lab notices written off the loops, in turn with the rest
         except ValueError as e:
             self.log.critical("jupyterhub-gpu service configuration error: %s", self._as_written(str(e)))
             self.exit(1)

@@ -306,9 +306,14 @@ class Notifier:
     """Delivers :class:`~.domain.notices.Message` values: the Lab notice, and every Apprise target that wants it.
 
     ``counts`` holds ``(service, outcome)`` -> count for ``/metrics`` (outcome ``sent``, ``failed`` or
-    ``deferred``: skipped while a failed target waits out its backoff). The ledger calls are short writes
-    made on the event loop, as the tick makes them.
+    ``deferred``: skipped while a failed target waits out its backoff). The ledger calls are short writes;
+    with ``writer`` set (the service's), the Lab notices go through the ledger's one writer, off the caller's
+    event loop.
     """
+
+    #: The ledger's one writer (:class:`~jupyterhub_gpu.ledger.writer.LedgerWriter`) the Lab notices go through;
+    #: None: written at once.
+    writer = None
 
     def __init__(
         self, ledger: Ledger, settings: AlertSettings | None = None, stored: bool = True, default_language: str = "en"
@@ -451,7 +456,10 @@ class Notifier:
             return
         now = now or utcnow()
         if channel == "lab":
-            lab_notice(self.ledger, message, now, self.default_language)
+            if self.writer is None:
+                lab_notice(self.ledger, message, now, self.default_language)
+            else:
+                await self.writer.call_when_free(lab_notice, message, now, self.default_language)
             return
         _, done = await self.fan_out(message, once, now)
         if not done:

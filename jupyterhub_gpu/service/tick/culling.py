@@ -66,27 +66,35 @@ async def enforce_culling(ctx: TickContext, now: datetime) -> TickResult:
     async for chunk in open_session_pages(ledger, pause):
         # read right before its chunk is judged, so the samples are as fresh as one query per session read them
         signals_of = sessions_signals(ledger, chunk, now)
+        decisions = {}
         for s in chunk:
             await pause()
             result.users_checked += 1
-            signals = signals_of[s.id]
-            rules = rules_for(s.profile, s.group_list, config)
-            decision = evaluate(
-                rules,
+            decisions[s.id] = evaluate(
+                rules_for(s.profile, s.group_list, config),
                 aware_utc(s.started),
                 now,
-                signals,
+                signals_of[s.id],
                 last_user_activity=aware_utc(s.last_activity),
                 has_gpu=s.gpu_count > 0,
                 warned=aware_utc(s.cull_warned_at),
                 tz=tz,
             )
+        # the chunk's warnings and cancellations recorded in one transaction, before any of their notices
+        marks = [
+            (s.id, now, d.rule.kind) if d.action == "warn" else (s.id, None, None)
+            for s in chunk
+            if (d := decisions[s.id]).action in ("warn", "cancel")
+        ]
+        if marks:
+            await ctx.write(Ledger.set_cull_warnings, marks)
+        for s in chunk:
+            await pause()
+            signals, decision = signals_of[s.id], decisions[s.id]
             if decision.action == "warn":
-                await ctx.write(Ledger.set_cull_warning, s.id, now, decision.rule.kind)
                 await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
                 result.alerts.append((s.user, s.id, 0))
             elif decision.action == "cancel":
-                await ctx.write(Ledger.set_cull_warning, s.id, None, None)
                 await notifier.send(cull_message(s, decision, notifier.settings), CHANNELS)
             elif decision.action == "stop":
                 try:

@@ -20,6 +20,7 @@ from jupyterhub_gpu.ledger.queries.jobs import (
     job_session,
     update_job,
 )
+from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.rules.moves import restart_options
 from jupyterhub_gpu.service.domain.jobs import START_TIMEOUT, TIME_LIMIT_MARGIN, run_job, run_notice, run_once
 from jupyterhub_gpu.service.domain.schedule import resume_once
@@ -43,7 +44,7 @@ async def enforce_jobs(ctx: TickContext, now: datetime) -> dict:
     ledger, hub = ctx.ledger, ctx.hub
     summary = {"time_limit": [], "lost": [], "ended_still_running": [], "requeued": []}
     for job, session in ended_jobs_still_running(ledger, now, TIME_LIMIT_MARGIN, hub=ledger.hub):
-        ledger.claim_stop_reason(session.id, StopReason.JOB_FINISHED)
+        await ctx.write(Ledger.claim_stop_reason, session.id, StopReason.JOB_FINISHED)
         try:
             await hub.remove_server(job.user, job.server_name)
         except HubAPIError as e:
@@ -63,14 +64,14 @@ async def enforce_jobs(ctx: TickContext, now: datetime) -> dict:
             # the server is gone and the runner never reported the end (killed, crashed, stopped by hand)
             reason = session.stop_reason or StopReason.STOPPED
             error = f"The job's server stopped ({reason}) before the notebook finished."
-            if update_job(ledger, job.id, state="failed", finished=aware_utc(session.stopped), error=error):
+            if await ctx.write(update_job, job.id, state="failed", finished=aware_utc(session.stopped), error=error):
                 summary["lost"].append(job.id)
             continue
         started = aware_utc(job.started) or (aware_utc(session.started) if session else None)
         if started is not None and now - started > timedelta(seconds=job.time_limit_seconds) + TIME_LIMIT_MARGIN:
             kept = StopReason.JOB_TIME_LIMIT
             if session is not None:
-                kept = ledger.claim_stop_reason(session.id, StopReason.JOB_TIME_LIMIT) or kept
+                kept = await ctx.write(Ledger.claim_stop_reason, session.id, StopReason.JOB_TIME_LIMIT) or kept
             error = f"Stopped by the service: over the time limit of {job.time_limit_seconds // 60} minute(s)."
             try:
                 await hub.remove_server(job.user, job.server_name)
@@ -82,14 +83,16 @@ async def enforce_jobs(ctx: TickContext, now: datetime) -> dict:
                 # server has stopped (above)
                 job_log.info("job %s over its time limit while its server stops (%s)", job.id, kept)
                 continue
-            update_job(ledger, job.id, state="timed_out", finished=now, error=error)
+            await ctx.write(update_job, job.id, state="timed_out", finished=now, error=error)
             summary["time_limit"].append(job.id)
             continue
         if job.state == "starting" and session is None and now - aware_utc(job.created) > START_TIMEOUT:
             user = await hub.user(job.user)
             server = ((user or {}).get("servers") or {}).get(job.server_name)
             if server is None or not server.get("pending"):
-                update_job(ledger, job.id, state="failed", finished=now, error="The job's server did not start.")
+                await ctx.write(
+                    update_job, job.id, state="failed", finished=now, error="The job's server did not start."
+                )
                 summary["lost"].append(job.id)
     return summary
 
@@ -106,12 +109,12 @@ async def requeue_job(ctx: TickContext, job: JobRecord, session: SessionRecord, 
     """
     ledger = ctx.ledger
     key = resume_once(session)
-    if claim_resume(ledger, key, now):
+    if await ctx.write(claim_resume, key, now):
         # only from the state read before this tick's awaits: a job cancelled (or ended) since is not started again
         if not update_job(
             ledger, job.id, only_if=(job.state,), state="starting", started=None, session_id=session.id, error=None
         ):
-            release_resume(ledger, key)  # the next tick judges the job as it is now
+            await ctx.write(release_resume, key)  # the next tick judges the job as it is now
             job_log.info(
                 "job %s moved on (%s before) while its server was preempted: not started again", job.id, job.state
             )
@@ -125,11 +128,11 @@ async def requeue_job(ctx: TickContext, job: JobRecord, session: SessionRecord, 
         except HubAPIError as e:
             status, message = e.refusal()
             if status >= 500:
-                release_resume(ledger, key)
+                await ctx.write(release_resume, key)
                 job_log.warning("job %s: its server was preempted and could not be started again yet: %s", job.id, e)
                 return "retry"
             error = f"The job's server was preempted and could not be started again: {message}"
-            update_job(ledger, job.id, state="failed", finished=now, error=error)
+            await ctx.write(update_job, job.id, state="failed", finished=now, error=error)
             job_log.error("job %s: %s", job.id, error)
             return "failed"
         job_log.info("job %s: its server was preempted; back in the queue to run again", job.id)
@@ -137,7 +140,7 @@ async def requeue_job(ctx: TickContext, job: JobRecord, session: SessionRecord, 
     if job.state == "starting" and now - aware_utc(session.stopped) > START_TIMEOUT:
         if not await back_already(ctx, job.user, job.server_name, aware_utc(session.stopped)):
             error = "The job's server did not start again after it was preempted."
-            update_job(ledger, job.id, state="failed", finished=now, error=error)
+            await ctx.write(update_job, job.id, state="failed", finished=now, error=error)
             return "failed"
     return "waiting"
 

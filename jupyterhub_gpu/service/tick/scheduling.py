@@ -117,7 +117,7 @@ async def enforce_schedule(ctx: TickContext, now: datetime, follow: ScheduleFoll
                     models = {p["slug"]: p["gpu_model"] for p in ledger.pricing() if p.get("gpu_model")}
                 message = order_message(order, session, tz, now, notifier.settings, models.get(session.profile))
                 await notifier.send(message, CHANNELS, once=order_once(order), now=now)
-            mark_order(ledger, order.session_id, done=now)
+            await ctx.write(mark_order, order.session_id, done=now)
             result["closed"].append(order.session_id)
             if _preempted_for_this(order, session, now):
                 # stopped by the hub for this order, the service gone before it marked it done: resume all the same
@@ -138,7 +138,7 @@ async def enforce_schedule(ctx: TickContext, now: datetime, follow: ScheduleFoll
             told = replace(order, stop_at=due_at(order, now))  # a late preemption's notice names the later stop
             message = order_message(told, session, tz, now, notifier.settings, models.get(session.profile), job_id)
             await notifier.send(message, CHANNELS, once=order_once(order), now=now)
-            if not mark_order(ledger, order.session_id, noticed=now, as_read=order):
+            if not await ctx.write(mark_order, order.session_id, noticed=now, as_read=order):
                 # moved (told again next tick) or withdrawn (called off next tick) while the notice went out
                 log.info("%s/%s: the order changed while its notice went out", order.user, order.server_name)
                 continue
@@ -161,7 +161,7 @@ async def enforce_schedule(ctx: TickContext, now: datetime, follow: ScheduleFoll
             continue
         if kept is None:
             continue  # closed since it was read: the next tick marks its order done
-        mark_order(ledger, order.session_id, done=now)
+        await ctx.write(mark_order, order.session_id, done=now)
         if kept != current.kind:  # another pass of this tick (the budget's) stopped it first, for a reason that stays
             log.info(
                 "%s/%s: its %s order is done by the %s stop", session.user, session.server_name, current.kind, kept
@@ -216,7 +216,7 @@ async def _overtaken(ctx: TickContext, session: SessionRecord, order: StopOrder,
     except HubAPIError as e:
         log.error("could not stop %s/%s (%s): %s", session.user, session.server_name, session.pending_stop_reason, e)
         return
-    mark_order(ctx.ledger, order.session_id, done=now)
+    await ctx.write(mark_order, order.session_id, done=now)
     result["closed"].append(order.session_id)
     log.info("%s/%s: its %s order is done by the %s stop", order.user, order.server_name, order.kind, kept)
 
@@ -239,7 +239,7 @@ async def _close_withdrawn(ctx: TickContext, order: StopOrder, now: datetime, re
         cancelled = booking_cancelled(order, lambda booking: get_reservation(ledger, booking, tz) is not None)
         message = withdrawn_message(told, tz, now, notifier.settings, cancelled=cancelled)
         await notifier.send(message, CHANNELS, once=withdrawn_once(order), now=now)
-    if not mark_order(ledger, order.session_id, done=now, as_read=order):
+    if not await ctx.write(mark_order, order.session_id, done=now, as_read=order):
         # ordered again while the "stop is off" went out: the new order is told, and carried out, as any other
         log.info("%s/%s: ordered again while its withdrawal was told", order.user, order.server_name)
         return
@@ -258,9 +258,9 @@ def _job_id(ledger: Ledger, session: SessionRecord) -> str | None:
 async def resume_server(ctx: TickContext, session: SessionRecord, now: datetime) -> str:
     """Start a preempted server again, once: ``resumed``, ``back`` (its user started it already), ``told``
     (resumed before), ``retry`` (the hub did not answer) or ``refused`` (the hub said no: its user is told)."""
-    ledger, notifier = ctx.ledger, ctx.notifier
+    notifier = ctx.notifier
     key = resume_once(session)
-    if not claim_resume(ledger, key, now):
+    if not await ctx.write(claim_resume, key, now):
         return "told"
     try:
         if await back_already(ctx, session.user, session.server_name, aware_utc(session.stopped)):
@@ -271,7 +271,7 @@ async def resume_server(ctx: TickContext, session: SessionRecord, now: datetime)
     except HubAPIError as e:
         status, message = e.refusal()
         if status >= 500:
-            release_resume(ledger, key)
+            await ctx.write(release_resume, key)
             log.warning("could not put %s/%s back in the queue yet: %s", session.user, session.server_name, e)
             return "retry"
         log.error("the hub would not put %s/%s back in the queue: %s", session.user, session.server_name, message)

@@ -117,17 +117,26 @@ def test_a_push_during_a_slow_tick_is_answered_at_once_and_kept(service, monkeyp
 
 def test_the_ticks_writes_go_through_the_ledgers_writer(service, monkeypatch):
     threads: list[str] = []
-    real = Ledger.set_cull_warning
+    real = Ledger.set_cull_warnings
 
-    def set_cull_warning(ledger, *args):
+    def set_cull_warnings(ledger, *args):
         threads.append(threading.current_thread().name)
         return real(ledger, *args)
 
-    monkeypatch.setattr(Ledger, "set_cull_warning", set_cull_warning)
+    monkeypatch.setattr(Ledger, "set_cull_warnings", set_cull_warnings)
+    noticed: list[str] = []
+    add_notice = Ledger.add_notice
+
+    def notice(ledger, *args, **kwargs):
+        noticed.append(threading.current_thread().name)
+        return add_notice(ledger, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "add_notice", notice)
     before = service.writer.written
     asyncio.run(service.tick())
     assert threads == ["jupyterhub-gpu-ledger-writer"]  # not the tick's thread, not the requests' loop
-    assert service.writer.written - before >= 2  # the heartbeat and the warning, each in its turn
+    assert noticed == ["jupyterhub-gpu-ledger-writer"]  # its Lab notice too (the gateway's write)
+    assert service.writer.written - before >= 3  # the heartbeat, the warning and its notice, each in its turn
     assert service.ledger.get_session("old").cull_rule == "max_age"
 
 
