@@ -174,6 +174,40 @@ def test_the_inventory_rbac_is_read_only_and_binds_the_hub():
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
 
 
+def test_the_kueue_rbac_grants_the_reads_of_the_spawner_and_the_service_and_the_quota_movers_patch():
+    read, read_binding, quota, quota_binding = yaml.safe_load_all((KUBE / "hub-kueue-rbac.yaml").read_text())
+    for role, binding in ((read, read_binding), (quota, quota_binding)):
+        validate_object(role, "V1ClusterRole")
+        validate_object(binding, "V1ClusterRoleBinding")
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
+
+    def granted(role) -> set[tuple[str, str, str]]:
+        return {
+            (group, resource, verb)
+            for rule in role["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    # what the spawner (kueue_mode.py), the service's pages (feeds/kueue.py) and the doctor (doctor/kueue.py) ask
+    needed = {
+        ("kueue.x-k8s.io", "localqueues", "get"),
+        ("kueue.x-k8s.io", "localqueues", "list"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "clusterqueues", "get"),
+        ("kueue.x-k8s.io", "clusterqueues", "list"),
+        ("kueue.x-k8s.io", "resourceflavors", "get"),
+        ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
+        ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get"),
+    }
+    assert needed <= granted(read)
+    assert not {v for _, _, v in granted(read)} - {"get", "list", "watch"}  # read-only
+    # the quota mover (service/kueue/cluster.py): list, then a merge patch of each ClusterQueue it moves
+    assert granted(quota) == {("kueue.x-k8s.io", "clusterqueues", v) for v in ("get", "list", "patch")}
+
+
 def test_the_hub_image_installs_the_kubernetes_extra_and_the_postgresql_driver():
     dockerfile = (KUBE / "hub.Dockerfile").read_text()
     assert 'pip install --no-cache-dir "${wheel}[kubernetes]" "psycopg[binary]>=3.1"' in dockerfile
