@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -31,12 +32,20 @@ T = TypeVar("T")
 
 #: Seconds between the looks of :class:`LoopLag` at the requests' loop.
 LAG_EVERY = 0.05
+#: The longest the requests' loop waits for the interpreter's lock while the tick's thread computes (seconds).
+SWITCH_INTERVAL = 0.001
 
 
 class TickThread:
-    """A thread with an event loop of its own, on which :meth:`run` runs the tick's coroutines."""
+    """A thread with an event loop of its own, on which :meth:`run` runs the tick's coroutines.
+
+    The two threads share the interpreter's lock: while the tick computes, the requests' loop waits for it
+    each time it comes back from the network. Python hands it over after :data:`SWITCH_INTERVAL` (its default
+    is 5 ms, several times in a request); the service sets the shorter interval when it starts this thread.
+    """
 
     def __init__(self, name: str = "jupyterhub-gpu-tick"):
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
