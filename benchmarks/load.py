@@ -49,6 +49,7 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -319,6 +320,7 @@ def main(argv=None) -> int:
                         help="hold the ledger's write lock for SECONDS, AFTER seconds into the run")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="exit 1 when an acknowledged sample is missing")
     parser.add_argument("--json", type=Path, default=None, help="write the figures there too")
+    parser.add_argument("--logs", type=Path, default=None, help="keep each hub's log (with its service's) there")
     args = parser.parse_args(argv)
     for name in ("clients", "hubs", "seconds", "push"):
         if getattr(args, name) <= 0:
@@ -376,7 +378,10 @@ def main(argv=None) -> int:
             ticks = [tick_lines(x["hub"], at) for x, at in zip(targets, log_at, strict=True)]
             missing = missing_samples(db_url, acked)
         finally:
-            for hub in hubs:
+            for h, hub in enumerate(hubs):
+                if args.logs is not None and hub.log_file.exists():
+                    args.logs.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(hub.log_file, args.logs / f"hub{h}.log")
                 hub.cleanup()
             if pg is not None:
                 pg.stop()
