@@ -4,23 +4,28 @@ Each hub's spawner (``c.GPULocalSpawner.hub_name``) and service (``c.GPUService.
 name; both hubs know the same users and groups and run the same user and server names. A student with servers
 on both hubs: the group's budget counts both, runs out once, is told once (one Lab notice, one mail to each
 recipient), and each hub's service stops its own server a grace after that notice. A service never reconciles,
-culls or stops a session of the other hub, even one of equal user and server names.
+culls or stops a session of the other hub, even one of equal user and server names. A class booking made through
+one hub's service keeps that hub's GPUs only: the other hub's service neither lists nor cancels it, its spawn form
+does not show it, and its scheduler grants a GPU at once and orders no end.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import requests
 from sqlalchemy import text
 
 from jupyterhub_gpu.billing import BudgetRule
+from jupyterhub_gpu.ledger.queries import schedule as rows
 from jupyterhub_gpu.ledger.store import Ledger, make_engine
 from tests.conftest import wait_for
-from tests.service.conftest import gpu_hub_config
+from tests.service.conftest import ServiceUsers, gpu_hub_config
 
 pytestmark = pytest.mark.hub
 
@@ -134,3 +139,52 @@ def test_a_hub_older_than_the_ledgers_schema_does_not_start_and_says_why(make_hu
     assert "jupyterhub-gpu cannot start: the ledger sqlite:///" in log
     assert "schema revision 0099, newer than this jupyterhub-gpu knows" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.postgres
+def test_a_booking_through_one_hubs_service_keeps_no_gpu_and_is_not_seen_on_the_other_hub(
+    make_hub, tmp_path, postgres_url
+):
+    common = {"tick": 1, "min_minutes": 0, "gpu_pool": {"T4": 4, "A100": 1}}
+    lab = make_hub(hub_config(tmp_path, "lab", postgres_url, **common), name="lab")
+    dept = make_hub(hub_config(tmp_path, "dept", postgres_url, **common), name="dept")
+    ledger = Ledger(postgres_url, hub="dept")
+    try:
+        admins = {}
+        for hub in (lab, dept):
+            hub.create_users("admin", "thea")
+            token = ServiceUsers(hub, None).token("admin")
+            admins[hub.url] = (f"{hub.url}/services/gpu/api/v1", {"Authorization": f"token {token}"})
+
+        def api(hub, method, path, **kwargs):
+            url, headers = admins[hub.url]
+            return requests.request(method, f"{url}/{path}", headers=headers, timeout=30, **kwargs)
+
+        # the lab's admin books all 4 of the lab's T4s for cs231n, from a minute on (in force: within the lead)
+        now = datetime.now(timezone.utc).replace(microsecond=0)
+        start, end = (now + timedelta(minutes=m) for m in (1, 31))
+        body = {"group": "cs231n", "gpu_model": "T4", "count": 4, "start": start.isoformat(), "end": end.isoformat()}
+        r = api(lab, "POST", "reservations", json={**body, "note": "CS231N"})
+        assert r.status_code == 201, r.text
+        booked = r.json()["id"]
+        assert [b["id"] for b in api(lab, "GET", "reservations").json()["reservations"]] == [booked]
+        # the department's service neither lists nor cancels it, and books its own 4 T4s in the same window
+        assert api(dept, "GET", "reservations").json()["reservations"] == []
+        r = api(dept, "DELETE", f"reservations/{booked}")
+        assert r.status_code == 404, r.text
+        assert [b["id"] for b in api(lab, "GET", "reservations").json()["reservations"]] == [booked]
+        # the spawn forms: the lab's tells thea (thesis) of the class's T4s, the department's does not
+        forms = {
+            n: h.login("thea").get(f"{h.url}/hub/spawn", timeout=30).text for n, h in (("lab", lab), ("dept", dept))
+        }
+        assert "4 reserved for CS231N" in forms["lab"], re.findall(r"reserved[^<]*", forms["lab"])
+        assert "reserved for" not in forms["dept"]
+        # thea gets a T4 on the department's hub at once, and its scheduler orders no end for her session
+        assert dept.start_server("thea", {"profile": "t4"}).status_code in (201, 202)
+        dept.wait_ready("thea")
+        time.sleep(3)  # the department's scheduler and service ran again
+        (session,) = ledger.sessions(user="thea")
+        assert session.hub == "dept" and session.stopped is None
+        assert rows.stop_orders(ledger, hub="dept") == []
+    finally:
+        ledger.close()
