@@ -22,6 +22,9 @@ import pytest
 
 from jupyterhub_gpu.ledger.queries import schedule as rows
 from jupyterhub_gpu.ledger.store import Ledger
+from jupyterhub_gpu.scheduler.texts import KueueWhy
+from jupyterhub_gpu.spawners.kube.eviction import event_eviction
+from jupyterhub_gpu.spawners.kube.pods import kube_time
 from tests.conftest import wait_for
 from tests.k8s.conftest import wait_pod
 from tests.service.test_plateau_hub import run_cell
@@ -175,6 +178,18 @@ c.GPUKubeSpawner.profiles = c.GPUKubeSpawner.profiles + [
         " checkpointed as it stopped (CheckpointAndResume saves on the stop)."
     ) in notice[0].message, notice[0].message
     assert "put back in the queue" in notice[0].message, notice[0].message
+
+    # the event Kueue left on her pod tells the same eviction (a hub that was down reads it once the pod and its
+    # Workload are gone: spawners/kube/eviction.py's check_gone_pod)
+    uid = pod["metadata"]["uid"]
+    found = kube.get(
+        f"/api/v1/namespaces/{namespace}/events",
+        params={"fieldSelector": f"involvedObject.uid={uid},reason=Stopped"},
+    )["items"]
+    told = event_eviction([(kube_time(e.get("firstTimestamp")), e.get("message", "")) for e in found])
+    assert told is not None, found
+    assert (told.reason, told.told) == (order.cause.removeprefix("kueue:"), KueueWhy("priority", "Preempted"))
+    assert abs((told.at - order.stop_at).total_seconds()) <= 2, (told.at, order.stop_at)
 
     # her kernel got the signal CheckpointAndResume answers, as on the hub's own stop
     signals = wait_for(

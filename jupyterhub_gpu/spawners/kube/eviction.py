@@ -15,8 +15,8 @@ What the hub does with it (docs/kubernetes.md, "Preemption through Kueue"): the 
 tells the student as it tells today's preemption (even when the server has ended before its tick) and, if they
 asked for it, puts the server back in the queue (in Kueue mode a new spawn that waits in Kueue). Billing stops
 at the eviction (:meth:`Eviction.at`), not when the container has ended. A hub that was down while it happened
-may find the pod gone at its first poll: the eviction is then read from the pod's Workload
-(:func:`check_gone_pod`, by the pod's uid kept in the spawner's state), while Kueue keeps it.
+may find the pod gone at its first poll: the eviction is then read from the pod's Workload, or from the event
+Kueue left on the pod (:func:`check_gone_pod`, by the pod's uid kept in the spawner's state).
 """
 
 from __future__ import annotations
@@ -145,15 +145,42 @@ def workload_eviction(workload: dict | None) -> Eviction | None:
     return None
 
 
+#: The reason of the event Kueue leaves on a pod it stops (its job framework's ``Stopped``); its message is the
+#: Workload's ``Evicted`` message when the stop is an eviction.
+STOPPED_EVENT = "Stopped"
+#: How Kueue v0.17's eviction messages begin, by the ``Evicted`` reason they come with. The ``Stopped`` event is
+#: also left for stops that are no eviction ("Workload is deleted", "Not admitted by cluster queue"): a message
+#: not known here is not taken for one.
+EVICTION_MESSAGES = (
+    ("Preempted to accommodate a workload", "Preempted"),
+    ("Exceeded the PodsReady timeout", "PodsReadyTimeout"),
+    ("The ClusterQueue is stopped", "ClusterQueueStopped"),
+    ("The LocalQueue is stopped", "LocalQueueStopped"),
+)
+
+
+def event_eviction(events) -> Eviction | None:
+    """Kueue's eviction from the ``Stopped`` events it left on the pod (``(time, message)`` pairs, the first
+    time of each), for a pod whose Workload is gone too: the first whose message is a known eviction's, at its
+    time (Kueue stops the pod the moment it records it; whole seconds). None without one."""
+    for at, message in sorted((e for e in events if e[0] is not None), key=lambda e: e[0]):
+        for start, reason in EVICTION_MESSAGES:
+            if (message or "").startswith(start):
+                return Eviction(at=at, reason=f"{EVICTED_PREFIX}DueTo{reason}", message=message)
+    return None
+
+
 async def check_gone_pod(spawner) -> Eviction | None:
     """A poll that finds the session's pod gone (a hub restarted after Kueue evicted it, and Kueue let the pod go
     before this poll): its eviction read from its Workload, found by the pod's uid that the spawner's state
-    keeps, noted if there is one. None when nothing says it was evicted (the Workload is gone too: the server
-    then ended as any other)."""
+    keeps, else from the event Kueue left on the pod (events outlive the objects they are about, an hour by
+    default; the Workload goes with its pod); noted if there is one. None when nothing says it was evicted."""
     uid = getattr(spawner, "_kueue_pod_uid", None)
     if spawner._gpu_eviction is not None or not uid or spawner.gpu_pod() is not None:
         return spawner._gpu_eviction
     eviction = workload_eviction(await spawner._kueue_workload(uid))
+    if eviction is None:
+        eviction = event_eviction(await spawner._kueue_pod_events(uid))
     if eviction is not None:
         await note_eviction(spawner, eviction)
     return spawner._gpu_eviction

@@ -33,7 +33,7 @@ from jupyterhub_gpu.clock import isoformat
 from jupyterhub_gpu.env import STARTED
 from jupyterhub_gpu.spawners.assign.queue import wait_limit_text
 from jupyterhub_gpu.spawners.budget import refusal_of
-from jupyterhub_gpu.spawners.kube.eviction import kueue_managed
+from jupyterhub_gpu.spawners.kube.eviction import STOPPED_EVENT, kueue_managed
 from jupyterhub_gpu.spawners.kube.kueue import (
     GROUP,
     QUEUE_LABEL,
@@ -376,6 +376,17 @@ class KueueMode(Configurable):
             self.log.warning("%s: cannot read the Workload of its pod: %s", self._log_name, e)
             return None
         return workload_of(found.get("items") or [], pod_uid)
+
+    async def _kueue_pod_events(self, pod_uid: str) -> list[tuple]:
+        """The ``Stopped`` events Kueue left on the pod of ``pod_uid`` as ``(first time, message)``; none when
+        they cannot be read (logged)."""
+        selector = f"involvedObject.uid={pod_uid},reason={STOPPED_EVENT}"
+        try:
+            found = await self.api.list_namespaced_event(self.namespace, field_selector=selector)
+        except (ApiException, OSError, asyncio.TimeoutError) as e:
+            self.log.warning("%s: cannot read the events of its pod: %s", self._log_name, e)
+            return []
+        return [(e.first_timestamp or e.last_timestamp, e.message or "") for e in found.items or []]
 
     async def _kueue_position(self, queue: str, workload: str) -> tuple[tuple[int, int] | None, bool]:
         """(the Workload's place in its LocalQueue, whether the VisibilityOnDemand API answered)."""

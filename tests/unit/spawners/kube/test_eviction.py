@@ -173,6 +173,26 @@ def test_kueues_reason_is_told_as_what_happened(reason, message, told):
     assert Eviction(T0, f"WorkloadEvictedDueTo{reason}", message).told == told
 
 
+def test_kueues_stopped_event_tells_an_eviction_only_by_a_known_message():
+    later = T0 + timedelta(minutes=5)
+    events = [
+        (later, "Workload is deleted"),  # not an eviction
+        (T0, RECLAIMED.format(cause="reclamation within the cohort")),
+        (later, "Exceeded the PodsReady timeout default/pod-w"),
+    ]
+    found = eviction.event_eviction(events)
+    assert (found.at, found.reason, found.told) == (
+        T0,
+        "WorkloadEvictedDueToPreempted",
+        KueueWhy("reclaim", "Preempted"),
+    )
+    assert eviction.event_eviction([(T0, "Exceeded the PodsReady timeout 5m")]).told == KueueWhy(
+        "ready", "PodsReadyTimeout"
+    )
+    assert eviction.event_eviction([(T0, "The ClusterQueue is stopped")]).why == "ClusterQueueStopped"
+    assert eviction.event_eviction([(T0, "Not admitted by cluster queue"), (None, RECLAIMED)]) is None
+
+
 def test_a_stop_already_under_way_for_a_reason_that_stays_is_not_a_preemption(ledger):
     started(ledger)
     ledger.claim_stop_reason("s1", StopReason.BUDGET)

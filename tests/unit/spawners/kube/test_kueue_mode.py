@@ -15,6 +15,7 @@ import asyncio
 import json
 from datetime import timedelta
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 from jupyterhub.spawner import SpawnException
@@ -23,6 +24,7 @@ from kubernetes_asyncio.client.rest import ApiException
 from jupyterhub_gpu.billing import BudgetRule
 from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import DEVICE_INFO
+from jupyterhub_gpu.scheduler.texts import KueueWhy
 from jupyterhub_gpu.session import SessionStart, StopReason
 from jupyterhub_gpu.spawners.kube.kueue import ADMISSION_GATE
 from jupyterhub_gpu.spawners.progress import SPAWN_LANGUAGES
@@ -63,6 +65,18 @@ class StandInCluster:
     async def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=""):
         assert plural == "workloads" and label_selector.startswith("kueue.x-k8s.io/job-uid=")
         return {"items": list(self.workloads)}
+
+    # CoreV1Api: the events Kueue left on pods, as (involvedObject.uid, reason, first time, message)
+    events: list[tuple] = []
+
+    async def list_namespaced_event(self, namespace, field_selector=""):
+        wanted = dict(part.split("=", 1) for part in field_selector.split(","))
+        items = [
+            SimpleNamespace(first_timestamp=at, last_timestamp=at, message=message)
+            for uid, reason, at, message in self.events
+            if wanted == {"involvedObject.uid": uid, "reason": reason}
+        ]
+        return SimpleNamespace(items=items)
 
     async def call_api(self, path, method, **kwargs):
         assert path.endswith("/pendingworkloads") and "/localqueues/" in path
@@ -437,6 +451,41 @@ async def test_a_restarted_hub_finds_an_eviction_whose_pod_is_gone_from_its_work
     assert order.cause == "kueue:WorkloadEvictedDueToPreempted"
 
 
+async def test_a_restarted_hub_finds_an_eviction_whose_pod_and_workload_are_gone_from_kueues_event(tmp_path):
+    from jupyterhub_gpu.ledger.queries.schedule import stop_orders
+    from jupyterhub_gpu.ledger.store import shared_ledger
+
+    cluster = StandInCluster()
+    ledger_url = f"sqlite:///{tmp_path}/ledger.sqlite"
+    spawner = kueue_spawner(cluster, ledger_db_url=ledger_url)
+    task = asyncio.ensure_future(spawn(spawner, "t4"))
+    await wait_until(lambda: cluster.pods)
+    cluster.admit()
+    await task
+    state, session_id = spawner.get_state(), spawner.gpu_session["session_id"]
+    await asyncio.sleep(1.1)
+    evicted_at = utcnow().replace(microsecond=0)
+    # the hub is down; Kueue evicts the pod; the pod and its Workload are gone; Kueue's events stay (an hour)
+    cluster.pods.clear()
+    cluster.workloads = []
+    cluster.events = [
+        ("uid-1", "Stopped", evicted_at, "Preempted to accommodate a workload (UID: w2, JobUID: j2) due to"
+         " prioritization in the ClusterQueue; preemptor path: /lab/cs231n; preemptee path: /lab/cs231n"),
+        ("uid-other", "Stopped", evicted_at, "Preempted to accommodate a workload (another pod's)"),
+    ]  # fmt: skip
+    await asyncio.sleep(2)
+    restarted = kueue_spawner(cluster, ledger_db_url=ledger_url)
+    restarted.api = cluster  # KubeSpawner's CoreV1Api: the events are read through it
+    restarted.load_state(state)
+    assert await restarted.poll() == 1
+    ledger = shared_ledger(ledger_url)
+    session = ledger.get_session(session_id)
+    assert session.stop_reason == StopReason.PREEMPTED
+    assert session.stopped == evicted_at.replace(tzinfo=None)
+    (order,) = stop_orders(ledger, pending=False)
+    assert (order.reason_key, order.values["why"]) == ("stop.kueue.save", KueueWhy("priority", "Preempted"))
+
+
 async def test_a_restarted_hub_whose_pod_and_workload_are_gone_bills_as_before(tmp_path):
     from jupyterhub_gpu.ledger.store import shared_ledger
 
@@ -450,7 +499,10 @@ async def test_a_restarted_hub_whose_pod_and_workload_are_gone_bills_as_before(t
     state, session_id = spawner.get_state(), spawner.gpu_session["session_id"]
     cluster.pods.clear()
     cluster.workloads = []
+    # Kueue's event of a stop that is no eviction (its Workload deleted) does not make it one
+    cluster.events = [("uid-1", "Stopped", utcnow().replace(microsecond=0), "Workload is deleted")]
     restarted = kueue_spawner(cluster, ledger_db_url=ledger_url)
+    restarted.api = cluster  # KubeSpawner's CoreV1Api: the events are read through it
     restarted.load_state(state)
     assert await restarted.poll() == 1
     assert shared_ledger(ledger_url).get_session(session_id).stop_reason == StopReason.EXITED
