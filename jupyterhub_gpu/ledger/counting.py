@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from sqlalchemy import event
 
@@ -23,6 +24,43 @@ def _count(*_args) -> None:
     box = _COUNT.get()
     if box is not None:
         box[0] += 1
+
+
+@dataclass
+class Writes:
+    """The writes the ledger's writer ran for one context (:func:`writes_of`): how many, their seconds in all and
+    the longest one's."""
+
+    count: int = 0
+    seconds: float = 0.0
+    longest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds += seconds
+        self.longest = max(self.longest, seconds)
+
+
+_WRITES: ContextVar[Writes | None] = ContextVar("jupyterhub_gpu_writes", default=None)
+
+
+@contextmanager
+def writes_of() -> Iterator[Writes]:
+    """``with writes_of() as w:`` ... ``w`` counts the calls the ledger's writer ran meanwhile for this context
+    (the writer runs each call in its caller's context: :mod:`.writer`)."""
+    box = Writes()
+    token = _WRITES.set(box)
+    try:
+        yield box
+    finally:
+        _WRITES.reset(token)
+
+
+def note_write(seconds: float) -> None:
+    """Count a write of ``seconds`` for the current context's :func:`writes_of`, if any."""
+    box = _WRITES.get()
+    if box is not None:
+        box.add(seconds)
 
 
 @contextmanager

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from jupyterhub_gpu.ledger.counting import note_write
 from jupyterhub_gpu.ledger.models import UsageMinute
 from jupyterhub_gpu.ledger.queries.samples import Push, record_samples
 from jupyterhub_gpu.ledger.store import Ledger
@@ -58,6 +59,15 @@ FREE_POLL = 0.05
 
 _WRITERS: weakref.WeakKeyDictionary[Ledger, LedgerWriter] = weakref.WeakKeyDictionary()
 _STOP = object()
+
+
+def _counted(write: Callable[[Ledger], Any], ledger: Ledger) -> Any:
+    """``write(ledger)``, its time counted for its caller's :func:`.counting.writes_of`."""
+    began = time.monotonic()
+    try:
+        return write(ledger)
+    finally:
+        note_write(time.monotonic() - began)
 
 
 class WriterBusy(Exception):
@@ -127,7 +137,7 @@ class LedgerWriter:
         """
         future: Future = Future()
         if not isinstance(item, Push):  # run in the caller's context: what it counts (see the module's doc)
-            item = functools.partial(contextvars.copy_context().run, item)
+            item = functools.partial(contextvars.copy_context().run, _counted, item)
         with self._close_lock:  # no write slips in behind close()'s stop mark
             if self._closed:
                 raise WriterBusy(self.waiting, 5, closed=True)

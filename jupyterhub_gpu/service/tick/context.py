@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
@@ -94,10 +92,9 @@ class TickContext:
     async def write(self, write: Callable[..., T], *args, **kwargs) -> T:
         """``write(ledger, *args, **kwargs)``'s result: run by the ledger's writer in its turn (waiting for room
         when the requests fill its queue), or at once where the context has no writer (tests, the CLI)."""
-        timed = _timed(write)
         if self.writer is None:
-            return timed(self.ledger, *args, **kwargs)
-        return await self.writer.call_when_free(timed, *args, **kwargs)
+            return write(self.ledger, *args, **kwargs)
+        return await self.writer.call_when_free(write, *args, **kwargs)
 
 
 @dataclass
@@ -155,46 +152,6 @@ class TickResult:
     users_checked: int = 0
     alerts: list[tuple[str, str, int]] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class TickWrites:
-    """The writes of one tick (:func:`tick_writes`): how many, their seconds in all and the longest one's."""
-
-    count: int = 0
-    seconds: float = 0.0
-    longest: float = 0.0
-
-
-_WRITES: ContextVar[TickWrites | None] = ContextVar("jupyterhub_gpu_tick_writes", default=None)
-
-
-@contextmanager
-def tick_writes() -> Iterator[TickWrites]:
-    """``with tick_writes() as w:`` ... ``w`` counts the writes :meth:`TickContext.write` did meanwhile in this
-    context (the writer runs each in its caller's context)."""
-    box = TickWrites()
-    token = _WRITES.set(box)
-    try:
-        yield box
-    finally:
-        _WRITES.reset(token)
-
-
-def _timed(write: Callable[..., T]) -> Callable[..., T]:
-    def run(ledger: Ledger, *args, **kwargs) -> T:
-        began = time.perf_counter()
-        try:
-            return write(ledger, *args, **kwargs)
-        finally:
-            box = _WRITES.get()
-            if box is not None:
-                took = time.perf_counter() - began
-                box.count += 1
-                box.seconds += took
-                box.longest = max(box.longest, took)
-
-    return run
 
 
 class LoopSlice:

@@ -23,9 +23,9 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
-from jupyterhub_gpu.ledger.counting import statements_of
+from jupyterhub_gpu.ledger.counting import statements_of, writes_of
 from jupyterhub_gpu.ledger.store import Ledger
-from jupyterhub_gpu.service.tick.context import TickContext, TickState, tick_writes
+from jupyterhub_gpu.service.tick.context import TickContext, TickState
 from jupyterhub_gpu.service.tick.metering import run_tick
 
 T = TypeVar("T")
@@ -122,7 +122,7 @@ async def logged_tick(
         log.warning("could not note this service's heartbeat in the ledger", exc_info=True)
     began = time.monotonic()
     # the tick's own statements and writes: not the requests' (the writer runs a call in its caller's context)
-    with statements_of(ctx.ledger) as statements, tick_writes() as writes:
+    with statements_of(ctx.ledger) as statements, writes_of() as writes:
         ok = await run_tick(ctx, state, now, log)
     lag_p99, lag_max = lag.take() if lag is not None else (0.0, 0.0)
     log.info(

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from jupyterhub_gpu.ledger.counting import statements_of
+from jupyterhub_gpu.ledger.counting import statements_of, writes_of
 from jupyterhub_gpu.ledger.queries.samples import Push, session_minutes
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.ledger.writer import LedgerWriter, WriterBusy
@@ -277,13 +277,14 @@ async def test_a_waiting_call_waits_for_room_and_counts_in_its_callers_context(w
     futures = [writer.submit(push(minute=i)) for i in range(writer.limit)]  # the queue is full
     with pytest.raises(WriterBusy):
         writer.submit(push())
-    with statements_of(ledger) as counted:
+    with statements_of(ledger) as counted, writes_of() as writes:
         waiting = asyncio.ensure_future(writer.call_when_free(lambda ledger, sid: ledger.get_session(sid).id, "a"))
         await asyncio.sleep(0.2)
         assert not waiting.done()
         gate.opened.set()
         assert await asyncio.wait_for(waiting, 10) == "a"
     assert counted[0] == 1  # its one statement, run on the writer's thread, is counted here; the pushes' are not
+    assert writes.count == 1 and 0 < writes.longest == writes.seconds  # and its time on the writer
     assert all(f.result().pushes for f in futures)
     writer.close()
     with pytest.raises(WriterBusy):
