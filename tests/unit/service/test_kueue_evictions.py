@@ -23,10 +23,10 @@ from tests.unit.service.test_schedule_orders import notifier as notifier
 from tests.unit.service.test_schedule_orders import webhook as webhook
 
 EVICTED = Eviction(T0, "WorkloadEvictedDueToPreempted", "Preempted to accommodate a workload", timedelta(seconds=30))
-TOLD = (
-    "This server will be stopped at 13:00 to free its GPU for a full-price request; your training is being"
-    " checkpointed (CheckpointAndResume saves on the stop). It will be put back in the queue and start again"
-    " when a T4 is free."
+TOLD = (  # after the fact, with Kueue's reason (docs/kubernetes.md, "Preemption and class reservations through Kueue")
+    "This server was stopped at 13:00 by the cluster's queue (Kueue): a workload of a higher priority needed its"
+    " GPU. Your training was checkpointed as it stopped (CheckpointAndResume saves on the stop). It will be put"
+    " back in the queue and start again when a T4 is free."
 )
 
 
