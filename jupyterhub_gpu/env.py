@@ -86,6 +86,8 @@ STARTUP_TIMEOUT = "JUPYTERHUB_GPU_STARTUP_TIMEOUT"
 CLI_URL = "JUPYTERHUB_GPU_URL"
 #: Simulated shared GPUs: the directory the servers of one machine share (:mod:`jupyterhub_gpu.gpus.shared_sim`).
 SIM_STATE_DIR = "JUPYTERHUB_GPU_SIM_STATE_DIR"
+#: The identity a hub gives the services it starts (its gpu service): :func:`jupyterhub_gpu.ledger.hubs.hub_identity`.
+HUB_ID = "JUPYTERHUB_GPU_HUB_ID"
 #: The stand-in NVIDIA driver (tools/nvml-sim, :mod:`jupyterhub_gpu.gpus.standin`): its state file and the
 #: directory of its device nodes, for a process on the host (in a container: /run/nvidia-sim and /dev).
 NVML_STATE = "JUPYTERHUB_GPU_NVML_STATE"

@@ -8,7 +8,7 @@ hub process refreshes its heartbeat every :data:`HUB_BEAT`, the service every ti
 A hub API URL does not tell two hubs apart (every Zero to JupyterHub release has ``http://hub:8081/hub/api``, every
 default local hub ``http://127.0.0.1:8081/hub/api``), so each hub has an identity of its own
 (:func:`hub_identity`, from its cookie secret: another for each hub, the same at each of its starts), which it
-passes to its managed services in :data:`HUB_ID_ENV`. A member of a known identity has the row
+passes to its managed services in :data:`jupyterhub_gpu.env.HUB_ID`. A member of a known identity has the row
 ``<role>:<identity>`` (a restarted hub or service takes over its row); one of no known identity (an unmanaged
 service, an older version) a row of its own process. The doctor reads them (:func:`hub_name_problems`): two hubs
 running at once under one name would meter, cull and stop each other's servers, and a service whose hub records
@@ -41,8 +41,6 @@ log = logging.getLogger("jupyterhub_gpu.ledger")
 ALIVE = timedelta(minutes=10)
 #: How often a running hub process refreshes its row.
 HUB_BEAT = timedelta(minutes=1)
-#: The environment variable in which a hub gives its identity to the services it starts (its gpu service).
-HUB_ID_ENV = "JUPYTERHUB_GPU_HUB_ID"
 _IDENTITY = re.compile(r"[0-9a-f]{24}")
 _SALT = b"jupyterhub-gpu hub identity"
 

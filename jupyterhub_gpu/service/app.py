@@ -26,8 +26,9 @@ from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.env import HUB_ID as HUB_ID_ENV
 from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB, check_hub_name
-from jupyterhub_gpu.ledger.hubs import HUB_ID_ENV, valid_identity
+from jupyterhub_gpu.ledger.hubs import valid_identity
 from jupyterhub_gpu.ledger.store import Ledger, LedgerSchemaError
 from jupyterhub_gpu.ledger.writer import DEFAULT_LIMIT, LedgerWriter
 from jupyterhub_gpu.money import check_currency_code, check_currency_symbol

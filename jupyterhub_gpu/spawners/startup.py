@@ -33,10 +33,11 @@ from traitlets.config import Configurable
 
 from jupyterhub_gpu import __version__, lab
 from jupyterhub_gpu.clock import utcnow
+from jupyterhub_gpu.env import HUB_ID as HUB_ID_ENV
 from jupyterhub_gpu.env import session_from_env
 from jupyterhub_gpu.gpus.device import InventoryError
 from jupyterhub_gpu.ledger.hubnames import check_hub_name
-from jupyterhub_gpu.ledger.hubs import HUB_BEAT, HUB_ID_ENV, hub_identity
+from jupyterhub_gpu.ledger.hubs import HUB_BEAT, hub_identity
 from jupyterhub_gpu.ledger.store import LedgerSchemaError, shared_ledger
 from jupyterhub_gpu.money import Currency, MoneyError
 from jupyterhub_gpu.session import SessionStart, StopReason

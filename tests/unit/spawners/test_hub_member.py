@@ -10,7 +10,8 @@ from datetime import timedelta
 from jupyterhub.app import JupyterHub
 from jupyterhub.services.service import Service
 
-from jupyterhub_gpu.ledger.hubs import HUB_ID_ENV, hub_identity
+from jupyterhub_gpu.env import HUB_ID as HUB_ID_ENV
+from jupyterhub_gpu.ledger.hubs import hub_identity
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.app import GPUService
 from jupyterhub_gpu.spawners import startup

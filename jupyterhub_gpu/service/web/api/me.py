@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from tornado import web
@@ -30,10 +31,13 @@ class MeHandler(BaseHandler):
     """``GET me``: the caller's budgets, running sessions and pending notices."""
 
     @web.authenticated
-    def get(self):
+    async def get(self):
         name = self.own_name("use GET usage with user=, group= or all=true")
-        groups = self.groups
-        now = self.now()
+        # the ledger's reads on a thread: their round trips to the database are not the event loop's to wait
+        self.write_json(await asyncio.to_thread(self.body, name, self.groups, self.now()))
+
+    def body(self, name: str, groups, now) -> dict:
+        """The answer (blocking: reads the ledger)."""
         currency = self.ctx.currency
         rules = [r for r in self.ledger.budget_rules() if applies_to(r, name, groups)]
         statuses = sorted(self.statuses(rules, now), key=lambda s: s.fraction, reverse=True)
@@ -41,17 +45,15 @@ class MeHandler(BaseHandler):
         active = sessions_json(self.ledger, records, now, currency)
         for entry, unit in zip(active, self.units(records), strict=True):
             entry.update(unit)
-        self.write_json(
-            {
-                "user": name,
-                "groups": list(groups),
-                "currency": currency.code,
-                "currency_symbol": currency.symbol_in(),  # English, as every *_display of the API
-                "budgets": [status_json(s) for s in statuses],
-                "active_sessions": active,
-                "notices": [notice_json(n) for n in self.ledger.notices(name)],
-            }
-        )
+        return {
+            "user": name,
+            "groups": list(groups),
+            "currency": currency.code,
+            "currency_symbol": currency.symbol_in(),  # English, as every *_display of the API
+            "budgets": [status_json(s) for s in statuses],
+            "active_sessions": active,
+            "notices": [notice_json(n) for n in self.ledger.notices(name)],
+        }
 
     def units(self, records) -> list[dict]:
         """Per session, its part of a GPU (docs/admin.md, "Shared GPUs"): ``share`` ("1/4" for a time-sliced

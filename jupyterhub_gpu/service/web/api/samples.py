@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tornado import web
 
 from jupyterhub_gpu.ledger.queries.samples import Push
@@ -25,7 +27,8 @@ class SamplesHandler(BaseHandler):
         except SampleError as e:
             raise web.HTTPError(400, str(e)) from None
         user = self.current_user["name"]
-        record = self.ledger.get_session(sample.session_id)
+        # read on a thread: a round trip to the database (PostgreSQL's over the network) is not the loop's to wait
+        record = await asyncio.to_thread(self.ledger.get_session, sample.session_id)
         if record is None or record.user != user or not self.is_user:
             raise web.HTTPError(403, "A server may only report the usage of its own session.")
         if not is_server_token(self.current_user, record, self.ledger.hub):
