@@ -42,11 +42,17 @@ log = logging.getLogger("jupyterhub_gpu.jobs")
 
 class JobBase(BaseHandler):
     def job_or_404(self, job_id: str, write: bool = False) -> JobRecord:
-        """The job, if the caller may see it; another user's job is "not found" (ids reveal nothing)."""
+        """The job, if the caller may see it; another user's job is "not found" (ids reveal nothing).
+
+        A job is run by the service of its hub: it is read through any hub's service (a user's jobs are listed
+        across hubs), but cancelled or reported on only through its own, as another hub's bookings are.
+        """
         job = get_job(self.ledger, job_id)
         mine = job is not None and self.is_user and job.user == self.current_user["name"]
         if job is None or not (mine or (not write and self.has_scope(SCOPE_USAGE_READ))):
             raise web.HTTPError(404, f"You have no job {job_id!r}")
+        if write and job.hub != self.ledger.hub:
+            raise web.HTTPError(404, f"You have no job {job_id!r} on this hub: it runs on the hub {job.hub!r}")
         return job
 
     def show(self, job: JobRecord, status: int = 200) -> None:
