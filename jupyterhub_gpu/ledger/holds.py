@@ -81,6 +81,15 @@ def release(ledger, key: str) -> bool:
     return bool(gone)
 
 
+def release_all(ledger) -> int:
+    """End every hold of the ledger's hub, at the hub's start: no spawn of it is in flight then, and a hold its
+    previous process left (killed during a spawn) would otherwise refuse its users until it expires."""
+    with ledger.Session() as db:
+        gone = db.execute(delete(SpawnHold).where(SpawnHold.hub == ledger.hub)).rowcount
+        db.commit()
+    return gone
+
+
 def _one_at_a_time(db) -> None:
     """Open ``db``'s transaction so that no other spawn check runs until it ends (commit or rollback)."""
     connection = db.connection()

@@ -36,6 +36,7 @@ from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import HUB_ID as HUB_ID_ENV
 from jupyterhub_gpu.env import session_from_env
 from jupyterhub_gpu.gpus.device import InventoryError
+from jupyterhub_gpu.ledger.holds import release_all
 from jupyterhub_gpu.ledger.hubnames import check_hub_name
 from jupyterhub_gpu.ledger.hubs import HUB_BEAT, hub_identity
 from jupyterhub_gpu.ledger.store import LedgerSchemaError, shared_ledger
@@ -274,6 +275,10 @@ def join_ledger(app, ledger) -> None:
     given to its managed services (the gpu service writes its own row under it)."""
     identity = hub_identity(getattr(app, "cookie_secret", None))
     ledger.announce("hub", getattr(getattr(app, "hub", None), "api_url", ""), utcnow(), __version__, identity)
+    # before it serves, no spawn of this hub is in flight: holds on its budgets are its previous process's
+    left = release_all(ledger)
+    if left:
+        app.log.info("jupyterhub-gpu: ended %d spawn hold(s) this hub's previous process left on the ledger", left)
     if identity:
         app.log.info("jupyterhub-gpu: this hub is %r on the ledger, identity %s", ledger.hub, identity)
         # the services start after the spawners are initialised, with this environment

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from types import SimpleNamespace
 
 from jupyterhub.app import JupyterHub
 from jupyterhub.services.service import Service
 
+from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.env import HUB_ID as HUB_ID_ENV
+from jupyterhub_gpu.ledger import holds
 from jupyterhub_gpu.ledger.hubs import hub_identity
 from jupyterhub_gpu.ledger.store import Ledger
 from jupyterhub_gpu.service.app import GPUService
@@ -62,3 +65,25 @@ def test_the_service_is_recorded_under_the_identity_its_hub_gave_it(tmp_path, mo
     assert f"WARNING | {HUB_ID_ENV} is not a hub identity ('not-an-identity')" in capsys.readouterr().err
     service.ledger.withdraw()
     service.ledger.close()
+
+
+def test_a_hubs_start_ends_the_holds_its_previous_process_left_and_no_other_hubs(tmp_path):
+    """A hub killed during a spawn leaves its hold; the restarted hub ends it before it serves (no spawn of its own
+    is in flight then), so its users are not refused for the dead spawn until the hold expires. The other hub's
+    hold stays."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    lab, dept = Ledger(url, hub="lab"), Ledger(url, hub="dept")
+    try:
+        now = utcnow()
+        spawn = SimpleNamespace(user="ann", pool="cs231n", rate_micros=50000, gpu_count=1)
+        for ledger in (lab, dept):
+            assert (
+                holds.check_and_hold(ledger, "ann/", spawn, lambda others: None, now, now + timedelta(hours=1)) is None
+            )
+        app = JupyterHub()
+        app.cookie_secret = SECRET
+        startup.join_ledger(app, lab)  # the lab hub starts again
+        assert [(h.hub, h.key) for h in holds.held(dept, now)] == [("dept", "ann/")]
+    finally:
+        lab.close()
+        dept.close()
