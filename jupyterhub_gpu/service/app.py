@@ -512,11 +512,17 @@ class GPUService(Application):
         ticker.cancel()
         server.stop()
         await asyncio.gather(ticker, return_exceptions=True)
-        if self.tick_thread is not None:  # the tick's writes end before the writer's last
-            await asyncio.to_thread(self.tick_thread.close)
-        if self.tick_context.kueue_quota is not None:
-            await self.tick_context.kueue_quota.close()  # its Kubernetes client, kept between ticks
-        await asyncio.to_thread(self.writer.close)  # every write taken is committed (and answered) first
+        quota, tick = self.tick_context.kueue_quota, self.tick_thread
+        steps = {  # each in turn, whatever the one before did; Kueue's client closed on its own (the tick's) loop
+            "Kueue's client": (lambda: tick.run(quota.close()) if tick else quota.close()) if quota else None,
+            "the tick": (lambda: asyncio.to_thread(tick.close)) if tick else None,  # its writes end first
+            "the writer": lambda: asyncio.to_thread(self.writer.close),  # every write taken committed first
+        }
+        for name, step in steps.items():
+            try:
+                await step() if step else None
+            except Exception as e:
+                self.log.error("jupyterhub-gpu service: stopping %s failed: %r", name, e)
         self.notifier.close()
         self.ledger.withdraw()
         self.ledger.close()
