@@ -107,12 +107,11 @@ async def requeue_job(ctx: TickContext, job: JobRecord, session: SessionRecord, 
     runner runs the notebook again (``CheckpointAndResume`` goes on from its last checkpoint). A refusal by the
     hub (a budget that cannot pay, a profile gone) fails the job with the hub's message.
     """
-    ledger = ctx.ledger
     key = resume_once(session)
     if await ctx.write(claim_resume, key, now):
         # only from the state read before this tick's awaits: a job cancelled (or ended) since is not started again
-        if not update_job(
-            ledger, job.id, only_if=(job.state,), state="starting", started=None, session_id=session.id, error=None
+        if not await ctx.write(
+            update_job, job.id, only_if=(job.state,), state="starting", started=None, session_id=session.id, error=None
         ):
             await ctx.write(release_resume, key)  # the next tick judges the job as it is now
             job_log.info(
