@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -329,6 +330,8 @@ class Notifier:
         #: claim -> (failures in a row, monotonic time before which it is not tried)
         self.backoff: dict[str, tuple[int, float]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        #: the tick's thread and the requests' loop both send: counts, backoff and the pool change under it
+        self._lock = threading.Lock()
         #: owner ("user:NAME", "group:NAME", "admin:") -> how many of its sends may use the pool at once
         self._gates: dict[tuple[int, str], asyncio.Semaphore] = {}
 
@@ -371,9 +374,14 @@ class Notifier:
         return self.default_language
 
     def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="jupyterhub-gpu-notify")
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="jupyterhub-gpu-notify")
+            return self._pool
+
+    def _count(self, service: str, outcome: str) -> None:
+        with self._lock:
+            self.counts[(service, outcome)] += 1
 
     def waiting(self, claim: str) -> bool:
         """Whether the target is waiting out its backoff after failures."""
@@ -410,13 +418,15 @@ class Notifier:
         except Exception:
             self._failed(target, service)
             raise
-        self.backoff.pop(target.claim, None)
-        self.counts[(service, "sent")] += 1
+        with self._lock:
+            self.backoff.pop(target.claim, None)
+        self._count(service, "sent")
 
     def _failed(self, target: Target, service: str) -> None:
-        failures = self.backoff.get(target.claim, (0, 0.0))[0] + 1
-        self.backoff[target.claim] = (failures, time.monotonic() + min(BACKOFF * 2 ** (failures - 1), BACKOFF_MAX))
-        self.counts[(service, "failed")] += 1
+        with self._lock:
+            failures = self.backoff.get(target.claim, (0, 0.0))[0] + 1
+            self.backoff[target.claim] = (failures, time.monotonic() + min(BACKOFF * 2 ** (failures - 1), BACKOFF_MAX))
+        self._count(service, "failed")
 
     async def fan_out(self, message: Message, once: Once | None, now: datetime) -> tuple[dict[str, bool], bool]:
         """Send ``message`` to each of its targets at once; ``({claim: sent now}, every target has it)``."""
@@ -426,7 +436,7 @@ class Notifier:
         async def one(target: Target) -> bool:
             nonlocal done
             if self.waiting(target.claim):
-                self.counts[(target.channel.service or scheme_of(target.url), "deferred")] += 1
+                self._count(target.channel.service or scheme_of(target.url), "deferred")
                 done = False
                 return False
             outcome = await attempt(
@@ -508,6 +518,7 @@ class Notifier:
         await self.send_to(Target(channel, url), message)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
