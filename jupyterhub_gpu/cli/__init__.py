@@ -18,7 +18,9 @@
     jupyterhub-gpu queue                    # your requests waiting for a GPU (instructors: their groups'; admins: all)
     jupyterhub-gpu queue preemptions
     jupyterhub-gpu doctor -f /etc/jupyterhub/jupyterhub_config.py   # before opening the hub (docs/admin.md)
+    jupyterhub-gpu hub-rename default lab --db-url postgresql+psycopg://gpu@db/jupyterhub_gpu   # hubs stopped
 
+``doctor`` and ``hub-rename`` read the hub's configuration or the ledger themselves; the others call the service.
 The service's URL comes from ``--url`` or ``$JUPYTERHUB_GPU_URL``, the token from
 ``--token`` or ``$JUPYTERHUB_API_TOKEN``. Arguments are checked before anything is
 sent: bad ones exit with status 2; an error from the API prints its message and

@@ -15,7 +15,7 @@ from jupyterhub_gpu import __version__
 from jupyterhub_gpu.cli.budgets import cmd_budget, cmd_usage
 from jupyterhub_gpu.cli.jobs import cmd_job
 from jupyterhub_gpu.cli.schedule import cmd_queue, cmd_reservations, cmd_shares
-from jupyterhub_gpu.doctor.options import add_doctor_parser
+from jupyterhub_gpu.doctor.options import add_doctor_parser, add_hub_rename_parser
 from jupyterhub_gpu.env import CLI_URL
 from jupyterhub_gpu.i18n import LANGUAGES
 
@@ -305,6 +305,7 @@ def make_parser() -> argparse.ArgumentParser:
     _connection_options(qpre, top=False)
     # subcommands that do not call the service go below, each with set_defaults(run=...) (see API_COMMANDS)
     add_doctor_parser(commands)
+    add_hub_rename_parser(commands)
     return parser
 
 
@@ -329,6 +330,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--all lists every user's sessions; do not combine it with --user or --group")
     if args.command == "usage" and args.paid and not args.group:
         parser.error("--paid lists the sessions a group paid for: give --group too")
+    if args.command == "hub-rename" and args.old == args.new:
+        parser.error(f"OLD and NEW are both {args.old!r}: give the hub's new name")
     if args.command in API_COMMANDS and not (args.token or os.environ.get("JUPYTERHUB_API_TOKEN")):
         parser.error("no token: pass --token or set $JUPYTERHUB_API_TOKEN")
 

@@ -25,6 +25,7 @@ from jupyterhub_gpu.doctor.loading import Setup
 from jupyterhub_gpu.doctor.results import FAIL, PASS, WARN, Result
 from jupyterhub_gpu.ledger.hubnames import DEFAULT_HUB
 from jupyterhub_gpu.ledger.hubs import ALIVE, hub_identity, hub_name_problems
+from jupyterhub_gpu.ledger.renaming import kept_rows
 from jupyterhub_gpu.ledger.store import Ledger
 
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
@@ -77,9 +78,11 @@ def check_hub_names(setup: Setup) -> Iterator[Result]:
     try:
         members = ledger.hub_members()
         names = ledger.hub_names()
+        kept = kept_rows(ledger)
     finally:
         ledger.close()
     now = utcnow()
+    shown = make_url(url).render_as_string(hide_password=True)
     problems = hub_name_problems(members, now)
     for problem in problems:
         yield Result(
@@ -89,6 +92,8 @@ def check_hub_names(setup: Setup) -> Iterator[Result]:
             f"give each hub on the ledger its own hub_name: set c.{cls}.hub_name and c.GPUService.hub_name to a name"
             " of its own in each hub's configuration (the same on both sides of one hub), and restart that hub",
         )
+    alive_names = {m.hub for m in members if now - m.heartbeat <= ALIVE}
+    yield from _left_behind(kept, alive_names, spawner_name, shown)
     if problems:
         return
     # this hub's own row, found by the identity of its cookie secret (a secret not read here finds none)
@@ -101,12 +106,17 @@ def check_hub_names(setup: Setup) -> Iterator[Result]:
                 WARN,
                 f"this hub (identity {mine[:8]}: {m.where()}) runs on the ledger as {m.hub!r}, but its configuration"
                 f" now names it {spawner_name!r}: it records its sessions as {m.hub!r} until it restarts",
-                "restart the hub (its gpu service restarts with it) for the new name to apply",
+                "restart the hub (its gpu service restarts with it) for the new name to apply"
+                + (
+                    f"; to keep its bookings, shares and profile edits, stop it, run `jupyterhub-gpu hub-rename {m.hub}"
+                    f" {spawner_name} --db-url {shown}`, then start it"
+                    if m.hub in kept
+                    else ""
+                ),
             )
             return
     named = f"{spawner_name!r}" + (f" (identity {mine[:8]})" if running else "")
     others = [n for n in names if n != spawner_name]
-    shown = make_url(url).render_as_string(hide_password=True)
     if not others:
         alone = "" if spawner_name != DEFAULT_HUB else " (the default name)"
         yield Result("hub-names", PASS, f"this hub is {named}{alone}, the only hub on the ledger {shown}")
@@ -118,3 +128,31 @@ def check_hub_names(setup: Setup) -> Iterator[Result]:
         f"this hub is {named}; the ledger {shown} is shared with {', '.join(map(repr, others))}"
         f" (running now: {', '.join(map(repr, alive)) or 'none'}), each under its own name",
     )
+
+
+_KEPT = {
+    "gpu_reservations": ("class booking", "class bookings"),
+    "gpu_group_shares": ("group share", "group shares"),
+    "gpu_profile_overrides": ("profile edit", "profile edits"),
+}
+
+
+def _left_behind(kept: dict[str, dict[str, int]], alive: set[str], this_hub: str, shown: str) -> Iterator[Result]:
+    """A WARN for each hub name with bookings, shares or profile edits that no hub runs under and that is not this
+    hub's: a hub given a new name (or 'default', where the rows made before hubs had names are) left them."""
+    for name in sorted(set(kept) - alive - {this_hub}):
+        what = ", ".join(
+            f"{n} {_KEPT[table][n != 1]}"
+            for table, n in sorted(kept[name].items(), key=lambda kv: list(_KEPT).index(kv[0]))
+        )
+        yield Result(
+            "hub-names",
+            WARN,
+            f"the ledger has {what} of the hub {name!r}, which no hub runs under now (this hub is {this_hub!r}): no"
+            " hub keeps those bookings' GPUs free, applies those shares, or those edits' prices and access"
+            " restrictions (a profile restricted to some groups is open again on the hub that left them)",
+            f"if they are this hub's (it was renamed): stop its hub and gpu service, run `jupyterhub-gpu hub-rename"
+            f" {name} {this_hub} --db-url {shown}` (with --merge where this hub has run under {this_hub!r} since), and"
+            " start them (docs/admin.md, renaming a hub); if they are a"
+            " stopped hub's, nothing to do until it runs again",
+        )

@@ -51,13 +51,15 @@ class RenameRefused(ValueError):
     """A rename that was not done (nothing changed), and why."""
 
 
-def rename_hub(ledger, old: str, new: str, now: datetime, dry_run: bool = False) -> dict[str, int]:
+def rename_hub(ledger, old: str, new: str, now: datetime, dry_run: bool = False, merge: bool = False) -> dict[str, int]:
     """Move hub ``old``'s rows to ``new`` in one transaction; the rows per table (moved, or deleted for
     :data:`DROPPED`). ``dry_run``: the same counts, nothing changed.
 
     Refused with :class:`RenameRefused` (nothing changed) when ``new`` is not a valid hub name or is ``old``,
     when ``old`` has no rows, when ``new`` already has rows in a table that moves (a merge is not a rename), or
     when a hub process or gpu service whose heartbeat is fresh (:data:`ALIVE`) runs under either name.
+    ``merge``: ``new`` may have rows (the same hub, started under its new name before the rename), unless one of
+    its group shares or profile edits is of the same group and model, or profile, as one of ``old``'s.
     """
     try:
         check_hub_name(new, "the new hub name")
@@ -76,15 +78,22 @@ def rename_hub(ledger, old: str, new: str, now: datetime, dry_run: bool = False)
                 f"stop the hubs first: {where} ran on the ledger in the last {int(ALIVE.total_seconds() // 60)}"
                 " minutes; a hub or gpu service running under either name would keep writing under it"
             )
-        taken = {t.__tablename__: n for t in MOVED if (n := _count(db, t, new))}
-        if taken:
-            raise RenameRefused(
-                f"the hub name {new!r} already has rows ({_listed(taken)}): a rename does not merge two hubs;"
-                " choose a name the ledger does not have"
-            )
         counts = {t.__tablename__: _count(db, t, old) for t in (*MOVED, *DROPPED)}
         if not any(counts.values()):
             raise RenameRefused(f"the ledger has no rows of a hub named {old!r}")
+        taken = {t.__tablename__: n for t in MOVED if (n := _count(db, t, new))}
+        if taken and not merge:
+            raise RenameRefused(
+                f"the hub name {new!r} already has rows ({_listed(taken)}): a rename does not merge two hubs;"
+                f" choose a name the ledger does not have, or, where {new!r} is this same hub started under its new"
+                " name before the rename, merge them (--merge)"
+            )
+        clashes = _clashes(db, old, new)
+        if clashes:
+            raise RenameRefused(
+                f"both {old!r} and {new!r} have {', '.join(clashes)}: keep one (delete the other on its hub's admin"
+                " page or with `jupyterhub-gpu shares delete`), then merge"
+            )
         if dry_run:
             db.rollback()
             return counts
@@ -103,6 +112,18 @@ def kept_rows(ledger) -> dict[str, dict[str, int]]:
         for table in KEPT:
             for hub, n in db.execute(select(table.hub, func.count()).group_by(table.hub)):
                 found.setdefault(hub, {})[table.__tablename__] = n
+    return found
+
+
+def _clashes(db, old: str, new: str) -> list[str]:
+    """The group shares and profile edits of ``new`` with the same key as one of ``old``'s (they cannot both be)."""
+    found = []
+    for table, key, what in (
+        (GroupShare, (GroupShare.group, GroupShare.gpu_model), "the share of {} on {}"),
+        (ProfileOverride, (ProfileOverride.slug,), "an edit of the profile {}"),
+    ):
+        keys = [set(db.execute(select(*key).where(table.hub == hub)).all()) for hub in (old, new)]
+        found += [what.format(*(repr(k) for k in row)) for row in sorted(keys[0] & keys[1])]
     return found
 
 

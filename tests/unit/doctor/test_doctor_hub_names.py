@@ -10,8 +10,10 @@ from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.doctor.hubs import check_hub_names
 from jupyterhub_gpu.doctor.results import FAIL, PASS, WARN
 from jupyterhub_gpu.ledger.hubs import hub_identity
+from jupyterhub_gpu.ledger.renaming import rename_hub
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.unit.doctor.test_doctor_checks import doctor, one
+from tests.unit.ledger.test_hub_rename import fill
 
 ONLY = [check_hub_names]
 
@@ -120,3 +122,27 @@ def test_the_doctor_names_this_hubs_identity_and_warns_when_it_runs_under_anothe
     restarted.close()
     result = one(doctor(tmp_path, extra, only=ONLY, service_config=service), "hub-names", PASS)
     assert f"this hub is 'lab' (identity {mine[:8]}), the only hub on the ledger" in result.message
+
+
+def test_bookings_shares_and_edits_under_a_name_no_hub_runs_under_warn_with_the_rename(tmp_path):
+    """The hub was 'default' (its rows made before hubs had names too) and is now configured 'lab': the doctor
+    counts what 'default' left and names the rename; once renamed, it passes."""
+    old = ledger_of(tmp_path, "default")
+    fill(old)
+    extra = 'c.GPULocalSpawner.hub_name = "lab"\n'
+    service = 'c.GPUService.hub_name = "lab"\n'
+    result = one(doctor(tmp_path, extra, only=ONLY, service_config=service), "hub-names", WARN)
+    assert (
+        "the ledger has 1 class booking, 1 group share, 1 profile edit of the hub 'default', which no hub runs under"
+        " now (this hub is 'lab')" in result.message
+    )
+    assert "access restrictions" in result.message
+    assert "jupyterhub-gpu hub-rename default lab --db-url sqlite:///" in result.fix
+    # a hub running under 'default' keeps them: no warning
+    old.announce("service", "http://127.0.0.1:8081/hub/api", utcnow())
+    results = doctor(tmp_path, extra, only=ONLY, service_config=service)
+    assert not [r for r in results if "which no hub runs under" in r.message]
+    old.withdraw()
+    rename_hub(old, "default", "lab", utcnow())
+    old.close()
+    one(doctor(tmp_path, extra, only=ONLY, service_config=service), "hub-names", PASS)

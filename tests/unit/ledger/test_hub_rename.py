@@ -154,3 +154,30 @@ def test_a_hub_running_under_either_name_is_refused(old, db_url, running):
 
 def test_kept_rows_names_each_hubs_bookings_shares_and_edits(old):
     assert kept_rows(old) == {"default": {"gpu_reservations": 1, "gpu_group_shares": 1, "gpu_profile_overrides": 1}}
+
+
+def test_a_merge_joins_the_same_hub_started_under_its_new_name(old, db_url):
+    """The hub was restarted as 'lab' before the rename: its sessions under 'lab' stay, 'default''s join them."""
+    lab = Ledger(db_url, hub="lab")
+    try:
+        lab.record_start(make_start("s2"))
+        schedule.set_share(lab, "thesis", "A100", 2, T0, "admin")
+        rename_hub(old, "default", "lab", T0, merge=True)
+        after = counts(old)
+        assert after["gpu_sessions"] == {"lab": 2}
+        assert schedule.share_table(lab) == {"cs231n": {"T4": 3}, "thesis": {"A100": 2}}
+    finally:
+        lab.close()
+
+
+def test_a_merge_is_refused_where_a_share_or_an_edit_is_under_both_names(old, db_url):
+    lab = Ledger(db_url, hub="lab")
+    try:
+        schedule.set_share(lab, "cs231n", "T4", 1, T0, "admin")
+        overrides.save_override(lab, Override(slug="a100", allowed_groups=()), T0, "admin")
+        before = counts(old)
+        with pytest.raises(RenameRefused, match="the share of 'cs231n' on 'T4', an edit of the profile 'a100'"):
+            rename_hub(old, "default", "lab", T0, merge=True)
+        assert counts(old) == before
+    finally:
+        lab.close()
