@@ -12,6 +12,7 @@ from jupyterhub_gpu.clock import utcnow
 from jupyterhub_gpu.ledger.queries import schedule
 from jupyterhub_gpu.ledger.store import Ledger
 from tests.unit.ledger.test_hub_rename import counts, fill
+from tests.unit.ledger.test_ledger import make_start
 from tests.unit.test_cli import run
 
 
@@ -118,3 +119,15 @@ def test_a_ledger_that_does_not_exist_is_an_error_and_is_not_created(tmp_path, c
     assert code == 1
     assert "there is no ledger at" in capsys.readouterr().err
     assert not missing.exists()
+
+
+def test_a_name_with_rows_needs_merge(url, capsys):
+    lab = Ledger(url, hub="lab")
+    lab.record_start(make_start("s2"))
+    lab.close()
+    code, _ = run("hub-rename", "default", "lab", "--db-url", url)
+    assert code == 1
+    assert "merge them (--merge)" in capsys.readouterr().err
+    code, out = run("hub-rename", "default", "lab", "--db-url", url, "--merge")
+    assert code == 0, out
+    assert state(url)["gpu_sessions"] == {"lab": 2}
