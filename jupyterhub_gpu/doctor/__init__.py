@@ -16,4 +16,6 @@ thing a first hour goes wrong on, one line each with pass / warn / fail and the 
 - :mod:`.channels`: where each configured alert channel connects, and the ``--send-test`` message;
 - :mod:`.report`: the text and JSON output and the exit status;
 - :mod:`.runner`: the subcommand itself (the heavy part, imported only when ``doctor`` runs).
+- :mod:`.renaming`: ``jupyterhub-gpu hub-rename``, a hub's rows on the ledger moved to its new name (its
+  arguments in :mod:`.options`; the ledger's part is :mod:`jupyterhub_gpu.ledger.renaming`).
 """
