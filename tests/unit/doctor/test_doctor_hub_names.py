@@ -147,3 +147,20 @@ def test_bookings_shares_and_edits_under_a_name_no_hub_runs_under_warn_with_the_
     old.close()
     results = doctor(tmp_path, extra, only=ONLY, service_config=service)
     assert [r.status for r in results if r.check == "hub-names"] == [PASS]  # this hub's own rows: no warning
+
+
+def test_a_hub_still_running_under_its_old_name_with_bookings_is_told_to_rename_them_too(tmp_path):
+    secret = bytes(range(32))
+    (tmp_path / "cookie_secret").write_text(secret.hex() + "\n")
+    extra = (
+        f'c.JupyterHub.cookie_secret_file = {str(tmp_path / "cookie_secret")!r}\nc.GPULocalSpawner.hub_name = "lab"\n'
+    )
+    hub = ledger_of(tmp_path, "default")
+    fill(hub)
+    hub.announce("hub", "http://127.0.0.1:8081/hub/api", utcnow(), "1.0", hub_identity(secret))
+    hub.close()
+    result = one(
+        doctor(tmp_path, extra, only=ONLY, service_config='c.GPUService.hub_name = "lab"\n'), "hub-names", WARN
+    )
+    assert "runs on the ledger as 'default', but its configuration now names it 'lab'" in result.message
+    assert "stop it, run `jupyterhub-gpu hub-rename default lab --db-url sqlite:///" in result.fix
