@@ -17,7 +17,7 @@ from sqlalchemy import delete, func, select, text, update
 
 from jupyterhub_gpu.clock import naive_utc
 from jupyterhub_gpu.ledger.hubnames import check_hub_name
-from jupyterhub_gpu.ledger.hubs import ALIVE
+from jupyterhub_gpu.ledger.hubs import ALIVE, Member
 from jupyterhub_gpu.ledger.models import (
     GroupShare,
     HubMember,
@@ -73,7 +73,7 @@ def rename_hub(ledger, old: str, new: str, now: datetime, dry_run: bool = False,
             select(HubMember).where(HubMember.hub.in_((old, new)), HubMember.heartbeat >= naive_utc(now - ALIVE))
         ).all()
         if live:
-            where = ", ".join(f"{m.role} pid {m.pid} on {m.host} (hub {m.hub!r})" for m in live)
+            where = ", ".join(f"{Member.of(m).where()} (hub {m.hub!r})" for m in live)
             raise RenameRefused(
                 f"stop the hubs first: {where} ran on the ledger in the last {int(ALIVE.total_seconds() // 60)}"
                 " minutes; a hub or gpu service running under either name would keep writing under it"
